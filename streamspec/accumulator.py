@@ -1,0 +1,476 @@
+"""Incremental counts of observation triples from many interleaved streams."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+from streamspec.alphabet import Alphabet
+from streamspec.checkpoint import (
+    CheckpointError,
+    decode_value,
+    encode_value,
+    read_checkpoint,
+    write_checkpoint,
+)
+
+__all__ = ["MomentAccumulator"]
+
+_MODES = ("sliding", "sequences")
+_DONE = -(2**62)  # tail marker in sequences mode: this stream's triple is already counted
+_FLUSH_AT = 8192  # pending triple codes kept in a list before one bincount adds them
+_RESCALE_AT = 1e100  # forgetting: the running weight is folded into the counts past this
+
+
+class MomentAccumulator:
+    """Counts of symbol triples (x1, x2, x3), kept one symbol at a time.
+
+    The counts ``c3[x2, x3, x1]`` are all the state: ``c21`` and ``c1`` are their
+    marginals, because in both modes P1 and P21 are taken from the same triples
+    as P3x1 (``../shared/docs/math.md`` section 1). Probabilities divide by the
+    number (or, with forgetting, the total weight) of triples.
+
+    Parameters
+    ----------
+    n_symbols
+        ``None`` (default): symbols are arbitrary hashable labels and the alphabet
+        grows as new ones arrive. An integer n: symbols are exactly the integers
+        ``0..n-1``; anything else raises a ``ValueError`` naming the symbol.
+    mode
+        ``"sliding"`` (default): every consecutive triple of every stream counts
+        (long stationary streams). ``"sequences"``: each stream is one independent
+        sequence and only its first three symbols count (Hsu, Kakade & Zhang);
+        after :meth:`end` the same key starts a new sequence.
+    forgetting
+        Weight factor in (0, 1] applied to all earlier triples each time a triple
+        is counted: 1 (default) keeps plain counts; below 1 the counts are
+        exponentially weighted, with an effective memory of ``1 / (1 - forgetting)``
+        triples.
+
+    Attributes
+    ----------
+    n_triples
+        Total weight of the counted triples (their number without forgetting).
+    symbols
+        The label of each index.
+
+    Notes
+    -----
+    Per stream, the only state is the index of its last two symbols.
+    :meth:`learn_one` costs O(1): it appends the triple's code to a buffer that a
+    single ``np.bincount`` folds into the counts every few thousand triples (and
+    whenever counts are read). :meth:`learn_many` is vectorised.
+
+    Examples
+    --------
+    >>> acc = MomentAccumulator(n_symbols=3)
+    >>> acc.learn_many([0, 1, 2, 0, 1], key="a")
+    >>> for x in [2, 2, 1]:
+    ...     acc.learn_one(x, key="b")
+    >>> acc.n_triples
+    4.0
+    >>> acc.P21.sum(), acc.P3x1.shape
+    (np.float64(1.0), (3, 3, 3))
+    >>> acc.learn_one(7)
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown symbol 7: this alphabet is fixed to the integers 0..2
+
+    With labels:
+
+    >>> words = MomentAccumulator()
+    >>> words.learn_many("abracadabra")
+    >>> words.symbols
+    ['a', 'b', 'r', 'c', 'd']
+    >>> int(words.counts()[words.symbols.index("r"), 0, 1])   # "b r a": x1=b, x2=r, x3=a
+    2
+
+    References
+    ----------
+    Hsu, Kakade & Zhang (2012), A spectral algorithm for learning hidden Markov models.
+
+    """
+
+    def __init__(
+        self, n_symbols: int | None = None, mode: str = "sliding", forgetting: float = 1.0
+    ):
+        self.n_symbols = n_symbols
+        self.mode = mode
+        self.forgetting = forgetting
+        self._validate()
+        self._alphabet = Alphabet(n_symbols)
+        self._cap = n_symbols if n_symbols is not None else 8
+        self._c = np.zeros((self._cap,) * 3)
+        self._tails: dict[Hashable, int] = {}
+        self._pending: list[int] = []
+        self._pending_w: list[float] = []
+        self._weight = 1.0  # forgetting: weight of the next triple in stored units
+        self._total = 0.0  # stored units, like _c
+
+    def _validate(self) -> None:
+        if self.mode not in _MODES:
+            raise ValueError(f"mode must be one of {_MODES}, got {self.mode!r}")
+        f = self.forgetting
+        if isinstance(f, bool) or not isinstance(f, int | float) or not 0 < f <= 1:
+            raise ValueError(f"forgetting must be a number in (0, 1], got {f!r}")
+
+    # ------------------------------------------------------------------ learning
+
+    def learn_one(self, x: Hashable, key: Hashable = None) -> None:
+        """Count one symbol of stream ``key`` (the default stream when ``None``)."""
+        if self.n_symbols is not None and type(x) is int and 0 <= x < self.n_symbols:
+            i = x
+        else:
+            i = self._index_one(x)
+        cap = self._cap
+        tail = self._tails.get(key)
+        if tail is None:
+            self._tails[key] = -1 - i
+        elif tail >= 0:
+            if self.mode == "sequences":
+                self._tails[key] = _DONE
+                self._count((tail * cap + i,))
+            else:
+                self._tails[key] = (tail % cap) * cap + i
+                if self.forgetting == 1.0:
+                    self._pending.append(tail * cap + i)
+                    if len(self._pending) >= _FLUSH_AT:
+                        self._flush()
+                else:
+                    self._count((tail * cap + i,))
+        elif tail != _DONE:
+            self._tails[key] = (-1 - tail) * cap + i
+
+    def learn_many(self, xs: Sequence | np.ndarray, key: Hashable = None) -> None:
+        """Count several consecutive symbols of one stream (a list or 1-D array)."""
+        idx = self._index_many(xs)
+        if idx.size == 0:
+            return
+        cap = self._cap
+        tail = self._tails.get(key)
+        if tail is None:
+            head: list[int] = []
+        elif tail == _DONE:
+            return
+        elif tail < 0:
+            head = [-1 - tail]
+        else:
+            head = [tail // cap, tail % cap]
+        seq = np.concatenate([np.asarray(head, dtype=np.int64), idx]) if head else idx
+        if self.mode == "sequences":
+            if seq.size >= 3:
+                self._count((int((seq[0] * cap + seq[1]) * cap + seq[2]),))
+                self._tails[key] = _DONE
+            else:
+                self._store_tail(key, seq)
+            return
+        self._store_tail(key, seq)
+        if seq.size < 3:
+            return
+        self._flush()
+        if self.forgetting == 1.0:
+            codes = _triple_codes(seq, cap)
+            self._c.reshape(-1)[:] += np.bincount(codes, minlength=cap**3)
+            self._total += seq.size - 2
+        else:
+            self._count_weighted_run(seq)
+
+    def end(self, key: Hashable = None) -> None:
+        """Declare the sequence of stream ``key`` over: its next symbol starts a new one."""
+        self._tails.pop(key, None)
+
+    @property
+    def keys(self) -> list:
+        """Keys of the streams with a live tail."""
+        return list(self._tails)
+
+    # ------------------------------------------------------------------ counts
+
+    @property
+    def symbols(self) -> list:
+        return self._alphabet.labels
+
+    @property
+    def alphabet(self) -> Alphabet:
+        return self._alphabet
+
+    @property
+    def n(self) -> int:
+        """Current alphabet size."""
+        return len(self._alphabet)
+
+    @property
+    def n_triples(self) -> float:
+        self._flush()
+        return float(self._total / self._weight) if self.forgetting != 1.0 else float(self._total)
+
+    def counts(self) -> np.ndarray:
+        """Triple counts ``c3[x2, x3, x1]`` of shape (n, n, n), float64 (a copy)."""
+        self._flush()
+        n = self.n
+        # stored as [x1, x2, x3] so that learn_one's code is a cheap append
+        c3 = self._c[:n, :n, :n].transpose(1, 2, 0)
+        return c3 / self._weight if self.forgetting != 1.0 else c3.copy()
+
+    @property
+    def c3(self) -> np.ndarray:
+        """Alias of :meth:`counts`: ``c3[x2, x3, x1]``."""
+        return self.counts()
+
+    @property
+    def c21(self) -> np.ndarray:
+        """``c21[x2, x1]``: counts of pairs, the marginal of c3 over x3."""
+        return self.counts().sum(axis=1)
+
+    @property
+    def c1(self) -> np.ndarray:
+        """``c1[x1]``: counts of first symbols of the triples."""
+        return self.counts().sum(axis=(0, 1))
+
+    def _normaliser(self) -> float:
+        total = self.n_triples
+        if total <= 0:
+            raise ValueError("the accumulator has counted no triple yet (each stream needs 3 symbols)")
+        return total
+
+    @property
+    def P1(self) -> np.ndarray:
+        """``P1[j] = Pr(x1 = j)``, shape (n,)."""
+        return self.c1 / self._normaliser()
+
+    @property
+    def P21(self) -> np.ndarray:
+        """``P21[i, j] = Pr(x2 = i, x1 = j)``, shape (n, n)."""
+        return self.c21 / self._normaliser()
+
+    @property
+    def P3x1(self) -> np.ndarray:
+        """``P3x1[x][i, j] = Pr(x3 = i, x2 = x, x1 = j)``, shape (n, n, n)."""
+        return self.counts() / self._normaliser()
+
+    # ------------------------------------------------------------------ merging
+
+    def merge(self, other: MomentAccumulator) -> MomentAccumulator:
+        """A new accumulator holding both sets of counts, matched by symbol label.
+
+        Exact when the two were fed disjoint sets of streams. For a key present in
+        both, the tail of ``other`` is kept (it is taken to be the later part).
+        """
+        if not isinstance(other, MomentAccumulator):
+            raise TypeError(f"can only merge a MomentAccumulator, not {type(other).__name__}")
+        if self.mode != other.mode:
+            raise ValueError(f"cannot merge a {self.mode!r} accumulator with a {other.mode!r} one")
+        if self.n_symbols != other.n_symbols:
+            raise ValueError(
+                f"cannot merge accumulators with n_symbols={self.n_symbols} and {other.n_symbols}"
+            )
+        out = self.copy()
+        out.forgetting = min(self.forgetting, other.forgetting)
+        mapping = np.array([out._alphabet.index_of(s) for s in other.symbols], dtype=np.int64)
+        out._ensure_capacity(out.n)
+        out._flush()
+        out._normalise_weight()
+        oc = other.counts()
+        if oc.size:
+            ix = np.ix_(mapping, mapping, mapping)
+            out._c[ix] += oc.transpose(2, 0, 1)
+        out._total += other.n_triples
+        ocap = other._cap
+        for key, tail in other._tails.items():
+            out._tails[key] = _remap_tail(tail, ocap, mapping, out._cap)
+        return out
+
+    def __add__(self, other: MomentAccumulator) -> MomentAccumulator:
+        return self.merge(other)
+
+    def copy(self) -> MomentAccumulator:
+        self._flush()
+        out = MomentAccumulator(self.n_symbols, self.mode, self.forgetting)
+        out._alphabet = self._alphabet.copy()
+        out._cap = self._cap
+        out._c = self._c.copy()
+        out._tails = dict(self._tails)
+        out._weight = self._weight
+        out._total = self._total
+        return out
+
+    # ------------------------------------------------------------------ persistence
+
+    _FORMAT = "streamspec.MomentAccumulator"
+    _VERSION = 1
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write a checksummed npz+JSON checkpoint, atomically."""
+        write_checkpoint(path, *self.to_checkpoint())
+
+    def to_checkpoint(self) -> tuple[str, int, dict, dict[str, np.ndarray]]:
+        """(format, version, header, arrays) of this accumulator, for any checkpoint sink."""
+        self._flush()
+        keys = list(self._tails)
+        cap = self._cap
+        a = np.array([_tail_symbols(self._tails[k], cap)[0] for k in keys], dtype=np.int64)
+        b = np.array([_tail_symbols(self._tails[k], cap)[1] for k in keys], dtype=np.int64)
+        header = {
+            "n_symbols": self.n_symbols,
+            "mode": self.mode,
+            "forgetting": self.forgetting,
+            "labels": [encode_value(s) for s in self.symbols] if self.n_symbols is None else None,
+            "keys": [encode_value(k) for k in keys],
+        }
+        arrays = {"c3": self.counts(), "n_triples": np.array(self.n_triples), "tail_a": a, "tail_b": b}
+        return self._FORMAT, self._VERSION, header, arrays
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> MomentAccumulator:
+        """Read a checkpoint written by :meth:`save`; raises ``CheckpointError`` if it is bad."""
+        header, arrays = read_checkpoint(path, cls._FORMAT, cls._VERSION)
+        return cls.from_checkpoint(header, arrays, source=str(path))
+
+    @classmethod
+    def from_checkpoint(cls, header: dict, arrays: dict, source: str = "checkpoint"):
+        try:
+            acc = cls(header["n_symbols"], header["mode"], header["forgetting"])
+            if header["labels"] is not None:
+                acc._alphabet.add_labels(decode_value(v) for v in header["labels"])
+            n = acc.n
+            c3 = np.asarray(arrays["c3"], dtype=np.float64)
+            if c3.shape != (n, n, n):
+                raise CheckpointError(f"{source}: counts of shape {c3.shape} for {n} symbols")
+            if (c3 < 0).any():
+                raise CheckpointError(f"{source}: negative counts")
+            acc._ensure_capacity(n)
+            acc._c[:n, :n, :n] = c3.transpose(2, 0, 1)
+            acc._total = float(arrays["n_triples"])
+            keys = [decode_value(k) for k in header["keys"]]
+            cap = acc._cap
+            for key, a, b in zip(keys, arrays["tail_a"], arrays["tail_b"], strict=True):
+                acc._tails[key] = _tail_code(int(a), int(b), cap)
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{source}: malformed accumulator checkpoint ({exc})") from None
+        return acc
+
+    # ------------------------------------------------------------------ internals
+
+    def _index_one(self, x) -> int:
+        i = self._alphabet.index_of(x)
+        if i >= self._cap:
+            self._ensure_capacity(i + 1)
+        return i
+
+    def _index_many(self, xs) -> np.ndarray:
+        idx = self._alphabet.encode(xs)
+        if self.n > self._cap:
+            self._ensure_capacity(self.n)
+        return idx
+
+    def _ensure_capacity(self, needed: int) -> None:
+        if needed <= self._cap:
+            return
+        self._flush()
+        old, new = self._cap, max(needed, 2 * self._cap)
+        c3 = np.zeros((new,) * 3)
+        c3[:old, :old, :old] = self._c
+        self._c = c3
+        self._tails = {k: _recode_tail(t, old, new) for k, t in self._tails.items()}
+        self._cap = new
+
+    def _store_tail(self, key, seq: np.ndarray) -> None:
+        if seq.size == 1:
+            self._tails[key] = -1 - int(seq[-1])
+        else:
+            self._tails[key] = int(seq[-2]) * self._cap + int(seq[-1])
+
+    def _count(self, codes) -> None:
+        if self.forgetting == 1.0:
+            self._pending.extend(codes)
+            if len(self._pending) >= _FLUSH_AT:
+                self._flush()
+            return
+        g = self.forgetting
+        for code in codes:
+            self._weight /= g
+            self._pending.append(code)
+            self._pending_w.append(self._weight)
+            self._total += self._weight
+        if self._weight > _RESCALE_AT or len(self._pending) >= _FLUSH_AT:
+            self._flush()
+            self._normalise_weight()
+
+    def _count_weighted_run(self, seq: np.ndarray) -> None:
+        codes = _triple_codes(seq, self._cap)
+        g = self.forgetting
+        # weights grow geometrically along the run; fold them in blocks that stay finite
+        block = max(1, int(np.log(_RESCALE_AT) / -np.log(g)) // 2) if g < 1 else codes.size
+        for start in range(0, codes.size, block):
+            part = codes[start : start + block]
+            w = self._weight * g ** -np.arange(1, part.size + 1, dtype=np.float64)
+            self._c.reshape(-1)[:] += np.bincount(part, weights=w, minlength=self._cap**3)
+            self._total += float(w.sum())
+            self._weight = float(w[-1])
+            self._normalise_weight()
+
+    def _normalise_weight(self) -> None:
+        if self._weight != 1.0:
+            self._flush()
+            self._c /= self._weight
+            self._total /= self._weight
+            self._weight = 1.0
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        codes = np.asarray(self._pending, dtype=np.int64)
+        flat = self._c.reshape(-1)
+        if self._pending_w:
+            flat += np.bincount(codes, weights=np.asarray(self._pending_w), minlength=flat.size)
+            self._pending_w.clear()
+        else:
+            flat += np.bincount(codes, minlength=flat.size)
+            self._total += codes.size
+        self._pending.clear()
+
+    def __repr__(self) -> str:
+        return (
+            f"MomentAccumulator(n_symbols={self.n_symbols!r}, mode={self.mode!r}, "
+            f"forgetting={self.forgetting!r}; {self.n} symbols, {self.n_triples:g} triples, "
+            f"{len(self._tails)} streams)"
+        )
+
+
+def _triple_codes(seq: np.ndarray, cap: int) -> np.ndarray:
+    """Flat index into the stored [x1, x2, x3] counts of every consecutive triple of ``seq``."""
+    return (seq[:-2] * cap + seq[1:-1]) * cap + seq[2:]
+
+
+def _tail_symbols(tail: int, cap: int) -> tuple[int, int]:
+    """(second-last, last) symbol of a tail; -1 where absent, (-2, -2) when done."""
+    if tail == _DONE:
+        return -2, -2
+    if tail < 0:
+        return -1, -1 - tail
+    return tail // cap, tail % cap
+
+
+def _tail_code(a: int, b: int, cap: int) -> int:
+    if a == -2:
+        return _DONE
+    if a == -1:
+        return -1 - b
+    return a * cap + b
+
+
+def _recode_tail(tail: int, old: int, new: int) -> int:
+    return _tail_code(*_tail_symbols(tail, old), new)
+
+
+def _remap_tail(tail: int, old_cap: int, mapping: np.ndarray, new_cap: int) -> int:
+    a, b = _tail_symbols(tail, old_cap)
+    if a >= 0:
+        a = int(mapping[a])
+    if b >= 0:
+        b = int(mapping[b])
+    return _tail_code(a, b, new_cap)
