@@ -3,6 +3,19 @@
 from streamspec.accumulator import MomentAccumulator
 from streamspec.alphabet import Alphabet
 from streamspec.checkpoint import CheckpointError
+from streamspec.hmm import HMM
+from streamspec.mestimator import MEstimator, MFactors
+from streamspec.model import ObservableOperatorModel
+from streamspec.spectral import SpectralEstimator
 
-__all__ = ["Alphabet", "CheckpointError", "MomentAccumulator"]
+__all__ = [
+    "HMM",
+    "Alphabet",
+    "CheckpointError",
+    "MEstimator",
+    "MFactors",
+    "MomentAccumulator",
+    "ObservableOperatorModel",
+    "SpectralEstimator",
+]
 __version__ = "0.1.0"

@@ -1,0 +1,150 @@
+"""Solvers for the weighted least-squares and lasso steps of the M-estimator.
+
+Each step of alternating minimisation is a convex problem
+``min_θ ½ θᵀ H θ - cᵀ θ + μ ‖θ‖₁`` over independent groups of parameters (rows of
+R, or the R of one symbol, or all of R, depending on how far the weighting
+couples them). With an explicit Hessian per group the lasso is solved by cyclic
+coordinate descent, vectorised across groups, to a tight tolerance: it returns
+exact zeros, and math.md section 6 records that plain ADMM did not converge on
+these ill-conditioned problems while coordinate descent did. Where a group is
+too large for an explicit Hessian, :func:`conjugate_gradient` (μ = 0) and
+:func:`fista` (μ > 0) work from matrix-vector products alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["solve_groups", "lasso_groups", "conjugate_gradient", "fista"]
+
+
+def solve_groups(H: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Solve ``H[g] θ[g] = c[g]`` for every group g; shapes (G, p, p) and (G, p).
+
+    Singular groups (parameters that no data constrain) get the minimum-norm solution.
+    """
+    try:
+        scale = np.maximum(np.abs(np.diagonal(H, axis1=1, axis2=2)).max(axis=1), 1e-300)
+        jitter = 1e-12 * scale[:, None, None] * np.eye(H.shape[1])
+        return np.linalg.solve(H + jitter, c[..., None])[..., 0]
+    except np.linalg.LinAlgError:
+        return np.stack([np.linalg.lstsq(h, b, rcond=None)[0] for h, b in zip(H, c, strict=True)])
+
+
+def lasso_groups(
+    H: np.ndarray,
+    c: np.ndarray,
+    mu: float,
+    theta0: np.ndarray | None = None,
+    tol: float = 1e-10,
+    max_passes: int = 500,
+) -> np.ndarray:
+    """Cyclic coordinate descent for ``min ½ θᵀHθ - cᵀθ + μ‖θ‖₁`` in every group at once.
+
+    Stops when a full pass changes no coordinate by more than ``tol`` times the
+    largest coordinate. Coordinates whose curvature is zero are set to 0.
+
+    Examples
+    --------
+    >>> H = np.array([[[2.0, 0.0], [0.0, 1.0]]]); c = np.array([[3.0, 0.5]])
+    >>> lasso_groups(H, c, mu=1.0).tolist()   # (3-1)/2 = 1 and |0.5| < 1 -> exact zero
+    [[1.0, 0.0]]
+    """
+    G, p = c.shape
+    theta = np.zeros((G, p)) if theta0 is None else np.array(theta0, dtype=np.float64)
+    diag = np.diagonal(H, axis1=1, axis2=2).copy()
+    live = diag > 0
+    safe = np.where(live, diag, 1.0)
+    grad = c - np.einsum("gab,gb->ga", H, theta)  # c - Hθ, kept up to date
+    for _ in range(max_passes):
+        biggest_step = 0.0
+        for a in range(p):
+            old = theta[:, a]
+            r = grad[:, a] + diag[:, a] * old
+            new = np.where(live[:, a], np.sign(r) * np.maximum(np.abs(r) - mu, 0.0) / safe[:, a], 0.0)
+            step = new - old
+            if np.any(step):
+                grad -= H[:, :, a] * step[:, None]
+                theta[:, a] = new
+                biggest_step = max(biggest_step, float(np.abs(step).max()))
+        if biggest_step <= tol * max(float(np.abs(theta).max()), 1e-300):
+            break
+    return theta
+
+
+def conjugate_gradient(
+    matvec: Callable[[np.ndarray], np.ndarray],
+    c: np.ndarray,
+    x0: np.ndarray,
+    precond: np.ndarray | None = None,
+    tol: float = 1e-10,
+    max_iter: int = 500,
+) -> np.ndarray:
+    """Preconditioned conjugate gradient for ``H x = c`` (H symmetric positive semi-definite)."""
+    x = x0.copy()
+    r = c - matvec(x)
+    inv = 1.0 / precond if precond is not None else None
+    z = r * inv if inv is not None else r
+    p = z.copy()
+    rz = float(np.vdot(r, z))
+    stop = tol * max(float(np.linalg.norm(c)), 1e-300)
+    for _ in range(max_iter):
+        if np.linalg.norm(r) <= stop:
+            break
+        Hp = matvec(p)
+        pHp = float(np.vdot(p, Hp))
+        if pHp <= 0:
+            break
+        alpha = rz / pHp
+        x += alpha * p
+        r -= alpha * Hp
+        z = r * inv if inv is not None else r
+        rz_new = float(np.vdot(r, z))
+        p = z + (rz_new / rz) * p
+        rz = rz_new
+    return x
+
+
+def fista(
+    matvec: Callable[[np.ndarray], np.ndarray],
+    c: np.ndarray,
+    mu: float,
+    x0: np.ndarray,
+    tol: float = 1e-9,
+    max_iter: int = 2000,
+) -> np.ndarray:
+    """Accelerated proximal gradient (with restarts) for ``½xᵀHx - cᵀx + μ‖x‖₁``."""
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=c.shape)
+    for _ in range(30):  # power iteration for the step size
+        v = matvec(v)
+        nv = np.linalg.norm(v)
+        if nv == 0:
+            return np.zeros_like(c)
+        v /= nv
+    lip = 1.05 * float(np.vdot(v, matvec(v)))
+    x = x0.copy()
+    y, t = x.copy(), 1.0
+
+    def objective(z):
+        return 0.5 * float(np.vdot(z, matvec(z))) - float(np.vdot(c, z)) + mu * np.abs(z).sum()
+
+    f_old = objective(x)
+    for it in range(max_iter):
+        g = matvec(y) - c
+        z = y - g / lip
+        x_new = np.sign(z) * np.maximum(np.abs(z) - mu / lip, 0.0)
+        t_new = 0.5 * (1 + np.sqrt(1 + 4 * t * t))
+        y = x_new + ((t - 1) / t_new) * (x_new - x)
+        change = np.abs(x_new - x).max()
+        x, t = x_new, t_new
+        if it % 20 == 19:
+            f_new = objective(x)
+            if f_new > f_old:  # restart the momentum
+                y, t = x.copy(), 1.0
+            f_old = f_new
+        if change <= tol * max(float(np.abs(x).max()), 1e-300):
+            break
+    return x
