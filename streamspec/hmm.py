@@ -29,7 +29,7 @@ class HMM:
     >>> hmm = HMM(T=[[0.9, 0.2], [0.1, 0.8]], O=[[1.0, 0.0], [0.0, 1.0]])
     >>> hmm.pi.round(3).tolist()
     [0.667, 0.333]
-    >>> float(hmm.joint_proba([0, 0]).round(4))
+    >>> round(hmm.joint_proba([0, 0]), 4)
     0.6
     """
 
