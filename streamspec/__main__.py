@@ -1,0 +1,5 @@
+import sys
+
+from streamspec.cli import main
+
+sys.exit(main())
