@@ -6,6 +6,8 @@ from streamspec.checkpoint import CheckpointError
 from streamspec.hmm import HMM
 from streamspec.mestimator import MEstimator, MFactors
 from streamspec.model import ObservableOperatorModel
+from streamspec.refitter import Refitter
+from streamspec.river_model import SpectralHMM
 from streamspec.spectral import SpectralEstimator
 
 __all__ = [
@@ -16,6 +18,8 @@ __all__ = [
     "MFactors",
     "MomentAccumulator",
     "ObservableOperatorModel",
+    "Refitter",
+    "SpectralHMM",
     "SpectralEstimator",
 ]
 __version__ = "0.1.0"

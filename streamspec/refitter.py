@@ -268,6 +268,17 @@ class Refitter:
             and time.monotonic() - self._last_trigger >= self.refit_interval
         )
 
+    def until_due(self) -> int:
+        """Symbols that can arrive before the count trigger fires (1 when it is due now).
+
+        Lets a hot loop call :meth:`observe` once per batch instead of once per symbol;
+        without ``refit_every`` this is large, so a caller relying on ``refit_interval``
+        should cap its batches itself.
+        """
+        if self.refit_every is None:
+            return 1 << 30
+        return max(1, self.refit_every - self._since)
+
     def observe(self, n_new: int, accumulator) -> bool:
         """Report ``n_new`` newly learned symbols; fit if a trigger fires.
 
