@@ -74,8 +74,31 @@ class HMM:
         return self.operators().joint_proba(seq)
 
     def sample(self, length: int, random_state=None) -> np.ndarray:
-        """One sequence of ``length`` symbols, the first state drawn from ``pi``."""
-        return self.sample_many(1, length, random_state)[0]
+        """One sequence of ``length`` symbols, the first state drawn from ``pi``.
+
+        The hidden chain is walked in plain Python (a numpy call per step would
+        cost more than the step); the emissions are then drawn state by state,
+        vectorised.
+        """
+        from bisect import bisect_right
+
+        rng = np.random.default_rng(random_state)
+        length = int(length)
+        m = self.n_states
+        cum = [np.cumsum(self.T[:, h]).tolist() for h in range(m)]
+        u = rng.random(length).tolist()
+        states = np.empty(length, dtype=np.int64)
+        h = min(int(np.searchsorted(np.cumsum(self.pi), rng.random())), m - 1)
+        for t in range(length):
+            states[t] = h
+            h = min(bisect_right(cum[h], u[t]), m - 1)
+        out = np.empty(length, dtype=np.int64)
+        cumO = np.cumsum(self.O, axis=0)
+        v = rng.random(length)
+        for h in range(m):
+            at = states == h
+            out[at] = np.minimum(np.searchsorted(cumO[:, h], v[at], side="right"), self.n_symbols - 1)
+        return out
 
     def sample_many(self, count: int, length: int, random_state=None) -> np.ndarray:
         """``count`` independent sequences, shape (count, length), vectorised over sequences."""

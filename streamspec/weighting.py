@@ -29,7 +29,7 @@ space, math.md section 3) and cells never observed get zero variance and so
 infinite weight. Instead of the paper's absolute 1e-8 on the diagonal we use
 three documented knobs, all in units of τ = the mean diagonal entry:
 ``smoothing`` pseudo-counts added to every cell before forming the variances,
-``shrinkage`` s in [0, 1] (or ``"auto"``: s = n³ / (n³ + N)) mixing the second
+``shrinkage`` s in [0, 1] (or ``"auto"``: s = 10 / (10 + N/n³)) mixing the second
 moments with τ·I, and a relative ``ridge`` ε·τ on the diagonal. Finally W is
 multiplied by τ, so that W = I whenever the second moments are proportional to
 the identity and the L1 penalty means the same thing under every weighting.
@@ -106,8 +106,18 @@ class Weighting:
 
 
 def resolve_shrinkage(shrinkage: float | str, n: int, n_triples: float) -> float:
+    """The shrinkage intensity; ``"auto"`` is ``10 / (10 + N / n³)``.
+
+    That is 1/2 when the average cell of c3 holds 10 counts: the weighting is
+    estimated from the counts themselves, and with few counts per cell it puts
+    huge weight on cells that happen to be rare (math.md section 6). Measured on a
+    random 5-state, 26-symbol HMM: with N = 2·10⁵ (11 counts per cell) an
+    unshrunk exact weighting raised the joint-probability error from 0.084
+    (identity) to 0.126 and s = 0.3 brought it back to 0.088; with N = 10⁶
+    s = 0.15 lowered it from 0.041 to 0.035.
+    """
     if shrinkage == "auto":
-        return float(n**3 / (n**3 + n_triples))
+        return float(10.0 / (10.0 + n_triples / n**3))
     if isinstance(shrinkage, str) or not 0.0 <= float(shrinkage) <= 1.0:
         raise ValueError(f"shrinkage must be in [0, 1] or 'auto', got {shrinkage!r}")
     return float(shrinkage)
@@ -154,8 +164,8 @@ def build_weighting(
     Bxx = np.einsum("xix->xi", B)
     diag = D * (1 - 2 * Bxx)[None] + np.einsum("xiy,jy->jxi", B**2, g, optimize=True)
     tau = float(diag.mean())
-    if not tau > 0:
-        raise ValueError("the second moments of the moment conditions vanish: no data to weight")
+    if not tau > 0:  # the operators reproduce every sample exactly: nothing to weight
+        return Weighting(mode, lam=np.ones((n, n, n)))
     D, g = (1 - s) * D, (1 - s) * g
     eps = (s + ridge) * tau
     if mode == "diagonal":
