@@ -90,7 +90,8 @@ class Refitter:
     estimator
         Anything with ``fit(accumulator) -> model``; its constructor parameters must be
         readable as attributes of the same name (sklearn/river convention), because each
-        fit uses a fresh copy with ``rank`` clamped to the alphabet size and, when warm,
+        fit uses a fresh copy with ``rank`` clamped to the alphabet size n, ``min_proba``
+        to ``0.5 / n`` when it is not below ``1 / n``, and, when warm,
         ``max_sweeps=sweeps, max_outer=1``. The given object is never fitted itself.
     refit_every
         Fit after this many newly observed symbols (``None``: no count trigger).
@@ -338,6 +339,9 @@ class Refitter:
         rank = params.get("rank")
         if isinstance(rank, int) and not isinstance(rank, bool) and rank > n:
             params["rank"] = n
+        floor = params.get("min_proba")
+        if isinstance(floor, float | int) and floor >= 1.0 / n:
+            params["min_proba"] = 0.5 / n  # a model needs min_proba < 1/n
         warm = (
             prev is not None
             and getattr(prev, "factors", None) is not None
