@@ -14,6 +14,7 @@ import sys
 # (module, attribute): each is a function register(subparsers) -> None
 _COMMANDS = [
     ("streamspec.demo", "register"),
+    ("streamspec.daemon_cli", "register"),
 ]
 
 

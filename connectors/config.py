@@ -1,0 +1,221 @@
+"""Settings of the consumer daemon: one dataclass, loadable from TOML, overridable by flags.
+
+A TOML file holds the same names as :class:`DaemonConfig`, at the top level or
+under a ``[consume]`` table, and the record format options (see
+:func:`connectors.records.format_from_options`) under ``[format]``::
+
+    bootstrap = "127.0.0.1:9092"
+    topic = "clicks"
+    group = "streamspec"
+    state_dir = "/var/lib/streamspec"
+    rank = 3
+    refit_every = 20000
+
+    [format]
+    value_format = "json"
+    symbol_field = "page"
+
+Command-line flags override the file: :meth:`DaemonConfig.replace` ignores the
+flags that were not given (``None``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DaemonConfig", "load_toml"]
+
+_MODES = ("sliding", "sequences")
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """Every setting of :class:`connectors.kafka.ConsumerDaemon`.
+
+    Parameters
+    ----------
+    topic
+        The topic to consume (required).
+    bootstrap
+        ``HOST:PORT`` of a broker (a comma-separated list is accepted).
+    group
+        Consumer group id. Daemons of one group split the partitions.
+    state_dir
+        Folder of the per-partition checkpoints and of the current model. Daemons
+        sharing it (on one host) can take over each other's partitions.
+    client_id
+        Kafka client id (default ``streamspec-<pid>``).
+    format
+        Record format options (``value_format``, ``key_field``, ``symbol_field``,
+        ``max_bytes``, ...), passed to :func:`connectors.records.format_from_options`.
+    alphabet
+        A fixed alphabet: records with any other symbol are dead letters
+        (reason ``unknown-symbol``). ``None`` (default): the alphabet grows.
+    mode
+        Accumulator mode, ``"sliding"`` or ``"sequences"``.
+    rank, penalty, weighting, sweeps, outer
+        Settings of the :class:`~streamspec.mestimator.MEstimator` refits
+        (``sweeps`` is ``max_sweeps``, ``outer`` is ``max_outer``).
+    refit_every
+        Refit after this many new records (0: never by count).
+    refit_interval
+        Also refit when this many seconds passed since the last one and new records
+        arrived (``None``: never by time).
+    min_triples
+        No refit before the counts hold this many triples.
+    checkpoint_every, checkpoint_interval
+        Write the checkpoints (then commit offsets) after this many records or
+        seconds, whichever comes first.
+    dead_letter_topic
+        Where poison messages go (default ``<topic>.dead-letters``; ``""``: nowhere,
+        they are only counted and logged).
+    predictions_topic
+        If set, one JSON message per record with the next-symbol distribution.
+    models_topic
+        If set, every refitted model, as :meth:`ObservableOperatorModel.to_bytes`.
+    poll_timeout_ms, max_poll_records
+        Poll loop settings.
+    session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms
+        Consumer group timings.
+    status_interval
+        Seconds between status lines (0: none).
+    metrics_port
+        Serve Prometheus-style metrics on ``127.0.0.1:PORT/metrics`` (0 picks a free
+        port; ``None``: no endpoint).
+    retry_backoff_max
+        Longest wait, in seconds, between attempts to reach an unavailable broker.
+
+    Examples
+    --------
+    >>> cfg = DaemonConfig(topic="clicks")
+    >>> cfg.dead_letter_topic_name
+    'clicks.dead-letters'
+    >>> cfg.replace(rank=3, group=None).rank, cfg.group
+    (3, 'streamspec')
+    >>> DaemonConfig(topic="clicks", mode="batch")
+    Traceback (most recent call last):
+    ...
+    ValueError: mode must be one of ('sliding', 'sequences'), got 'batch'
+
+    """
+
+    topic: str
+    bootstrap: str = "127.0.0.1:9092"
+    group: str = "streamspec"
+    state_dir: str = "streamspec-state"
+    client_id: str | None = None
+    format: Mapping[str, Any] = field(default_factory=dict)
+    alphabet: tuple | None = None
+    mode: str = "sliding"
+    rank: int | str = 2
+    penalty: float = 0.0
+    weighting: str = "exact"
+    sweeps: int = 5
+    outer: int = 2
+    refit_every: int = 20_000
+    refit_interval: float | None = None
+    min_triples: int = 100
+    checkpoint_every: int = 50_000
+    checkpoint_interval: float = 1.0
+    dead_letter_topic: str | None = None
+    predictions_topic: str | None = None
+    models_topic: str | None = None
+    poll_timeout_ms: int = 200
+    max_poll_records: int = 2000
+    session_timeout_ms: int = 6000
+    heartbeat_interval_ms: int = 1000
+    max_poll_interval_ms: int = 60_000
+    status_interval: float = 10.0
+    metrics_port: int | None = None
+    retry_backoff_max: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.topic, str) or not self.topic:
+            raise ValueError("topic must be a non-empty string")
+        if self.mode not in _MODES:
+            raise ValueError(f"mode must be one of {_MODES}, got {self.mode!r}")
+        if self.alphabet is not None:
+            object.__setattr__(self, "alphabet", tuple(self.alphabet))
+            if not self.alphabet:
+                raise ValueError("a fixed alphabet needs at least one symbol")
+        if not isinstance(self.format, Mapping):
+            raise ValueError(f"format must be a table of options, got {self.format!r}")
+        object.__setattr__(self, "format", dict(self.format))
+        if not (self.rank == "auto" or (isinstance(self.rank, int) and self.rank >= 1)):
+            raise ValueError(f"rank must be a positive integer or 'auto', got {self.rank!r}")
+        for name in ("refit_every", "checkpoint_every", "min_triples"):
+            if _bad_int(getattr(self, name), minimum=0):
+                raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
+        for name in (
+            "sweeps", "outer", "poll_timeout_ms", "max_poll_records", "session_timeout_ms",
+            "heartbeat_interval_ms", "max_poll_interval_ms",
+        ):
+            if _bad_int(getattr(self, name), minimum=1):
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        for name in ("checkpoint_interval", "retry_backoff_max", "status_interval", "penalty"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {v!r}")
+        if self.refit_interval is not None and not (
+            isinstance(self.refit_interval, int | float) and self.refit_interval > 0
+        ):
+            raise ValueError(f"refit_interval must be a positive number or None, "
+                             f"got {self.refit_interval!r}")
+        if self.metrics_port is not None and _bad_int(self.metrics_port, minimum=0):
+            raise ValueError(f"metrics_port must be a port number, got {self.metrics_port!r}")
+
+    @property
+    def dead_letter_topic_name(self) -> str | None:
+        """The dead-letter topic, or ``None`` when dead letters are only counted."""
+        if self.dead_letter_topic is None:
+            return f"{self.topic}.dead-letters"
+        return self.dead_letter_topic or None
+
+    def replace(self, **overrides: Any) -> DaemonConfig:
+        """A copy with the given settings changed; ``None`` values are ignored."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if "format" in given:
+            given["format"] = {**self.format, **given["format"]}
+        return replace(self, **given)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain data (for logs)."""
+        return asdict(self)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], **overrides: Any) -> DaemonConfig:
+        """Settings from a parsed TOML document (see the module docstring) and overrides."""
+        data = dict(data)
+        table = data.pop("consume", {})
+        if not isinstance(table, Mapping):
+            raise ValueError("[consume] must be a table")
+        data.update(table)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
+        merged = {**data, **{k: v for k, v in overrides.items() if v is not None}}
+        if "format" in data and "format" in overrides and overrides["format"] is not None:
+            merged["format"] = {**data["format"], **overrides["format"]}
+        if "topic" not in merged:
+            raise ValueError("no topic given (--topic or topic = ... in the settings file)")
+        return cls(**merged)
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Parse a TOML settings file; ``ValueError`` naming the file on a syntax error."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def _bad_int(v: Any, minimum: int) -> bool:
+    return isinstance(v, bool) or not isinstance(v, int) or v < minimum

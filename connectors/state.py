@@ -1,0 +1,276 @@
+"""Durable per-source learning state: counts plus the exact point where reading resumes.
+
+Exactly-once learning rests on one rule: the counts and the position that
+produced them are written together, in one atomic checkpoint file (temporary
+file, ``fsync``, rename), and nothing else is trusted on restart. A Kafka
+partition's state is a :class:`PartitionState` (its accumulator, its stream
+tails, the next offset to read and its dead-letter counts); files read by
+``streamspec learn`` keep a :class:`SourceState` (the accumulator and the
+positions of every file). The global view is the merge of the partitions, exact
+because merging matches symbols by label.
+
+Layout of a state folder::
+
+    <state_dir>/<topic>/partition-00000.ckpt   one per partition
+    <state_dir>/<topic>/model.ckpt             the latest model
+
+Examples
+--------
+>>> import tempfile
+>>> from streamspec import MomentAccumulator
+>>> store = StateStore(tempfile.mkdtemp())
+>>> st = PartitionState("clicks", 0)
+>>> st.acc.learn_many("abcab", key="u1")
+>>> st.offset, st.records = 5, 5
+>>> _ = store.save(st)
+>>> back = store.load("clicks", 0)
+>>> back.offset, back.acc.n_triples, back.acc.symbols
+(5, 3.0, ['a', 'b', 'c'])
+>>> store.partitions("clicks")
+[0]
+>>> store.merged("clicks").n_triples
+3.0
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import reduce
+from pathlib import Path
+from typing import Any
+
+from streamspec.accumulator import MomentAccumulator
+from streamspec.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+
+__all__ = ["PartitionState", "SourceState", "StateStore", "merge_accumulators"]
+
+_PARTITION_FORMAT = "streamspec.PartitionState"
+_SOURCE_FORMAT = "streamspec.SourceState"
+_VERSION = 1
+
+
+def _split_acc(acc: MomentAccumulator) -> tuple[dict, dict]:
+    kind, version, header, arrays = acc.to_checkpoint()
+    return {"format": kind, "version": version, **header}, arrays
+
+
+def _join_acc(header: dict, arrays: dict, source: str) -> MomentAccumulator:
+    acc_header = dict(header)
+    if acc_header.pop("format", None) != MomentAccumulator._FORMAT:
+        raise CheckpointError(f"{source}: the accumulator part has a foreign format")
+    if acc_header.pop("version", None) != MomentAccumulator._VERSION:
+        raise CheckpointError(f"{source}: unsupported accumulator version")
+    return MomentAccumulator.from_checkpoint(acc_header, arrays, source=source)
+
+
+@dataclass
+class PartitionState:
+    """What one Kafka partition has taught the daemon, and where it resumes.
+
+    Parameters
+    ----------
+    topic, partition
+        The partition.
+    acc
+        Its counts and per-stream tails.
+    offset
+        The next offset to read: every record before it is in ``acc`` (or was a
+        dead letter), none after it.
+    records
+        Symbols learned from this partition.
+    dead_letters
+        Dead letters per reason.
+    owner
+        Client id of the daemon that wrote the checkpoint (informational).
+    """
+
+    topic: str
+    partition: int
+    acc: MomentAccumulator = field(default_factory=MomentAccumulator)
+    offset: int = 0
+    records: int = 0
+    dead_letters: Counter = field(default_factory=Counter)
+    owner: str = ""
+    written_at: float = 0.0
+
+    def checkpoint_parts(self) -> tuple[dict, dict]:
+        acc_header, arrays = _split_acc(self.acc)
+        header = {
+            "topic": self.topic,
+            "partition": int(self.partition),
+            "offset": int(self.offset),
+            "records": int(self.records),
+            "dead_letters": dict(self.dead_letters),
+            "owner": self.owner,
+            "written_at": time.time(),
+            "accumulator": acc_header,
+        }
+        return header, arrays
+
+    @classmethod
+    def from_parts(cls, header: dict, arrays: dict, source: str) -> PartitionState:
+        try:
+            return cls(
+                topic=str(header["topic"]),
+                partition=int(header["partition"]),
+                acc=_join_acc(header["accumulator"], arrays, source),
+                offset=int(header["offset"]),
+                records=int(header["records"]),
+                dead_letters=Counter({str(k): int(v) for k, v in header["dead_letters"].items()}),
+                owner=str(header.get("owner", "")),
+                written_at=float(header.get("written_at", 0.0)),
+            )
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"{source}: malformed partition state ({exc})") from None
+
+
+@dataclass
+class SourceState:
+    """What a set of files has taught ``streamspec learn``, and where each file resumes.
+
+    Parameters
+    ----------
+    acc
+        The counts.
+    positions
+        ``FileSource.position()``: per path, where reading resumes.
+    records
+        Symbols learned.
+    errors
+        Malformed lines skipped, per reason.
+    """
+
+    acc: MomentAccumulator = field(default_factory=MomentAccumulator)
+    positions: dict[str, Any] = field(default_factory=dict)
+    records: int = 0
+    errors: Counter = field(default_factory=Counter)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write atomically (temporary file, fsync, rename)."""
+        acc_header, arrays = _split_acc(self.acc)
+        header = {
+            "positions": self.positions,
+            "records": int(self.records),
+            "errors": dict(self.errors),
+            "accumulator": acc_header,
+        }
+        return write_checkpoint(path, _SOURCE_FORMAT, _VERSION, header, arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> SourceState:
+        """Read a state written by :meth:`save`; ``CheckpointError`` if bad or absent."""
+        header, arrays = read_checkpoint(path, _SOURCE_FORMAT, _VERSION)
+        try:
+            return cls(
+                acc=_join_acc(header["accumulator"], arrays, str(path)),
+                positions=dict(header["positions"]),
+                records=int(header["records"]),
+                errors=Counter({str(k): int(v) for k, v in header["errors"].items()}),
+            )
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"{path}: malformed source state ({exc})") from None
+
+
+class StateStore:
+    """The checkpoint files of a state folder, one per partition, each written atomically.
+
+    Parameters
+    ----------
+    root
+        The state folder (created when first written).
+    owner
+        Written into every checkpoint (informational: which daemon wrote it).
+    """
+
+    def __init__(self, root: str | os.PathLike, owner: str = ""):
+        self.root = Path(root)
+        self.owner = owner
+
+    def topic_dir(self, topic: str) -> Path:
+        if not topic or "/" in topic or topic in (".", ".."):
+            raise ValueError(f"invalid topic name {topic!r}")
+        return self.root / topic
+
+    def path(self, topic: str, partition: int) -> Path:
+        return self.topic_dir(topic) / f"partition-{int(partition):05d}.ckpt"
+
+    def model_path(self, topic: str) -> Path:
+        return self.topic_dir(topic) / "model.ckpt"
+
+    def save(self, state: PartitionState) -> Path:
+        """Write the partition's checkpoint atomically; return its path."""
+        state.owner = self.owner or state.owner
+        header, arrays = state.checkpoint_parts()
+        state.written_at = header["written_at"]
+        path = self.path(state.topic, state.partition)
+        return write_checkpoint(path, _PARTITION_FORMAT, _VERSION, header, arrays)
+
+    def load(self, topic: str, partition: int) -> PartitionState | None:
+        """The partition's checkpoint, or ``None`` if it has none.
+
+        A checkpoint that exists but cannot be read raises ``CheckpointError``: it
+        is never silently replaced by an empty state (that would count everything
+        again).
+        """
+        path = self.path(topic, partition)
+        if not path.exists():
+            return None
+        header, arrays = read_checkpoint(path, _PARTITION_FORMAT, _VERSION)
+        return PartitionState.from_parts(header, arrays, str(path))
+
+    def partitions(self, topic: str) -> list[int]:
+        """Partitions of ``topic`` with a checkpoint."""
+        folder = self.topic_dir(topic)
+        if not folder.is_dir():
+            return []
+        out = []
+        for p in folder.glob("partition-*.ckpt"):
+            try:
+                out.append(int(p.stem.split("-", 1)[1]))
+            except ValueError:
+                continue
+        return sorted(out)
+
+    def load_all(self, topic: str) -> list[PartitionState]:
+        states = (self.load(topic, p) for p in self.partitions(topic))
+        return [s for s in states if s is not None]
+
+    def merged(self, topic: str) -> MomentAccumulator:
+        """The global counts: every partition's accumulator merged by symbol label."""
+        return merge_accumulators(s.acc for s in self.load_all(topic))
+
+
+def merge_accumulators(
+    accs: Iterable[MomentAccumulator], order: Iterable | None = None
+) -> MomentAccumulator:
+    """Merge accumulators by symbol label; ``order`` fixes the first labels' indices.
+
+    Keeping the label order of the previous model lets a refit warm-start from
+    it (new symbols are appended, existing ones keep their index). Labels of
+    ``order`` that no accumulator holds are left out.
+
+    Examples
+    --------
+    >>> a, b = MomentAccumulator(), MomentAccumulator()
+    >>> a.learn_many("abab", key=1); b.learn_many("cbcb", key=2)
+    >>> m = merge_accumulators([a, b], order=["c", "z"])
+    >>> m.symbols, m.n_triples
+    (['c', 'a', 'b'], 4.0)
+    """
+    accs = list(accs)
+    if not accs:
+        return MomentAccumulator()
+    present = set().union(*(a.symbols for a in accs))
+    first = accs[0]
+    seed = MomentAccumulator(first.n_symbols, first.mode, first.forgetting)
+    if order is not None and first.n_symbols is None:
+        seed.alphabet.add_labels([s for s in order if s in present])
+    return reduce(lambda x, y: x.merge(y), accs, seed)

@@ -1,0 +1,534 @@
+"""Subcommands ``consume``, ``learn``, ``predict`` and ``inspect`` of the ``streamspec`` CLI.
+
+``consume`` runs the Kafka daemon (:mod:`connectors.kafka`), ``learn`` learns
+from files in one pass or following them (:mod:`connectors.files`), ``predict``
+prints next-symbol distributions of a saved model, and ``inspect`` describes any
+streamspec checkpoint or state folder. The ``connectors`` package (and with it
+kafka-python) is imported only when a command runs, so that ``streamspec``
+imports without it.
+
+Run as ``python -m streamspec.daemon_cli COMMAND ...`` these commands work
+without the rest of the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["register", "main"]
+
+_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def register(subparsers) -> None:
+    """Add ``consume``, ``learn``, ``predict`` and ``inspect`` to the CLI's subparsers."""
+    _register_consume(subparsers)
+    _register_learn(subparsers)
+    _register_predict(subparsers)
+    _register_inspect(subparsers)
+
+
+# ---------------------------------------------------------------------------- shared options
+
+
+def _format_options(p: argparse.ArgumentParser, kafka: bool) -> None:
+    g = p.add_argument_group("record format")
+    if not kafka:
+        g.add_argument("--encoding", choices=["chars", "tokens", "csv", "jsonl"],
+                       help="how lines hold symbols (default chars: every character)")
+        g.add_argument("--keep", metavar="CHARS",
+                       help="chars only: keep these characters, drop the others")
+        g.add_argument("--end-each-line", action="store_const", const=True,
+                       help="every line is a sequence of its own")
+        g.add_argument("--delimiter", help="CSV delimiter (tab: 'tab')")
+    else:
+        g.add_argument("--value-format", choices=["text", "json"],
+                       help="message value: one symbol (text, default) or JSON")
+    g.add_argument("--key-field", help="name of the stream-key field (JSON/CSV)")
+    g.add_argument("--symbol-field", help="name of the symbol field (JSON/CSV)")
+    g.add_argument("--time-field", help="name of the timestamp field (JSON/CSV)")
+    g.add_argument("--end-field", help="name of the end-of-sequence field (JSON/CSV)")
+    g.add_argument("--lowercase", action="store_const", const=True, help="lower-case symbols")
+    g.add_argument("--int-symbols", action="store_const", const=True,
+                   help="symbols are integers")
+    g.add_argument("--max-bytes", type=int, help="longest accepted line/value (default 1 MiB)")
+
+
+def _format_from_args(args, names) -> dict[str, Any]:
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+_KAFKA_FORMAT = ("value_format", "key_field", "symbol_field", "time_field", "end_field",
+                 "lowercase", "int_symbols", "max_bytes")
+_FILE_FORMAT = ("encoding", "keep", "end_each_line", "delimiter", "key_field", "symbol_field",
+                "time_field", "end_field", "lowercase", "int_symbols", "max_bytes")
+
+
+def _estimator_options(p: argparse.ArgumentParser, defaults: bool) -> None:
+    g = p.add_argument_group("estimator")
+    g.add_argument("--rank", type=_rank, default=2 if defaults else None,
+                   help="rank k of the model, or 'auto' (default 2)")
+    g.add_argument("--penalty", type=float, default=0.0 if defaults else None,
+                   help="L1 penalty λ (default 0)")
+    g.add_argument("--weighting", choices=["exact", "per_symbol", "diagonal", "identity"],
+                   default="exact" if defaults else None, help="moment weighting (default exact)")
+    g.add_argument("--sweeps", type=int, default=5 if defaults else None,
+                   help="alternating sweeps per fit (default 5)")
+    g.add_argument("--mode", choices=["sliding", "sequences"],
+                   default="sliding" if defaults else None,
+                   help="count every triple (sliding, default) or each sequence's first")
+
+
+def _rank(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"rank must be a positive integer or 'auto', "
+                                         f"not {text!r}") from None
+    if k < 1:
+        raise argparse.ArgumentTypeError("rank must be >= 1")
+    return k
+
+
+def _setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level.upper(), logging.INFO),
+                        format=_LOG_FORMAT)
+    logging.getLogger("kafka").setLevel(logging.ERROR)
+
+
+# ---------------------------------------------------------------------------- consume
+
+
+def _register_consume(subparsers) -> None:
+    p = subparsers.add_parser(
+        "consume",
+        help="run the Kafka consumer daemon (learn continuously, exactly once)",
+        description=(
+            "Consume symbols from a Kafka topic in a consumer group, learn the counts of "
+            "every partition, refit the model in the background and checkpoint each "
+            "partition's counts together with its offset (offsets are committed to Kafka "
+            "only after the checkpoint is on disk). SIGTERM/SIGINT: checkpoint, commit, "
+            "exit 0. Settings come from the defaults, then --config FILE (TOML), then "
+            "the flags."
+        ),
+        epilog=(
+            "example: streamspec consume --bootstrap 127.0.0.1:9092 --topic clicks "
+            "--group g1 --state-dir state --rank 3 --refit-every 20000"
+        ),
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML settings file (see connectors.config)")
+    g = p.add_argument_group("kafka")
+    g.add_argument("--bootstrap", metavar="HOST:PORT", help="broker address")
+    g.add_argument("--topic", metavar="T", help="topic to consume")
+    g.add_argument("--group", metavar="G", help="consumer group id (default streamspec)")
+    g.add_argument("--state-dir", metavar="DIR", help="checkpoint folder (shared by daemons)")
+    g.add_argument("--client-id", help="Kafka client id (default streamspec-HOST-PID)")
+    g.add_argument("--dead-letter-topic", metavar="T",
+                   help="topic of poison messages (default T.dead-letters; '' for none)")
+    g.add_argument("--predictions-topic", metavar="T",
+                   help="publish one next-symbol prediction per record here")
+    g.add_argument("--models-topic", metavar="T", help="publish every refitted model here")
+    g.add_argument("--session-timeout-ms", type=int)
+    g.add_argument("--heartbeat-interval-ms", type=int)
+    g.add_argument("--max-poll-interval-ms", type=int)
+    g.add_argument("--poll-timeout-ms", type=int)
+    g.add_argument("--max-poll-records", type=int)
+    _format_options(p, kafka=True)
+    p.add_argument_group("record format").add_argument(
+        "--alphabet", metavar="A,B,...",
+        help="fixed alphabet: other symbols go to the dead-letter topic")
+    _estimator_options(p, defaults=False)
+    g = p.add_argument_group("schedule")
+    g.add_argument("--refit-every", type=int, metavar="N", help="refit after N new symbols")
+    g.add_argument("--refit-interval", type=float, metavar="S", help="also refit every S seconds")
+    g.add_argument("--min-triples", type=int, help="no refit before this many triples")
+    g.add_argument("--checkpoint-every", type=int, metavar="N",
+                   help="checkpoint after N messages")
+    g.add_argument("--checkpoint-interval", type=float, metavar="S",
+                   help="checkpoint every S seconds (default 1)")
+    g = p.add_argument_group("monitoring")
+    g.add_argument("--status-interval", type=float, metavar="S",
+                   help="seconds between status lines (default 10; 0: none)")
+    g.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (0: any port)")
+    g.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING")
+    p.set_defaults(func=_consume)
+
+
+_CONSUME_SETTINGS = (
+    "bootstrap", "topic", "group", "state_dir", "client_id", "dead_letter_topic",
+    "predictions_topic", "models_topic", "session_timeout_ms", "heartbeat_interval_ms",
+    "max_poll_interval_ms", "poll_timeout_ms", "max_poll_records", "rank", "penalty",
+    "weighting", "sweeps", "mode", "refit_every", "refit_interval", "min_triples",
+    "checkpoint_every", "checkpoint_interval", "status_interval", "metrics_port",
+)
+
+
+def config_from_args(args) -> Any:
+    """The daemon settings of parsed ``consume`` arguments (TOML file, then flags)."""
+    from connectors.config import DaemonConfig, load_toml
+
+    data = load_toml(args.config) if args.config else {}
+    overrides = {n: getattr(args, n) for n in _CONSUME_SETTINGS}
+    fmt = _format_from_args(args, _KAFKA_FORMAT)
+    overrides["format"] = fmt or None
+    if args.alphabet is not None:
+        overrides["alphabet"] = [s for s in args.alphabet.split(",") if s]
+    return DaemonConfig.from_mapping(data, **overrides)
+
+
+def _consume(args) -> int:
+    _setup_logging(args.log_level)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"streamspec consume: {exc}", file=sys.stderr)
+        return 2
+    from connectors.kafka import ConsumerDaemon
+
+    return ConsumerDaemon(config).run(install_signals=True)
+
+
+# ---------------------------------------------------------------------------- learn
+
+
+def _register_learn(subparsers) -> None:
+    p = subparsers.add_parser(
+        "learn",
+        help="learn a model from files (batch, or following them as they grow)",
+        description=(
+            "Count the symbol triples of text files and fit a model. With --state FILE the "
+            "counts and the position in every file are checkpointed atomically, so that a "
+            "run stopped at any moment (SIGTERM, SIGKILL) resumes where it stopped without "
+            "losing or counting a symbol twice. --follow keeps reading as the files grow "
+            "(and survives log rotation)."
+        ),
+        epilog="example: streamspec learn alice.txt --lowercase --keep abcdefghijklmnopqrstuvwxyz"
+               " --rank 3 --out alice.model",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="text files (.gz: one pass only)")
+    _format_options(p, kafka=False)
+    _estimator_options(p, defaults=True)
+    g = p.add_argument_group("output")
+    g.add_argument("--out", metavar="MODEL", help="save the fitted model here")
+    g.add_argument("--counts", metavar="FILE", help="save the accumulator here")
+    g.add_argument("--no-fit", action="store_true", help="only count, do not fit")
+    g = p.add_argument_group("resuming and following")
+    g.add_argument("--state", metavar="FILE", help="resumable state: counts + file positions")
+    g.add_argument("--checkpoint-every", type=int, default=100_000, metavar="N",
+                   help="with --state: checkpoint after N records (default 100000)")
+    g.add_argument("--checkpoint-interval", type=float, default=1.0, metavar="S",
+                   help="with --state: checkpoint every S seconds (default 1)")
+    g.add_argument("--follow", action="store_true", help="keep reading as the files grow")
+    g.add_argument("--idle-timeout", type=float, metavar="S",
+                   help="--follow: stop after S seconds without new data")
+    g.add_argument("--poll-interval", type=float, default=0.2, metavar="S",
+                   help="--follow: seconds between polls (default 0.2)")
+    g.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
+                   help="progress bar on stderr (auto: when stderr is a terminal)")
+    p.set_defaults(func=_learn)
+
+
+class _Progress:
+    """A one-line progress bar on stderr: bytes read of the files, records, rate."""
+
+    def __init__(self, paths: list[str], enabled: bool, follow: bool):
+        self.enabled = enabled
+        self.follow = follow
+        self.total = sum(os.path.getsize(p) for p in paths if os.path.exists(p))
+        self.start = time.monotonic()
+        self.last = 0.0
+
+    def update(self, records: int, positions: dict, final: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (not final and now - self.last < 0.2):
+            return
+        self.last = now
+        rate = records / max(now - self.start, 1e-9)
+        if self.follow or not self.total:
+            line = f"\r{records:,} records  {rate:,.0f}/s"
+        else:
+            done = sum(int(pos.get("offset", 0)) for pos in positions.values())
+            frac = min(1.0, done / self.total)
+            bar = "#" * int(30 * frac)
+            line = f"\r[{bar:<30}] {100 * frac:5.1f}%  {records:,} records  {rate:,.0f}/s"
+        sys.stderr.write(line + ("\n" if final else ""))
+        sys.stderr.flush()
+
+
+def _learn(args) -> int:
+    _setup_logging("INFO")
+    from connectors.files import FileSource
+    from connectors.records import format_from_options
+    from connectors.state import SourceState
+    from streamspec.accumulator import MomentAccumulator
+    from streamspec.checkpoint import CheckpointError
+
+    try:
+        fmt = format_from_options(**_format_from_args(args, _FILE_FORMAT))
+    except ValueError as exc:
+        print(f"streamspec learn: {exc}", file=sys.stderr)
+        return 2
+    state = SourceState(acc=MomentAccumulator(mode=args.mode))
+    if args.state and os.path.exists(args.state):
+        try:
+            state = SourceState.load(args.state)
+        except CheckpointError as exc:
+            print(f"streamspec learn: {exc}", file=sys.stderr)
+            return 1
+        logging.getLogger("streamspec.learn").info(
+            "event=resume state=%s records=%d", args.state, state.records)
+    try:
+        source = FileSource(
+            args.files, fmt, follow=args.follow, poll_interval=args.poll_interval,
+            start=state.positions or None, idle_timeout=args.idle_timeout,
+        )
+    except (OSError, ValueError) as exc:
+        print(f"streamspec learn: {exc}", file=sys.stderr)
+        return 1
+    stop = {"signal": None}
+
+    def on_signal(signum, frame):
+        stop["signal"] = signum
+        source.stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+    progress = _Progress(list(args.files), show, args.follow)
+    acc = state.acc
+    base_errors = dict(state.errors)
+    last_ckpt, since = time.monotonic(), 0
+
+    def checkpoint() -> None:
+        state.positions = source.position()
+        state.errors.clear()
+        state.errors.update(base_errors)
+        state.errors.update(source.errors_by_reason)
+        if args.state:
+            state.save(args.state)
+
+    for rec, _pos in source:
+        if rec.symbol is not None:
+            acc.learn_one(rec.symbol, rec.key)
+            state.records += 1
+        if rec.end:
+            acc.end(rec.key)
+        since += 1
+        if args.state and (since >= args.checkpoint_every
+                           or time.monotonic() - last_ckpt >= args.checkpoint_interval):
+            checkpoint()
+            last_ckpt, since = time.monotonic(), 0
+        progress.update(state.records, source.position())
+    checkpoint()
+    progress.update(state.records, source.position(), final=True)
+    log = logging.getLogger("streamspec.learn")
+    log.info("event=counted records=%d triples=%d symbols=%d malformed=%d", state.records,
+             int(acc.n_triples), acc.n, source.errors)
+    if args.counts:
+        acc.save(args.counts)
+    if stop["signal"] is not None:
+        log.info("event=stopped signal=%s", signal.Signals(stop["signal"]).name)
+        return 0
+    if args.no_fit:
+        return 0
+    if not acc.n_triples:
+        print("streamspec learn: no triple counted (every stream needs 3 symbols)",
+              file=sys.stderr)
+        return 1
+    from streamspec.mestimator import MEstimator
+
+    rank = args.rank if args.rank == "auto" else min(args.rank, acc.n)
+    t0 = time.perf_counter()
+    model = MEstimator(rank=rank, penalty=args.penalty, weighting=args.weighting,
+                       max_sweeps=args.sweeps).fit(acc)
+    loss = getattr(getattr(model, "factors", None), "loss", math.nan)
+    log.info("event=fitted rank=%s seconds=%.2f loss=%.6g", rank, time.perf_counter() - t0, loss)
+    if args.out:
+        model.save(args.out)
+        log.info("event=saved model=%s", args.out)
+    return 0
+
+
+# ---------------------------------------------------------------------------- predict
+
+
+def _register_predict(subparsers) -> None:
+    p = subparsers.add_parser(
+        "predict",
+        help="print next-symbol distributions of a saved model",
+        description=(
+            "For every history (a positional argument, or one per line of standard input), "
+            "print one JSON line with the distribution of the next symbol. A history is "
+            "split into symbols by --encoding (tokens: whitespace, the default; chars: "
+            "every character). Symbols the model does not know are skipped and listed."
+        ),
+        epilog="example: echo 'a b' | streamspec predict --model state/clicks/model.ckpt",
+    )
+    p.add_argument("--model", required=True, metavar="CKPT",
+                   help="a model checkpoint (learn --out, or <state-dir>/<topic>/model.ckpt)")
+    p.add_argument("histories", nargs="*", metavar="HISTORY",
+                   help="histories (default: read lines of standard input)")
+    p.add_argument("--encoding", choices=["tokens", "chars"], default="tokens",
+                   help="how a history is split into symbols (default tokens)")
+    p.add_argument("--top", type=int, default=0, metavar="K",
+                   help="list only the K most probable symbols (default: all)")
+    p.set_defaults(func=_predict)
+
+
+def _predict(args) -> int:
+    from streamspec.checkpoint import CheckpointError
+    from streamspec.model import ObservableOperatorModel
+
+    try:
+        model = ObservableOperatorModel.load(args.model)
+    except CheckpointError as exc:
+        print(f"streamspec predict: {exc}", file=sys.stderr)
+        return 1
+    labels = model.symbols if model.symbols is not None else list(range(model.n_symbols))
+    index = {str(s): i for i, s in enumerate(labels)}
+    lines = args.histories if args.histories else (ln.rstrip("\n") for ln in sys.stdin)
+    for line in lines:
+        symbols = list(line) if args.encoding == "chars" else line.split()
+        known = [index[s] for s in symbols if s in index]
+        unknown = [s for s in symbols if s not in index]
+        p = model.predict_proba_next(known)
+        order = np.argsort(-p, kind="stable")
+        if args.top > 0:
+            order = order[: args.top]
+        out = {
+            "history": symbols,
+            "next": {str(labels[i]): round(float(p[i]), 6) for i in order},
+            "top": str(labels[int(order[0])]),
+        }
+        if unknown:
+            out["unknown"] = unknown
+        print(json.dumps(out))
+    return 0
+
+
+# ---------------------------------------------------------------------------- inspect
+
+
+def _register_inspect(subparsers) -> None:
+    p = subparsers.add_parser(
+        "inspect",
+        help="describe a checkpoint (model, counts, partition state) or a state folder",
+        description=(
+            "Print what a streamspec checkpoint holds: its format and version, and for a "
+            "model its symbols and dimension, for counts the number of triples and streams, "
+            "for a daemon's partition checkpoint its offset and dead letters. Given a "
+            "state folder, describe every checkpoint in it and the merged counts."
+        ),
+        epilog="example: streamspec inspect state/clicks/partition-00000.ckpt",
+    )
+    p.add_argument("path", metavar="CKPT", help="a checkpoint file or a state folder")
+    p.add_argument("--json", action="store_true", help="print one JSON object per checkpoint")
+    p.set_defaults(func=_inspect)
+
+
+def describe_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """A summary of any streamspec checkpoint file (``CheckpointError`` if it is none)."""
+    from streamspec.checkpoint import CheckpointError
+
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            header = json.loads(str(z["__header__"]))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise CheckpointError(f"{path}: not a streamspec checkpoint ({exc})") from None
+    kind = header.get("format")
+    out: dict[str, Any] = {"path": str(path), "format": kind, "version": header.get("version"),
+                           "bytes": len(data)}
+    if kind == "streamspec.ObservableOperatorModel":
+        from streamspec.model import ObservableOperatorModel
+
+        m = ObservableOperatorModel.from_bytes(data, source=str(path))
+        out.update(symbols=m.symbols, n_symbols=m.n_symbols, dim=m.dim, filter=m.filter,
+                   window=m.window)
+    elif kind == "streamspec.MomentAccumulator":
+        from streamspec.accumulator import MomentAccumulator
+
+        out.update(_describe_acc(MomentAccumulator.load(path)))
+    elif kind == "streamspec.PartitionState":
+        from connectors.state import StateStore
+
+        st = StateStore(path.parent.parent).load(path.parent.name, int(header["partition"]))
+        out.update(topic=st.topic, partition=st.partition, offset=st.offset, records=st.records,
+                   dead_letters=dict(st.dead_letters), owner=st.owner,
+                   written_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.written_at)),
+                   **_describe_acc(st.acc))
+    elif kind == "streamspec.SourceState":
+        from connectors.state import SourceState
+
+        st = SourceState.load(path)
+        out.update(records=st.records, errors=dict(st.errors), positions=st.positions,
+                   **_describe_acc(st.acc))
+    else:
+        raise CheckpointError(f"{path}: unknown checkpoint format {kind!r}")
+    return out
+
+
+def _describe_acc(acc) -> dict[str, Any]:
+    return {"mode": acc.mode, "n_triples": acc.n_triples, "n_symbols": acc.n,
+            "symbols": acc.symbols, "streams": len(acc.keys)}
+
+
+def _inspect(args) -> int:
+    from streamspec.checkpoint import CheckpointError
+
+    path = Path(args.path)
+    files = sorted(path.rglob("*.ckpt")) if path.is_dir() else [path]
+    if not files:
+        print(f"streamspec inspect: no checkpoint under {path}", file=sys.stderr)
+        return 1
+    status = 0
+    for f in files:
+        try:
+            info = describe_checkpoint(f)
+        except CheckpointError as exc:
+            print(f"streamspec inspect: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        if args.json:
+            print(json.dumps(info, default=str))
+        else:
+            print(f"{info['path']}: {info['format']} v{info['version']}")
+            for key, value in info.items():
+                if key not in ("path", "format", "version"):
+                    print(f"  {key}: {value}")
+    return status
+
+
+# ---------------------------------------------------------------------------- standalone
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one of these commands without the rest of the CLI."""
+    parser = argparse.ArgumentParser(prog="streamspec")
+    register(parser.add_subparsers(dest="command", metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
