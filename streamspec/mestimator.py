@@ -9,10 +9,16 @@ import numpy as np
 from streamspec.model import ObservableOperatorModel
 from streamspec.moments import probabilities
 from streamspec.solvers import conjugate_gradient, fista, lasso_groups, solve_groups
-from streamspec.spectral import check_rank, counts_of, spectral_operators, top_subspace
+from streamspec.spectral import (
+    check_rank,
+    counts_of,
+    select_rank_by_spectrum,
+    spectral_operators,
+    top_subspace,
+)
 from streamspec.weighting import WEIGHTINGS, Weighting, build_weighting
 
-__all__ = ["MEstimator", "MFactors", "FACTORIZATIONS", "select_rank_by_spectrum"]
+__all__ = ["MEstimator", "MFactors", "FACTORIZATIONS"]
 
 FACTORIZATIONS = ("shared", "fixed", "per_symbol")
 _DENSE_MAX = 2500  # largest coupled group (parameters) solved with an explicit Hessian
@@ -51,16 +57,6 @@ class MFactors:
             S[:m, :m] = self.S
             S[m:, :, :] = np.eye(n, k)
         return MFactors(R, S, self.factorization, self.loss, list(self.history))
-
-
-def select_rank_by_spectrum(P21: np.ndarray, n_triples: float) -> int:
-    """Number of singular values of P21 above the sampling noise level ``N^(-1/2)``.
-
-    The Frobenius norm of the noise in P21 is about ``N^(-1/2)`` (it bounds the
-    spectral norm), so smaller singular values cannot be told from noise.
-    """
-    sv = np.linalg.svd(P21, compute_uv=False)
-    return max(1, int((sv > 1.0 / np.sqrt(n_triples)).sum()))
 
 
 class MEstimator:

@@ -168,7 +168,7 @@ class ObservableOperatorModel:
         """The state this model's filter assigns to a history."""
         h = self._seq(history)
         if self.filter == "window":
-            h = h[len(h) - self.window :] if self.window else h[:0]
+            h = h[max(0, len(h) - self.window) :]
         state = self.initial_state()
         for x in h:
             state = self.update_state(state, x)
@@ -290,9 +290,15 @@ class ObservableOperatorModel:
         """Draw a sequence of ``length`` symbol indices from the model's predictions."""
         rng = np.random.default_rng(random_state)
         out = np.empty(int(length), dtype=np.int64)
+        u = rng.random(out.size)
+        state = self.initial_state()
         for t in range(out.size):
-            p = self.predict_proba_next(out[:t])
-            out[t] = rng.choice(self.n_symbols, p=p)
+            if self.filter == "window":
+                state = self.state_for(out[max(0, t - self.window) : t])
+            p = self.predict_from_state(state)
+            out[t] = min(int(np.searchsorted(np.cumsum(p), u[t], side="right")), self.n_symbols - 1)
+            if self.filter == "recursive":
+                state = self.update_state(state, out[t])
         return out
 
     # ------------------------------------------------------------------ persistence

@@ -7,7 +7,14 @@ import numpy as np
 from streamspec.model import ObservableOperatorModel
 from streamspec.moments import probabilities
 
-__all__ = ["SpectralEstimator", "spectral_operators", "top_subspace", "counts_of", "check_rank"]
+__all__ = [
+    "SpectralEstimator",
+    "spectral_operators",
+    "top_subspace",
+    "counts_of",
+    "check_rank",
+    "select_rank_by_spectrum",
+]
 
 
 def counts_of(data) -> tuple[np.ndarray, list | None]:
@@ -36,6 +43,17 @@ def check_rank(rank, n: int) -> int:
     return int(rank)
 
 
+def select_rank_by_spectrum(P21: np.ndarray, n_triples: float) -> int:
+    """Number of singular values of P21 above the sampling noise level ``N^(-1/2)``.
+
+    The Frobenius norm of the noise in P21 is about ``N^(-1/2)`` (it bounds the
+    spectral norm), so smaller singular values cannot be told from noise.
+    """
+    sv = np.linalg.svd(P21, compute_uv=False)
+    return max(1, int((sv > 1.0 / np.sqrt(n_triples)).sum()))
+
+
+
 def top_subspace(P21: np.ndarray, k: int) -> np.ndarray:
     """U: the top-k left singular vectors of P21, signs fixed for reproducibility."""
     U = np.linalg.svd(P21)[0][:, :k]
@@ -61,7 +79,9 @@ class SpectralEstimator:
     Parameters
     ----------
     rank
-        Dimension k of the model (1 <= k <= n).
+        Dimension k of the model (1 <= k <= n), or ``"auto"``: the number of
+        singular values of P21 above the noise level ``N^(-1/2)``. To choose the
+        rank by held-out log loss instead, see :func:`streamspec.selection.select_predictor`.
     filter, window, min_proba
         Passed to the fitted :class:`ObservableOperatorModel`.
 
@@ -90,8 +110,13 @@ class SpectralEstimator:
     def fit(self, data) -> ObservableOperatorModel:
         """Fit on a MomentAccumulator (or counts ``c3[x2, x3, x1]``); returns the model."""
         c3, labels = counts_of(data)
-        k = check_rank(self.rank, c3.shape[0])
-        b1, binf, B = spectral_operators(*probabilities(c3), k)
+        P1, P21, P3x1 = probabilities(c3)
+        if isinstance(self.rank, str) and self.rank == "auto":
+            k = select_rank_by_spectrum(P21, float(c3.sum()))
+        else:
+            k = check_rank(self.rank, c3.shape[0])
+        self.rank_ = k
+        b1, binf, B = spectral_operators(P1, P21, P3x1, k)
         self.model_ = ObservableOperatorModel(
             b1, binf, B, filter=self.filter, window=self.window, min_proba=self.min_proba,
             symbols=labels,

@@ -1,0 +1,168 @@
+"""ObservableOperatorModel: valid predictions, long sequences, sampling, persistence, selection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from streamspec import (
+    HMM,
+    CheckpointError,
+    MEstimator,
+    MomentAccumulator,
+    ObservableOperatorModel,
+    SpectralEstimator,
+)
+from streamspec.baselines import NGramModel
+from streamspec.selection import rank_grid, select_predictor
+
+
+@pytest.fixture(scope="module")
+def hmm_and_acc():
+    hmm = HMM.random(3, 5, random_state=0)
+    acc = MomentAccumulator(5)
+    acc.learn_many(hmm.sample(50_000, random_state=1))
+    return hmm, acc
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    hnp.arrays(np.float64, (3, 2, 2), elements=st.floats(-3, 3)),
+    hnp.arrays(np.float64, (2,), elements=st.floats(-3, 3)),
+    st.lists(st.integers(0, 2), max_size=12),
+    st.sampled_from(["window", "recursive"]),
+)
+def test_any_operators_give_valid_distributions(B, b1, history, filt):
+    model = ObservableOperatorModel(b1, np.ones(2), B, filter=filt, window=3)
+    p = model.predict_proba_next(history)
+    assert p.shape == (3,) and (p >= 0).all() and abs(p.sum() - 1) < 1e-12
+    P = model.predictive_sequence(history)
+    assert np.isfinite(P).all() and np.allclose(P.sum(axis=1), 1)
+    assert np.isfinite(model.log_proba(history))
+
+
+def test_window_and_recursive_filters_agree_with_the_stepwise_filter(hmm_and_acc):
+    _, acc = hmm_and_acc
+    model = SpectralEstimator(rank=3).fit(acc)
+    seq = np.random.default_rng(0).integers(0, 5, size=300)
+    for filt, w in [("window", 0), ("window", 1), ("window", 3), ("recursive", 2)]:
+        m = model.with_filter(filt, w)
+        P = m.predictive_sequence(seq)
+        for t in (0, 1, 2, 5, 150, 299):
+            np.testing.assert_allclose(P[t], m.predict_proba_next(seq[:t]), atol=1e-12)
+
+
+def test_true_model_probabilities_and_log_proba(hmm_and_acc):
+    hmm, _ = hmm_and_acc
+    exact = hmm.operators().with_filter("recursive")
+    seqs = hmm.sample_many(50, 3, random_state=2)
+    # the joint probabilities of all sequences of length 2 sum to 1
+    grid = np.array([[a, b] for a in range(5) for b in range(5)])
+    assert abs(exact.joint_proba_many(grid).sum() - 1) < 1e-12
+    for s in seqs[:5]:
+        assert abs(exact.log_proba(s) - np.log(exact.joint_proba(s))) < 1e-6
+
+
+def test_log_proba_of_a_very_long_sequence_does_not_underflow(hmm_and_acc):
+    hmm, acc = hmm_and_acc
+    seq = hmm.sample(100_000, random_state=3)
+    for model in (hmm.operators().with_filter("recursive"), MEstimator(rank=3).fit(acc)):
+        lp = model.log_proba(seq)
+        assert np.isfinite(lp) and -100_000 * np.log(5) * 1.5 < lp < -1000
+
+
+def test_estimated_models_approach_the_truth(hmm_and_acc):
+    hmm, acc = hmm_and_acc
+    test = [hmm.sample(20_000, random_state=4)]
+    truth = hmm.operators().log_loss(test)
+    for est in (SpectralEstimator(rank=3), MEstimator(rank=3)):
+        assert est.fit(acc).log_loss(test) < truth + 0.02
+
+
+def test_sampling_reproduces_the_model_statistics(hmm_and_acc):
+    hmm, _ = hmm_and_acc
+    exact = hmm.operators().with_filter("recursive")
+    a = exact.sample(3000, random_state=5)
+    assert np.array_equal(a, exact.sample(3000, random_state=5))
+    freq = np.bincount(a, minlength=5) / a.size
+    np.testing.assert_allclose(freq, hmm.O @ hmm.pi, atol=0.04)
+
+
+def test_save_load_and_bytes_round_trip(tmp_path, hmm_and_acc):
+    _, acc = hmm_and_acc
+    model = MEstimator(rank=2, window=3).fit(acc)
+    model.save(tmp_path / "m.npz")
+    back = ObservableOperatorModel.load(tmp_path / "m.npz")
+    np.testing.assert_array_equal(back.B, model.B)
+    assert (back.filter, back.window) == ("window", 3)
+    again = ObservableOperatorModel.from_bytes(model.to_bytes())
+    np.testing.assert_allclose(again.predict_proba_next([1, 2]), model.predict_proba_next([1, 2]), rtol=1e-13)
+    data = bytearray(model.to_bytes())
+    data[len(data) // 2] ^= 0x55
+    with pytest.raises(CheckpointError):
+        ObservableOperatorModel.from_bytes(bytes(data))
+
+
+def test_labels_travel_with_the_model(tmp_path):
+    acc = MomentAccumulator()
+    acc.learn_many(list("abcabcabcacb" * 20))
+    model = SpectralEstimator(rank=2).fit(acc)
+    assert model.symbols == ["a", "b", "c"]
+    model.save(tmp_path / "m.npz")
+    assert ObservableOperatorModel.load(tmp_path / "m.npz").symbols == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"B": np.zeros((2, 2, 3))}, "shape"),
+        ({"b1": np.zeros(3)}, "b1 and binf"),
+        ({"B": np.full((2, 2, 2), np.nan)}, "NaN"),
+        ({"filter": "kalman"}, "filter"),
+        ({"window": -1}, "window"),
+        ({"min_proba": 0.9}, "min_proba"),
+    ],
+)
+def test_bad_models(kwargs, message):
+    args = {"b1": np.ones(2) / 2, "binf": np.ones(2), "B": np.full((2, 2, 2), 0.25)} | kwargs
+    with pytest.raises(ValueError, match=message):
+        ObservableOperatorModel(**args)
+
+
+def test_bad_sequences(hmm_and_acc):
+    _, acc = hmm_and_acc
+    model = SpectralEstimator(rank=2).fit(acc)
+    with pytest.raises(ValueError, match="unknown symbol 9"):
+        model.predict_proba_next([0, 9])
+    with pytest.raises(ValueError, match="integer"):
+        model.log_proba([0.5, 1.0])
+
+
+def test_select_predictor_picks_the_best_row(hmm_and_acc):
+    hmm, acc = hmm_and_acc
+    validation = [hmm.sample(5000, random_state=6)]
+    best = select_predictor(MEstimator(), acc, validation, ranks=[1, 3, 5], windows=(0, 2))
+    assert len(best.table) == 3 * 3
+    assert best.log_loss == min(row["log_loss"] for row in best.table)
+    assert abs(best.model.log_loss(validation) - best.log_loss) < 1e-12
+    assert rank_grid(26) == sorted(set(rank_grid(26))) and rank_grid(26)[-1] == 26
+
+
+def test_windowed_full_rank_beats_bigram_on_a_second_order_source():
+    # a source whose next symbol depends on the last two: bigram cannot see it
+    rng = np.random.default_rng(0)
+    n = 4
+    table = rng.dirichlet(np.full(n, 0.3), size=(n, n))
+    x = [0, 1]
+    for _ in range(60_000):
+        x.append(rng.choice(n, p=table[x[-2], x[-1]]))
+    x = np.array(x)
+    acc = MomentAccumulator(n)
+    acc.learn_many(x[:50_000])
+    held_out = [x[50_000:]]
+    best = select_predictor(SpectralEstimator(), acc, held_out, ranks=[n])
+    bigram = NGramModel(n, order=1).fit([x[:50_000]]).log_loss(held_out)
+    assert best.window >= 2 and best.log_loss < bigram - 0.05
