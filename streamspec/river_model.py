@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-import functools
+import math
 import threading
 from collections.abc import Hashable
 from typing import Any
@@ -12,17 +12,18 @@ import numpy as np
 from river import base
 
 from streamspec.accumulator import MomentAccumulator
-from streamspec.mestimator import MEstimator
-from streamspec.refitter import Refitter
+from streamspec.mestimator import MEstimator, select_rank_by_spectrum
+from streamspec.refitter import Refitter, _init_params
 from streamspec.spectral import SpectralEstimator
 
-__all__ = ["SpectralHMM", "PredictionTable"]
+__all__ = ["SpectralHMM", "PredictionTable", "RankSelector", "RankScores"]
 
 _BITS = 20  # bits per symbol in a context code: alphabets up to 2**20 - 1 symbols
 _MAX_SYMBOLS = (1 << _BITS) - 1
 _EAGER_MAX = 2_000_000  # probabilities precomputed per model swap at most (floats)
 _TIME_CHECK = 256  # with refit_interval: symbols between two looks at the clock
 _BUILD_LOCK = threading.Lock()  # the first calls from several threads build the state once
+RANK_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
 class PredictionTable:
@@ -66,6 +67,10 @@ class PredictionTable:
         self.rows: dict[int, np.ndarray] = {}
         self.argmax: dict[int, Hashable] = {}
         self.dicts: dict[int, dict] = {}
+        self.logrows: dict[int, list[float]] = {}
+        self.log_floor = -math.log(max(model.min_proba, 1e-300))
+        self.rank = getattr(model, "selected_rank", None)
+        self.candidates: list[tuple[int, PredictionTable]] = []  # filled by prepare_table
         self._mask = (1 << (_BITS * window)) - 1
         self._eager()
 
@@ -140,6 +145,14 @@ class PredictionTable:
             self.argmax[code] = y
         return y
 
+    def logrow(self, code: int) -> list[float]:
+        """``-log p`` of each symbol (model indices) after context ``code``, cached."""
+        lr = self.logrows.get(code)
+        if lr is None:
+            lr = [-math.log(v) if v > 0 else self.log_floor for v in self.row_of(code).tolist()]
+            self.logrows[code] = lr
+        return lr
+
     def proba_of(self, code: int, labels: list, floor: float) -> dict:
         """``{label: probability}`` over ``labels`` (a superset of the model's, in order).
 
@@ -172,6 +185,114 @@ def _normalise(q: np.ndarray, min_proba: float) -> np.ndarray:
     return q
 
 
+def prepare_table(model, window: int = 2) -> PredictionTable:
+    """The :class:`PredictionTable` of a model, with one per candidate rank if it has some."""
+    table = PredictionTable(model, window)
+    cands = getattr(model, "candidates", None)
+    if cands:
+        table.candidates = [
+            (r, table if m is model else PredictionTable(m, window)) for r, m in cands.items()
+        ]
+    return table
+
+
+class RankScores:
+    """Online (out-of-sample) log losses of the candidate ranks of the current model.
+
+    The learner adds ``-log p(symbol)`` under each candidate before learning the symbol;
+    the next fit reads them to choose its rank. Shared by :class:`SpectralHMM` and its
+    :class:`RankSelector`.
+    """
+
+    def __init__(self):
+        self.table: PredictionTable | None = None
+        self.ranks: list[int] = []
+        self.loss: list[float] = []
+        self.count = 0
+
+    def reset(self, table: PredictionTable) -> None:
+        self.ranks = [r for r, _ in table.candidates]
+        self.loss = [0.0] * len(self.ranks)
+        self.count = 0
+        self.table = table
+
+    def mean(self) -> dict[int, float]:
+        """Mean online log loss (nats per symbol) of each candidate rank so far."""
+        n = self.count
+        return {r: v / n for r, v in zip(self.ranks, list(self.loss), strict=True)} if n else {}
+
+    def choose(self) -> int | None:
+        """The candidate rank with the lowest online loss (``None`` without scores)."""
+        scores = self.mean()
+        return min(scores, key=scores.get) if scores else None
+
+
+class RankSelector:
+    """Estimator wrapper that fits several ranks and keeps the one with the best online loss.
+
+    Each fit uses the ranks of ``ranks`` within a factor 2 of the current choice (and the
+    alphabet size). The choice is the candidate of the previous fit with the lowest log
+    loss on the symbols that arrived after it (:class:`RankScores`): a progressive,
+    out-of-sample criterion, as math.md section 4 recommends. The first fit, with no
+    scores yet, takes the number of singular values of P21 above the noise level
+    ``N^(-1/2)``.
+
+    Parameters
+    ----------
+    estimator
+        The estimator template (its ``rank`` is replaced).
+    ranks
+        The grid of ranks.
+    scores
+        The shared :class:`RankScores`.
+
+    Examples
+    --------
+    >>> from streamspec import MomentAccumulator, SpectralEstimator
+    >>> acc = MomentAccumulator()
+    >>> acc.learn_many("abcd" * 50)
+    >>> model = RankSelector(SpectralEstimator(), ranks=(1, 2, 4), scores=RankScores()).fit(acc)
+    >>> model.selected_rank, sorted(model.candidates)
+    (4, [2, 4])
+
+    """
+
+    def __init__(self, estimator, ranks: tuple = RANK_GRID, scores: RankScores | None = None):
+        self.estimator = estimator
+        self.ranks = ranks
+        self.scores = scores
+
+    def fit(self, data):
+        n = data.n
+        grid = sorted({min(int(r), n) for r in self.ranks})
+        choice = self.scores.choose() if self.scores is not None else None
+        if choice is None:
+            k = select_rank_by_spectrum(data.P21, data.n_triples)
+            choice = min(grid, key=lambda r: (abs(r - k), r))
+        choice = min(choice, n)
+        near = sorted({r for r in grid if choice / 2 <= r <= choice * 2} | {choice})
+        models = {}
+        for r in near:
+            params = _init_params(self.estimator)
+            params["rank"] = r
+            models[r] = type(self.estimator)(**params).fit(data)
+        model = models[choice]
+        model.candidates = models
+        model.selected_rank = choice
+        self.rank = choice
+        return model
+
+
+class _Prepare:
+    """Picklable ``prepare`` callback of the refitter: model -> prediction tables."""
+
+    def __init__(self, window: int):
+        self.window = window
+
+    def __call__(self, model) -> PredictionTable:
+        return prepare_table(model, self.window)
+
+
 class SpectralHMM(base.Classifier):
     """Next-symbol prediction for many interleaved streams with a spectral HMM.
 
@@ -184,7 +305,13 @@ class SpectralHMM(base.Classifier):
     Parameters
     ----------
     rank
-        Rank of the model, clamped to the current number of symbols.
+        Rank of the model (clamped to the current number of symbols), or ``"auto"``
+        (default): each refit also fits the ranks of a grid within a factor 2 of the
+        current one, every symbol then scores each candidate before it is learned, and
+        the next refit keeps the rank with the lowest online (out-of-sample) log loss
+        (:class:`RankSelector`; the first fit takes the number of singular values of P21
+        above the noise level). This costs one dictionary lookup per candidate and
+        symbol, and 3-5 fits per refit.
     estimator
         ``"spectral"`` (default): θ_spec, :class:`~streamspec.SpectralEstimator`, which
         fits in milliseconds and predicted best in our measurements (see Notes).
@@ -237,16 +364,23 @@ class SpectralHMM(base.Classifier):
     its argmax are computed for every context of ``window`` symbols (or lazily for large
     alphabets), and each stream only keeps an integer code of its last symbols.
 
-    Defaults, measured on Alice (26 letters, 108k letters, progressive validation from
-    letter 20,000, refits every 10⁴): θ_spec at window 2 reached 2.62 nats per letter
-    and 32.8% accuracy with ``min_proba=1e-6``, 2.35 with ``min_proba=1e-3`` (rank
-    20; 2.32 at rank 26, 2.47 at rank 12, and 2.46 at window 1, which is the bigram
-    model). Window 3 was far worse (4.9-6.6: too few counts per context). On an 80/20
-    split the M-estimator predicted worse than θ_spec (held-out 3.96 nats at rank 20
-    with identity weighting, 4.6-5.9 with the other weightings at rank 10, against 2.54
-    and 2.68 for θ_spec) and took 0.1-17 s per fit, hence ``estimator="spectral"``. At
-    full rank and window 2, θ_spec predicts the empirical trigram conditional; lower
-    ranks smooth it, and the floor ``min_proba`` (clamped below ``1 / n``) keeps the
+    Defaults, measured by progressive validation (from symbol 20,000, refits every
+    10⁴ symbols; ``min_proba=1e-3`` unless said otherwise):
+
+    - Alice (26 letters, 108k): θ_spec at window 2 and fixed rank 20 reached 2.35 nats
+      per letter (2.62 with ``min_proba=1e-6``: unseen trigrams), 2.32 at rank 26, 2.47
+      at rank 12; window 1 (the bigram model) 2.46; window 3 4.9-6.6 (too few counts
+      per context). ``rank="auto"`` reached 2.27 (33.3% accuracy), settling at 24-26.
+    - 1,000 interleaved sessions of a 5-state, 12-symbol HMM (150k symbols): rank 5
+      1.833, rank 12 (full) 2.33, ``"auto"`` 1.832 (settling at 6); the true HMM's
+      filter scores 1.76.
+    - On an 80/20 split of Alice the M-estimator predicted worse than θ_spec
+      (held-out 3.96 nats at rank 20 with identity weighting, 4.6-5.9 with the other
+      weightings at rank 10, against 2.54 and 2.68 for θ_spec) and took 0.1-17 s per
+      fit, hence ``estimator="spectral"``.
+
+    At full rank and window 2, θ_spec predicts the empirical trigram conditional;
+    lower ranks smooth it, and the floor ``min_proba`` (clamped below ``1 / n``) keeps
     unseen trigrams from costing ``-log(1e-6)``.
 
     Examples
@@ -266,7 +400,7 @@ class SpectralHMM(base.Classifier):
 
     def __init__(
         self,
-        rank: int = 20,
+        rank: int | str = "auto",
         estimator: Any = "spectral",
         window: int = 2,
         refit_every: int | None = 10_000,
@@ -302,13 +436,14 @@ class SpectralHMM(base.Classifier):
         if isinstance(w, bool) or not isinstance(w, int) or w < 0:
             raise ValueError(f"window must be a non-negative integer, got {w!r}")
         self._acc = MomentAccumulator(forgetting=self.forgetting)
+        self._scores = RankScores()
         self._refitter = Refitter(
             self._make_estimator(),
             refit_every=self.refit_every,
             refit_interval=self.refit_interval,
             sweeps=self.sweeps,
             background=self.background,
-            prepare=functools.partial(PredictionTable, window=w),
+            prepare=_Prepare(w),
         )
         self._lock = threading.Lock()
         self._index: dict[Hashable, int] = {}
@@ -323,19 +458,24 @@ class SpectralHMM(base.Classifier):
 
     def _make_estimator(self):
         est = self.estimator
+        auto = isinstance(self.rank, str) and self.rank == "auto"
+        if not auto and (isinstance(self.rank, bool) or not isinstance(self.rank, int)):
+            raise ValueError(f"rank must be a positive integer or 'auto', got {self.rank!r}")
+        rank = 1 if auto else self.rank
         if isinstance(est, str):
+            kwargs = {"rank": rank, "filter": "window", "window": self.window}
+            kwargs["min_proba"] = self.min_proba
             if est == "spectral":
-                return SpectralEstimator(
-                    rank=self.rank, filter="window", window=self.window, min_proba=self.min_proba
-                )
-            if est == "m":
-                return MEstimator(
-                    rank=self.rank, filter="window", window=self.window, min_proba=self.min_proba
-                )
+                est = SpectralEstimator(**kwargs)
+            elif est == "m":
+                est = MEstimator(**kwargs)
+            else:
+                raise ValueError(f"estimator must be 'spectral', 'm' or an estimator, got {est!r}")
+        elif not callable(getattr(est, "fit", None)):
             raise ValueError(f"estimator must be 'spectral', 'm' or an estimator, got {est!r}")
-        if not callable(getattr(est, "fit", None)):
-            raise ValueError(f"estimator must be 'spectral', 'm' or an estimator, got {est!r}")
-        return copy.deepcopy(est)
+        else:
+            est = copy.deepcopy(est)
+        return RankSelector(est, RANK_GRID, self._scores) if auto else est
 
     def _next_countdown(self) -> int:
         n = self._refitter.until_due()
@@ -354,6 +494,19 @@ class SpectralHMM(base.Classifier):
     @property
     def model(self):
         return self.refitter.model
+
+    @property
+    def rank_(self) -> int | None:
+        """The rank of the current model (the selected one with ``rank="auto"``)."""
+        table = self.refitter.prepared
+        if table is None:
+            return None
+        return table.rank if table.rank is not None else self._refitter.records[-1].rank
+
+    @property
+    def rank_scores(self) -> dict[int, float]:
+        """``rank="auto"``: mean online log loss of each candidate rank since the last fit."""
+        return self._scores.mean() if self._built else {}
 
     @property
     def accumulator(self) -> MomentAccumulator:
@@ -382,7 +535,11 @@ class SpectralHMM(base.Classifier):
             self._acc.learn_one(y, key)
             if i is None:
                 i = self._new_label(y)
-            self._ctx[key] = ((self._ctx.get(key, 0) << _BITS) | (i + 1)) & self._mask
+            code = self._ctx.get(key, 0)
+            table = self._refitter._current.prepared
+            if table is not None and table.candidates:
+                self._score(table, code, i)
+            self._ctx[key] = ((code << _BITS) | (i + 1)) & self._mask
             f = self._freq
             f[i] += 1
             if f[i] > f[self._best]:
@@ -393,6 +550,19 @@ class SpectralHMM(base.Classifier):
                 self._refitter.observe(self._unreported, self._acc)
                 self._unreported = 0
                 self._countdown = self._next_countdown()
+
+    def _score(self, table: PredictionTable, code: int, i: int) -> None:
+        """Add the online loss of symbol ``i`` after ``code`` under each candidate rank."""
+        sc = self._scores
+        if sc.table is not table:
+            sc.reset(table)
+        loss = sc.loss
+        for j, (_, cand) in enumerate(table.candidates):
+            lr = cand.logrows.get(code)
+            if lr is None:
+                lr = cand.logrow(code)
+            loss[j] += lr[i] if i < len(lr) else cand.log_floor
+        sc.count += 1
 
     def _new_label(self, y: Hashable) -> int:
         i = self._acc.alphabet.index_of(y, grow=False)
