@@ -632,6 +632,7 @@ class SpectralHMM(base.Classifier):
     def _unit_test_params(cls):
         yield {}  # the defaults: river's checks then only see the count-based predictions
         yield {"rank": 2, "refit_every": 50}  # several fits within each check's 200 samples
+        yield {"refit_every": 50}  # the same with rank="auto"
         yield {"rank": 2, "refit_every": 50, "estimator": "m", "sweeps": 2}
 
     def _unit_test_skips(self) -> set[str]:

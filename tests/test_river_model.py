@@ -47,7 +47,7 @@ def assert_distribution(p: dict) -> None:
 @pytest.mark.parametrize(
     "params",
     [*SpectralHMM._unit_test_params(), {"rank": 2, "refit_every": 50, "background": True}],
-    ids=["defaults", "spectral-refits", "m-refits", "background"],
+    ids=["defaults", "spectral-refits", "auto-rank-refits", "m-refits", "background"],
 )
 def test_check_estimator(params):
     checks.check_estimator(SpectralHMM(**params))
@@ -337,3 +337,75 @@ def test_background_mode_under_concurrent_threads(hmm_letters):
     for key in streams:
         p, q = model.predict_proba_one({"s": key}), inline.predict_proba_one({"s": key})
         assert p == pytest.approx(q, abs=1e-9)
+
+
+# ---------------------------------------------------------------------- rank="auto"
+
+
+def cycle_hmm_sessions(n_sessions: int, length: int) -> list[tuple[dict, int]]:
+    """Sessions of a 5-state HMM that mostly cycles through its states, 12 symbols."""
+    rng = np.random.default_rng(0)
+    m, n = 5, 12
+    T = np.full((m, m), 0.05 / (m - 1))
+    for h in range(m):
+        T[(h + 1) % m, h], T[h, h] = 0.75, 0.20
+    T /= T.sum(axis=0)
+    emissions = rng.dirichlet(np.full(n, 0.15), size=m).T
+    seqs = HMM(T, emissions).sample_many(n_sessions, length, random_state=1)
+    order = np.repeat(np.arange(n_sessions), length)
+    rng.shuffle(order)
+    pos = np.zeros(n_sessions, dtype=np.int64)
+    data = []
+    for s in order.tolist():
+        data.append(({"k": s}, int(seqs[s, pos[s]])))
+        pos[s] += 1
+    return data
+
+
+def progressive_log_loss(model: SpectralHMM, data, start: int) -> float:
+    total = 0.0
+    for t, (x, y) in enumerate(data):
+        if t >= start:
+            total -= math.log(model.predict_proba_one(x)[y])
+        model.learn_one(x, y)
+    return total / (len(data) - start)
+
+
+def test_auto_rank_finds_a_low_rank_and_beats_full_rank():
+    data = cycle_hmm_sessions(300, 100)
+    auto = SpectralHMM(key="k", refit_every=3_000)
+    full = SpectralHMM(rank=12, key="k", refit_every=3_000)
+    loss_auto = progressive_log_loss(auto, data, 6_000)
+    loss_full = progressive_log_loss(full, data, 6_000)
+    assert 3 <= auto.rank_ <= 8 and full.rank_ == 12
+    assert loss_auto < loss_full - 0.1
+    ranks = [r.rank for r in auto.refitter.records]
+    assert len(ranks) == 10 and all(r <= 12 for r in ranks)
+
+
+def test_rank_scores_are_the_online_losses_of_the_candidates():
+    data = cycle_hmm_sessions(50, 100)
+    model = SpectralHMM(key="k", refit_every=None)
+    for x, y in data[:3_000]:
+        model.learn_one(x, y)
+    model.refit()
+    candidates = model.model.candidates
+    assert model.rank_ in candidates and len(candidates) >= 2
+    hist: dict = {}
+    for x, y in data[:3_000]:
+        hist.setdefault(x["k"], []).append(y)
+    index = {s: i for i, s in enumerate(model.symbols)}
+    expected = dict.fromkeys(candidates, 0.0)
+    for x, y in data[3_000:4_000]:
+        h = [index[s] for s in hist.setdefault(x["k"], [])[-2:]]
+        for r, cand in candidates.items():
+            expected[r] -= math.log(cand.predict_proba_next(np.array(h, dtype=np.int64))[index[y]])
+        model.learn_one(x, y)
+        hist[x["k"]].append(y)
+    scores = model.rank_scores
+    assert sorted(scores) == sorted(candidates)
+    for r in candidates:
+        assert scores[r] == pytest.approx(expected[r] / 1_000, rel=1e-9)
+    best = min(scores, key=scores.get)
+    model.refit()
+    assert model.rank_ == best
