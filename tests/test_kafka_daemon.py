@@ -262,7 +262,11 @@ def _final_counts_after_restarts(bootstrap, topic, group, state_dir, ends, tmp_p
                    "checkpoints at the end offsets", proc=proc)
     finally:
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(60)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
     return code
 
 
@@ -274,35 +278,41 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
     create_topic(kafka_bootstrap, topic, partitions=2)
     messages = keyed_streams(n_keys=8, length=2500, seed=7)
     ends: dict[int, int] = {}
-    produced = threading.Event()
+    produced, hurry = threading.Event(), threading.Event()
 
-    def producer():  # keep producing while the daemon is being killed
-        for i in range(0, len(messages), 2000):
-            for p, e in produce(kafka_bootstrap, topic, messages[i:i + 2000]).items():
+    def feeder():  # keep producing while the daemon is being killed and restarted
+        for i in range(0, len(messages), 100):
+            for p, e in produce(kafka_bootstrap, topic, messages[i:i + 100]).items():
                 ends[p] = max(ends.get(p, 0), e)
-            time.sleep(0.3)
+            if not hurry.is_set():
+                time.sleep(0.2)
         produced.set()
 
-    feeder = threading.Thread(target=producer)
-    feeder.start()
+    feeding = threading.Thread(target=feeder)
+    feeding.start()
     rng = random.Random(11)
-    kills = 0
-    progress = []
+    mid_stream = 0
+    # faster eviction of the killed member: each restart then rejoins in about 3 s
+    timings = ["--session-timeout-ms", "2000", "--heartbeat-interval-ms", "500"]
     log_path = tmp_path / "daemon.log"
-    while kills < 6:
-        proc = spawn(daemon_cmd(kafka_bootstrap, topic, group, state_dir), log_path)
-        # let it join the group and consume for a while, then kill it mid-stream
-        before = sum(checkpoint_offsets(state_dir, topic).values())
-        wait_until(lambda b=before: sum(checkpoint_offsets(state_dir, topic).values()) > b,
-                   "progress since the last kill", proc=proc)
-        time.sleep(rng.uniform(0.0, 0.8))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-        kills += 1
-        progress.append(sum(checkpoint_offsets(state_dir, topic).values()))
-    feeder.join()
-    assert produced.is_set()
-    assert progress[0] < len(messages), "the kills all came after the end: nothing was tested"
+    try:
+        for _ in range(6):
+            proc = spawn(daemon_cmd(kafka_bootstrap, topic, group, state_dir, *timings),
+                         log_path)
+            try:
+                before = sum(checkpoint_offsets(state_dir, topic).values())
+                wait_until(lambda b=before: sum(checkpoint_offsets(state_dir, topic).values()) > b
+                           or produced.is_set(), "progress since the last kill", proc=proc)
+                time.sleep(rng.uniform(0.0, 0.5))  # a random moment while it consumes
+                busy = not produced.is_set()
+            finally:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(30)
+            mid_stream += busy
+    finally:
+        hurry.set()
+        feeding.join()
+    assert mid_stream >= 5, f"only {mid_stream} kills came while messages were arriving"
     code = _final_counts_after_restarts(kafka_bootstrap, topic, group, state_dir, ends, tmp_path)
     assert code == 0
     merged = StateStore(state_dir).merged(topic)
