@@ -107,9 +107,10 @@ class Alphabet:
                     f"symbol {bad!r} is not an integer: a fixed alphabet takes the integers "
                     f"0..{self.n_symbols - 1}"
                 )
-            lo, hi = arr.min(), arr.max()
-            if lo < 0 or hi >= self.n_symbols:
-                bad = lo if lo < 0 else hi
+            # one pass: negatives wrap around to huge unsigned values
+            unsigned = arr.view(np.uint64) if arr.dtype == np.int64 else arr.astype(np.uint64)
+            if int(unsigned.max()) >= self.n_symbols:
+                bad = arr.min() if arr.min() < 0 else arr.max()
                 pos = int(np.flatnonzero(arr == bad)[0])
                 raise ValueError(
                     f"unknown symbol {int(bad)} at position {pos}: this alphabet is fixed to the "

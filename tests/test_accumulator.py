@@ -258,3 +258,32 @@ def test_corrupt_foreign_and_nan_checkpoints(tmp_path):
     with pytest.raises(CheckpointError, match="no such"):
         MomentAccumulator.load(tmp_path / "missing.npz")
     np.testing.assert_array_equal(MomentAccumulator.load(path).counts(), acc.counts())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("one"), st.integers(0, N - 1), st.sampled_from([None, "k"])),
+    st.tuples(st.just("many"), st.lists(st.integers(0, N - 1), max_size=6),
+              st.sampled_from([None, "k"])),
+    st.tuples(st.just("end"), st.none(), st.sampled_from([None, "k"])),
+    st.tuples(st.just("read"), st.none(), st.none()),
+), max_size=40))
+def test_any_mix_of_operations_matches_brute_force(ops):
+    acc = MomentAccumulator(N)
+    streams: dict = {}  # key -> list of finished and current sequences
+    for op, arg, key in ops:
+        if op == "read":
+            acc.counts()
+            continue
+        seqs = streams.setdefault(key, [[]])
+        if op == "one":
+            acc.learn_one(arg, key=key)
+            seqs[-1].append(arg)
+        elif op == "many":
+            acc.learn_many(arg, key=key)
+            seqs[-1].extend(arg)
+        else:
+            acc.end(key)
+            seqs.append([])
+    flat = {(k, i): s for k, seqs in streams.items() for i, s in enumerate(seqs)}
+    np.testing.assert_array_equal(acc.counts(), brute_counts(flat))
