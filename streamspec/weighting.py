@@ -86,7 +86,6 @@ class Weighting:
             return np.einsum("jxii->jxi", self.blocks).copy()
         d = self.lam.copy()
         if self.V is not None:
-            n = d.shape[0]
             corr = np.einsum("jar,jrs,jas->ja", self.V, self.K, self.V, optimize=True)
             d = d - corr.reshape(d.shape)
         return np.maximum(d, 1e-12 * float(np.abs(d).max()))
