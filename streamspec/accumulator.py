@@ -276,6 +276,20 @@ class MomentAccumulator:
         """``P3x1[x][i, j] = Pr(x3 = i, x2 = x, x1 = j)``, shape (n, n, n)."""
         return self.counts() / self._normaliser()
 
+    def second_moments(self, B: np.ndarray, smoothing: float = 0.0) -> np.ndarray:
+        """``sum_n m(X_n) m(X_n)ᵀ`` at operators ``B`` (n, n, n), as n blocks of n² × n².
+
+        The moment conditions' second moments need no running state of their own:
+        block j (x1 = j) is ``L D_j Lᵀ`` with ``D_j`` the counts (math.md section 3).
+        See :mod:`streamspec.weighting` for the factored forms the estimators use.
+        """
+        from streamspec.moments import second_moment_blocks
+
+        B = np.asarray(B, dtype=np.float64)
+        if B.shape != (self.n,) * 3:
+            raise ValueError(f"B must have shape {(self.n,) * 3}, got {B.shape}")
+        return second_moment_blocks(self.counts(), B, smoothing)
+
     # ------------------------------------------------------------------ merging
 
     def merge(self, other: MomentAccumulator) -> MomentAccumulator:

@@ -185,3 +185,22 @@ def test_fitting_an_empty_accumulator_is_a_clear_error(estimator):
         estimator.fit(acc)
     acc.learn_one(2)
     assert estimator.fit(acc).n_symbols == 3
+
+
+def test_accumulator_second_moments_match_brute_force():
+    rng = np.random.default_rng(2)
+    n = 3
+    seq = rng.integers(0, n, size=200)
+    acc = accumulate(seq, n)
+    B = rng.normal(size=(n, n, n))
+    brute = np.zeros((n, n * n, n * n))
+    for t in range(len(seq) - 2):
+        x1, x2, x3 = seq[t : t + 3]
+        m = np.zeros((n, n, n))
+        m[x2, x3, x1] += 1
+        m[:, :, x1] -= B[:, :, x2]
+        v = m[:, :, x1].ravel()
+        brute[x1] += np.outer(v, v)
+    np.testing.assert_allclose(acc.second_moments(B), brute, atol=1e-10)
+    with pytest.raises(ValueError, match="shape"):
+        acc.second_moments(np.zeros((2, 2, 2)))
