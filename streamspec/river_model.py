@@ -24,6 +24,7 @@ _EAGER_MAX = 2_000_000  # probabilities precomputed per model swap at most (floa
 _TIME_CHECK = 256  # with refit_interval: symbols between two looks at the clock
 _BUILD_LOCK = threading.Lock()  # the first calls from several threads build the state once
 RANK_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+_SCORE_EVERY = 4  # rank="auto": one symbol in this many is scored under each candidate
 
 
 class PredictionTable:
@@ -310,8 +311,9 @@ class SpectralHMM(base.Classifier):
         current one, every symbol then scores each candidate before it is learned, and
         the next refit keeps the rank with the lowest online (out-of-sample) log loss
         (:class:`RankSelector`; the first fit takes the number of singular values of P21
-        above the noise level). This costs one dictionary lookup per candidate and
-        symbol, and 3-5 fits per refit.
+        above the noise level). To keep learning fast only every 4th symbol is scored
+        (2,500 per refit with the default ``refit_every``), at one dictionary lookup per
+        candidate; each refit fits 2-5 ranks.
     estimator
         ``"spectral"`` (default): θ_spec, :class:`~streamspec.SpectralEstimator`, which
         fits in milliseconds and predicted best in our measurements (see Notes).
@@ -454,6 +456,7 @@ class SpectralHMM(base.Classifier):
         self._mask = (1 << (_BITS * w)) - 1
         self._countdown = self._next_countdown()
         self._unreported = 0
+        self._tick = _SCORE_EVERY - 1  # rank="auto": the first symbol after a fit is scored
         self._built = True
 
     def _make_estimator(self):
@@ -538,7 +541,10 @@ class SpectralHMM(base.Classifier):
             code = self._ctx.get(key, 0)
             table = self._refitter._current.prepared
             if table is not None and table.candidates:
-                self._score(table, code, i)
+                self._tick += 1
+                if self._tick >= _SCORE_EVERY:
+                    self._tick = 0
+                    self._score(table, code, i)
             self._ctx[key] = ((code << _BITS) | (i + 1)) & self._mask
             f = self._freq
             f[i] += 1

@@ -383,7 +383,8 @@ def test_auto_rank_finds_a_low_rank_and_beats_full_rank():
     assert len(ranks) == 10 and all(r <= 12 for r in ranks)
 
 
-def test_rank_scores_are_the_online_losses_of_the_candidates():
+def test_rank_scores_are_the_online_losses_of_the_candidates(monkeypatch):
+    monkeypatch.setattr("streamspec.river_model._SCORE_EVERY", 1)  # score every symbol
     data = cycle_hmm_sessions(50, 100)
     model = SpectralHMM(key="k", refit_every=None)
     for x, y in data[:3_000]:
@@ -409,3 +410,13 @@ def test_rank_scores_are_the_online_losses_of_the_candidates():
     best = min(scores, key=scores.get)
     model.refit()
     assert model.rank_ == best
+
+
+def test_only_every_fourth_symbol_is_scored():
+    model = SpectralHMM(refit_every=None)
+    for y in "abcd" * 100:
+        model.learn_one({}, y)
+    model.refit()
+    for y in "abcd" * 10:
+        model.learn_one({}, y)
+    assert model._scores.count == 10
