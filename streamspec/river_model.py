@@ -73,7 +73,14 @@ class PredictionTable:
         self.rank = getattr(model, "selected_rank", None)
         self.candidates: list[tuple[int, PredictionTable]] = []  # filled by prepare_table
         self._mask = (1 << (_BITS * window)) - 1
+        self._blocks: list[tuple[list[int], np.ndarray]] = []  # the eagerly computed rows
         self._eager()
+
+    def fill_logrows(self) -> None:
+        """Compute :meth:`logrow` for every eagerly computed context at once."""
+        for keys, P in self._blocks:
+            L = -np.log(np.maximum(P, 1e-300))
+            self.logrows.update(zip(keys, L.tolist(), strict=True))
 
     def encode(self, indices) -> int:
         """The code of a context given as symbol indices, oldest first."""
@@ -114,6 +121,7 @@ class PredictionTable:
                 size *= n
             P = _normalise(states @ C.T, m.min_proba)
             keys = codes.tolist()
+            self._blocks.append((keys, P))
             self.rows.update(zip(keys, P, strict=True))
             best = P.argmax(axis=1).tolist()
             labels = self.labels
@@ -194,6 +202,8 @@ def prepare_table(model, window: int = 2) -> PredictionTable:
         table.candidates = [
             (r, table if m is model else PredictionTable(m, window)) for r, m in cands.items()
         ]
+        for _, t in table.candidates:
+            t.fill_logrows()
     return table
 
 
