@@ -38,16 +38,23 @@ def best_time(fn, repeat: int = 5) -> float:
     return min(times)
 
 
+def side_by_side(*fns, repeat: int = 9) -> list[float]:
+    """Best time of each function, the runs interleaved so that all see the same load."""
+    best = [float("inf")] * len(fns)
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            best[i] = min(best[i], best_time(fn, 1))
+    return best
+
+
 def bench_learn_many(n_symbols: int) -> None:
     n = 26
     x = np.random.default_rng(0).integers(0, n, n_symbols)
     codes = (x[1:-1] * n + x[2:]) * n + x[:-2]
-    t_ref = best_time(lambda: np.bincount(codes, minlength=n**3))
-
     def ours():
         MomentAccumulator(n).learn_many(x)
 
-    t_ours = best_time(ours)
+    t_ref, t_ours = side_by_side(lambda: np.bincount(codes, minlength=n**3), ours)
     print(f"learn_many, {n_symbols:.0e} symbols, n=26: {n_symbols / t_ours / 1e6:8.1f} M symbols/s;"
           f" np.bincount of precomputed codes {n_symbols / t_ref / 1e6:8.1f} M/s;"
           f" ratio {t_ref / t_ours:.2f} (target >= 0.7)")
@@ -78,7 +85,7 @@ def bench_learn_one(n_symbols: int) -> None:
         for s in xs:
             update(s)
 
-    t_ours, t_keyed, t_mean = (best_time(f, 7) for f in (ours, keyed, mean))
+    t_ours, t_keyed, t_mean = side_by_side(ours, keyed, mean, repeat=7)
     print(f"learn_one: {t_ours / n_symbols * 1e9:6.0f} ns/call (default stream), "
           f"{t_keyed / n_symbols * 1e9:6.0f} ns/call (8 keyed streams); "
           f"river stats.Mean().update {t_mean / n_symbols * 1e9:6.0f} ns/call; "
