@@ -168,12 +168,13 @@ def plot(panels: list[tuple[str, dict, tuple | None]], out: Path) -> None:
                 ax.plot(steps, [c[idx] for c in curve], label=name)
             if reference is not None:
                 ax.axhline(reference[col], color="k", ls=":", label="true HMM filter")
-            ax.set_title(f"{title}: {label}")
+            ax.set_title(f"{title}: {label} (cumulative)")
             ax.set_xlabel("symbols")
             if idx == 2:
                 finite = [c[2] for r in results.values() for c in r[2] if math.isfinite(c[2])]
                 if finite:
-                    ax.set_ylim(0, min(max(finite), 2.5 * min(finite) + 1))
+                    low = min(finite + ([reference[1]] if reference else []))
+                    ax.set_ylim(0.95 * low, min(max(finite), 1.6 * low) * 1.02)
             ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=110)

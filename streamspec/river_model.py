@@ -328,8 +328,9 @@ class SpectralHMM(base.Classifier):
         ``"spectral"`` (default): θ_spec, :class:`~streamspec.SpectralEstimator`, which
         fits in milliseconds and predicted best in our measurements (see Notes).
         ``"m"``: :class:`~streamspec.MEstimator` with its own defaults for everything
-        but ``rank``, ``window`` and ``min_proba``; refits are warm-started and run at
-        most ``sweeps`` sweeps. Or an estimator object used as a template (its ``window``
+        but ``rank``, ``window`` and ``min_proba``; with an integer ``rank``, refits
+        are warm-started and run at most ``sweeps`` sweeps (with ``rank="auto"`` every
+        candidate rank is fitted cold, which is costly). Or an estimator object used as a template (its ``window``
         is overridden by ``window``).
     window
         The prediction depends on the last ``window`` symbols of the stream (the window

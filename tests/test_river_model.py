@@ -420,3 +420,46 @@ def test_only_every_fourth_symbol_is_scored():
     for y in "abcd" * 10:
         model.learn_one({}, y)
     assert model._scores.count == 10
+
+
+# ---------------------------------------------------------------------- options
+
+
+def test_refit_interval_triggers_fits(monkeypatch):
+    import streamspec.refitter as refitter_module
+
+    class FakeTime:
+        now = 0.0
+
+        def monotonic(self):
+            return self.now
+
+        def perf_counter(self):
+            return self.now
+
+    fake = FakeTime()
+    monkeypatch.setattr(refitter_module, "time", fake)
+    model = SpectralHMM(rank=2, refit_every=None, refit_interval=60.0)
+    for t in range(1_000):
+        model.learn_one({}, "abc"[t % 3])
+    assert model.refitter.n_fits == 0  # no time has passed
+    fake.now = 61.0
+    for t in range(300):  # the clock is looked at every 256 symbols
+        model.learn_one({}, "abc"[t % 3])
+    assert model.refitter.n_fits == 1
+    assert 1_000 < model.refitter.fitted_on_symbols <= 1_256
+
+
+def test_forgetting_follows_a_changed_stream():
+    model = SpectralHMM(rank=2, refit_every=500, forgetting=0.99)
+    for t in range(3_000):
+        model.learn_one({}, "ab"[t % 2])  # a b a b ...
+    for t in range(3_000):
+        model.learn_one({}, "aab"[t % 3])  # then a a b a a b ...
+    assert model.refitter.n_fits == 12
+    # with a memory of ~100 triples, only the new pattern is left: after "b" comes "a"
+    assert model.predict_one({}) == "a"
+    model.learn_one({}, "a")
+    assert model.predict_one({}) == "a"  # "b a" -> "a"
+    model.learn_one({}, "a")
+    assert model.predict_one({}) == "b"  # "a a" -> "b"
