@@ -330,8 +330,8 @@ class SpectralHMM(base.Classifier):
         ``"m"``: :class:`~streamspec.MEstimator` with its own defaults for everything
         but ``rank``, ``window`` and ``min_proba``; with an integer ``rank``, refits
         are warm-started and run at most ``sweeps`` sweeps (with ``rank="auto"`` every
-        candidate rank is fitted cold, which is costly). Or an estimator object used as a template (its ``window``
-        is overridden by ``window``).
+        candidate rank is fitted cold, which is costly). Or an estimator object, used
+        as a template (its ``window`` is overridden by ``window``).
     window
         The prediction depends on the last ``window`` symbols of the stream (the window
         filter of math.md section 4); 0 predicts the stationary distribution.
