@@ -67,6 +67,7 @@ log = logging.getLogger("streamspec.daemon")
 MODEL_SNAPSHOT_HEADERS = ("format", "model-version", "records", "loss")
 """Headers of every model snapshot message; the value is ``ObservableOperatorModel.to_bytes()``."""
 
+_BOOTSTRAP_TIMEOUT_MS = 2000  # one connection attempt; then the daemon's own backoff
 _DETAIL_MAX = 300  # characters of a parse error kept in the dead-letter header
 _LOG_EVERY_DEAD = 1000  # after the first 10 of a reason, log one dead letter in this many
 
@@ -206,6 +207,7 @@ class ConsumerDaemon:
                     heartbeat_interval_ms=cfg.heartbeat_interval_ms,
                     max_poll_interval_ms=cfg.max_poll_interval_ms,
                     max_poll_records=cfg.max_poll_records,
+                    bootstrap_timeout_ms=_BOOTSTRAP_TIMEOUT_MS,
                 )
                 try:
                     producer = self._make_producer()
@@ -234,6 +236,7 @@ class ConsumerDaemon:
             bootstrap_servers=cfg.bootstrap.split(","),
             client_id=f"{self.client_id}-out",
             linger_ms=5,
+            bootstrap_timeout_ms=_BOOTSTRAP_TIMEOUT_MS,
             max_request_size=max(16 << 20, 2 * self.fmt.max_bytes),
         )
 

@@ -108,7 +108,9 @@ def _rank(text: str) -> int | str:
 def _setup_logging(level: str = "INFO") -> None:
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, level.upper(), logging.INFO),
                         format=_LOG_FORMAT)
-    logging.getLogger("kafka").setLevel(logging.ERROR)
+    # kafka-python logs every failed reconnection; the daemon logs one line per event itself
+    logging.getLogger("kafka").setLevel(logging.DEBUG if level.upper() == "DEBUG"
+                                        else logging.CRITICAL)
 
 
 # ---------------------------------------------------------------------------- consume
@@ -309,34 +311,51 @@ def _learn(args) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
+    logging.getLogger("streamspec.learn").info(
+        "event=%s files=%s", "following" if args.follow else "reading", ",".join(args.files))
     show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
     progress = _Progress(list(args.files), show, args.follow)
     acc = state.acc
     base_errors = dict(state.errors)
+    # positions of the records learned so far: the reader thread may be ahead of them
+    positions = dict(state.positions)
     last_ckpt, since = time.monotonic(), 0
 
-    def checkpoint() -> None:
-        state.positions = source.position()
+    def checkpoint(final_positions: dict | None = None) -> None:
+        state.positions = final_positions if final_positions is not None else dict(positions)
         state.errors.clear()
         state.errors.update(base_errors)
         state.errors.update(source.errors_by_reason)
         if args.state:
             state.save(args.state)
 
-    for rec, _pos in source:
-        if rec.symbol is not None:
-            acc.learn_one(rec.symbol, rec.key)
-            state.records += 1
-        if rec.end:
-            acc.end(rec.key)
-        since += 1
-        if args.state and (since >= args.checkpoint_every
-                           or time.monotonic() - last_ckpt >= args.checkpoint_interval):
+    finished = False
+    for item in _read_in_thread(source, timeout=args.checkpoint_interval):
+        if stop["signal"] is not None:
+            break
+        if item is _DONE:
+            finished = True
+            break
+        if item is not None:
+            rec, pos = item
+            if rec.symbol is not None:
+                acc.learn_one(rec.symbol, rec.key)
+                state.records += 1
+            if rec.end:
+                acc.end(rec.key)
+            positions[pos.path] = pos.to_dict()
+            since += 1
+        # None: no record for a while (following an idle file): checkpoint what we have
+        if args.state and since and (item is None or since >= args.checkpoint_every
+                                     or time.monotonic() - last_ckpt >= args.checkpoint_interval):
             checkpoint()
             last_ckpt, since = time.monotonic(), 0
-        progress.update(state.records, source.position())
-    checkpoint()
-    progress.update(state.records, source.position(), final=True)
+        progress.update(state.records, positions)
+    source.stop()
+    # at the natural end everything read was learned: the source's own position is exact
+    # (it also covers trailing blank or malformed lines)
+    checkpoint(source.position() if finished else None)
+    progress.update(state.records, state.positions, final=True)
     log = logging.getLogger("streamspec.learn")
     log.info("event=counted records=%d triples=%d symbols=%d malformed=%d", state.records,
              int(acc.n_triples), acc.n, source.errors)
@@ -363,6 +382,51 @@ def _learn(args) -> int:
         model.save(args.out)
         log.info("event=saved model=%s", args.out)
     return 0
+
+
+_DONE = object()
+
+
+def _read_in_thread(source, timeout: float):
+    """Iterate ``source`` in a thread; yield its items, ``None`` after ``timeout`` s without one,
+    and ``_DONE`` at its end (re-raising its error, if any)."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=10_000)
+    failure: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            for item in source:
+                while True:
+                    try:
+                        q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        if source.stopped:
+                            return
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+        finally:
+            try:
+                q.put(_DONE, timeout=1.0)
+            except queue.Full:  # nobody reads any more: the caller stopped
+                pass
+
+    thread = threading.Thread(target=reader, name="streamspec-file-reader", daemon=True)
+    thread.start()
+    while True:
+        try:
+            item = q.get(timeout=max(timeout, 0.01))
+        except queue.Empty:
+            yield None
+            continue
+        if item is _DONE and failure:
+            raise failure[0]
+        yield item
+        if item is _DONE:
+            return
 
 
 # ---------------------------------------------------------------------------- predict

@@ -256,9 +256,12 @@ def test_poison_messages_go_to_dead_letter_topic(kafka_bootstrap, unique_name, t
 
 def _final_counts_after_restarts(bootstrap, topic, group, state_dir, ends, tmp_path):
     """Run the daemon once more to the end offsets, then SIGTERM it; it must exit 0."""
-    proc = spawn(daemon_cmd(bootstrap, topic, group, state_dir), tmp_path / "daemon.log")
+    log_path = tmp_path / "daemon.log"
+    starts = log_path.read_text().count("event=connected") + 1 if log_path.exists() else 1
+    proc = spawn(daemon_cmd(bootstrap, topic, group, state_dir), log_path)
     try:
-        wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends,
+        wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends
+                   and log_path.read_text().count("event=connected") >= starts,
                    "checkpoints at the end offsets", proc=proc)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -395,3 +398,24 @@ def test_two_daemons_split_partitions_and_take_over_after_kill(
     assert b.returncode == 0
     merged = merge_accumulators(s.acc for s in StateStore(state_dir).load_all(topic))
     assert by_label(merged) == by_label(reference(first + second))
+
+
+def test_unavailable_broker_is_retried_with_backoff_and_sigterm_exits_zero(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path = tmp_path / "daemon.log"
+    proc = spawn(daemon_cmd(f"127.0.0.1:{port}", "t", "g", tmp_path / "state"), log_path)
+    try:
+        wait_until(lambda: log_path.read_text().count("event=broker-unavailable") >= 2,
+                   "two connection attempts", proc=proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+    assert code == 0
+    lines = [ln for ln in log_path.read_text().splitlines() if "event=broker-unavailable" in ln]
+    delays = [float(ln.split("retry_in=")[1].rstrip("s")) for ln in lines]
+    assert delays[:2] == [0.5, 1.0]  # exponential backoff, not a spin
+    assert "event=stopped" in log_path.read_text()

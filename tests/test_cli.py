@@ -1,0 +1,252 @@
+"""The ``consume``, ``learn``, ``predict`` and ``inspect`` commands (no broker needed).
+
+``learn`` is also the files connector's resumable runner: it is killed with
+SIGKILL while following a file that is being written and rotated, and must
+resume without losing or repeating a symbol.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamspec import cli
+from streamspec.accumulator import MomentAccumulator
+from streamspec.daemon_cli import config_from_args, describe_checkpoint, main
+from streamspec.model import ObservableOperatorModel
+
+ROOT = Path(__file__).resolve().parents[1]
+WAIT = 120
+
+
+def by_label(acc: MomentAccumulator) -> dict[tuple, float]:
+    c3, s = acc.counts(), acc.symbols
+    return {(s[x1], s[x2], s[x3]): float(c3[x2, x3, x1])
+            for x2, x3, x1 in zip(*np.nonzero(c3), strict=True)}
+
+
+def token_lines(n_lines: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    words = ["red", "green", "blue", "cyan"]
+    return [" ".join(words[i] for i in rng.integers(0, 4, size=rng.integers(1, 8)))
+            for _ in range(n_lines)]
+
+
+def direct(lines: list[str]) -> MomentAccumulator:
+    acc = MomentAccumulator()
+    for line in lines:
+        acc.learn_many(line.split())
+    return acc
+
+
+def wait_until(condition, what: str, proc=None) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited with {proc.returncode} waiting for {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------- help and wiring
+
+
+def test_commands_are_registered_in_the_cli():
+    assert ("streamspec.daemon_cli", "register") in cli._COMMANDS
+
+
+@pytest.mark.parametrize(
+    "command, flags",
+    [
+        ("consume", ["--bootstrap", "--topic", "--group", "--state-dir", "--rank", "--penalty",
+                     "--refit-every", "--config", "--dead-letter-topic", "--metrics-port"]),
+        ("learn", ["FILE", "--out", "--state", "--follow", "--encoding", "--rank"]),
+        ("predict", ["--model", "HISTORY", "--top"]),
+        ("inspect", ["CKPT", "--json"]),
+    ],
+)
+def test_help_describes_every_command(command, flags, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for flag in flags:
+        assert flag in text, f"{command} --help does not mention {flag}"
+    assert "example:" in text
+
+
+def test_settings_come_from_toml_then_flags(tmp_path):
+    toml = tmp_path / "daemon.toml"
+    toml.write_text(
+        'bootstrap = "10.0.0.1:9092"\ntopic = "clicks"\nrank = 3\nrefit_every = 777\n'
+        '[format]\nvalue_format = "json"\nsymbol_field = "page"\n'
+    )
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    from streamspec.daemon_cli import register
+
+    register(parser.add_subparsers())
+    args = parser.parse_args(["consume", "--config", str(toml), "--rank", "4",
+                              "--symbol-field", "item", "--alphabet", "a,b,c"])
+    cfg = config_from_args(args)
+    assert cfg.bootstrap == "10.0.0.1:9092" and cfg.topic == "clicks"
+    assert cfg.rank == 4  # the flag wins over the file
+    assert cfg.refit_every == 777  # the file wins over the default
+    assert cfg.format == {"value_format": "json", "symbol_field": "item"}
+    assert cfg.alphabet == ("a", "b", "c")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('topic = "t"\nrefit_evry = 5\n')
+    args = parser.parse_args(["consume", "--config", str(bad)])
+    with pytest.raises(ValueError, match="refit_evry"):
+        config_from_args(args)
+
+
+def test_consume_rejects_missing_topic(capsys):
+    assert main(["consume", "--bootstrap", "127.0.0.1:1"]) == 2
+    assert "no topic" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- learn and friends
+
+
+def test_learn_predict_inspect_round_trip(tmp_path, capsys):
+    lines = token_lines(300, seed=1)
+    data = tmp_path / "colors.txt"
+    data.write_text("\n".join(lines) + "\n")
+    model_path, counts_path = tmp_path / "m.ckpt", tmp_path / "c.ckpt"
+    code = main(["learn", str(data), "--encoding", "tokens", "--rank", "2", "--out",
+                 str(model_path), "--counts", str(counts_path), "--progress", "always"])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "100.0%" in err  # the progress bar reached the end
+    counts = MomentAccumulator.load(counts_path)
+    assert by_label(counts) == by_label(direct(lines))
+    model = ObservableOperatorModel.load(model_path)
+    assert sorted(model.symbols) == ["blue", "cyan", "green", "red"]
+
+    assert main(["predict", "--model", str(model_path), "red green", "blue purple",
+                 "--top", "2"]) == 0
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(out) == 2
+    assert len(out[0]["next"]) == 2 and out[0]["top"] in model.symbols
+    assert out[1]["unknown"] == ["purple"]
+    full = model.predict_proba_next([model.symbols.index("red"), model.symbols.index("green")])
+    assert out[0]["next"][out[0]["top"]] == pytest.approx(full.max(), abs=1e-6)
+
+    assert main(["inspect", str(model_path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["format"] == "streamspec.ObservableOperatorModel" and info["n_symbols"] == 4
+    assert main(["inspect", str(counts_path)]) == 0
+    text = capsys.readouterr().out
+    assert f"n_triples: {counts.n_triples}" in text
+
+
+def test_inspect_rejects_a_file_that_is_no_checkpoint(tmp_path, capsys):
+    junk = tmp_path / "junk.ckpt"
+    junk.write_bytes(b"not a checkpoint")
+    assert main(["inspect", str(junk)]) == 1
+    assert "not a streamspec checkpoint" in capsys.readouterr().err
+
+
+def test_learn_resumes_from_its_state_without_loss_or_duplication(tmp_path):
+    lines = token_lines(400, seed=2)
+    data, state = tmp_path / "log.txt", tmp_path / "state.ckpt"
+    data.write_text("\n".join(lines[:150]) + "\n")
+    assert main(["learn", str(data), "--encoding", "tokens", "--state", str(state),
+                 "--no-fit", "--progress", "never"]) == 0
+    with data.open("a") as f:
+        f.write("\n".join(lines[150:]) + "\n")
+    assert main(["learn", str(data), "--encoding", "tokens", "--state", str(state),
+                 "--no-fit", "--progress", "never"]) == 0
+    info = describe_checkpoint(state)
+    assert info["format"] == "streamspec.SourceState"
+    assert info["records"] == sum(len(line.split()) for line in lines)
+    from connectors.state import SourceState
+
+    assert by_label(SourceState.load(state).acc) == by_label(direct(lines))
+
+
+def _learner(data: Path, state: Path, log: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "streamspec.daemon_cli", "learn", str(data), "--follow",
+           "--encoding", "tokens", "--state", str(state), "--no-fit", "--progress", "never",
+           "--checkpoint-interval", "0.05", "--poll-interval", "0.02"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env,
+                            cwd=ROOT)
+
+
+def _records(state: Path) -> int:
+    if not state.exists():
+        return 0
+    from connectors.state import SourceState
+
+    return SourceState.load(state).records
+
+
+def test_follow_mode_survives_sigkill_and_rotation(tmp_path):
+    """Kill the follower at random moments while lines are appended and the file rotates."""
+    import threading
+
+    lines = token_lines(1500, seed=3)
+    data, state, log = tmp_path / "app.log", tmp_path / "state.ckpt", tmp_path / "learn.log"
+    done = threading.Event()
+
+    def writer():  # appends lines steadily; rotates the file twice on the way
+        f = data.open("w")
+        for i, line in enumerate(lines):
+            if i in (400, 900):
+                f.close()
+                data.rename(tmp_path / f"app.log.{i}")
+                f = data.open("w")
+            f.write(line + "\n")
+            if i % 5 == 0:
+                f.flush()
+                time.sleep(0.03)
+        f.close()
+        done.set()
+
+    rng = random.Random(5)
+    feeding = threading.Thread(target=writer)
+    proc = _learner(data, state, log)
+    feeding.start()
+    busy_kills, starts = 0, 1
+
+    def started():  # the learner has installed its signal handlers
+        return log.read_text().count("event=following") >= starts
+
+    try:
+        for _ in range(6):
+            target = _records(state)
+            wait_until(lambda t=target: _records(state) > t or done.is_set(), "progress",
+                       proc=proc)
+            time.sleep(rng.uniform(0.0, 0.3))
+            busy_kills += not done.is_set()
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+            proc = _learner(data, state, log)
+            starts += 1
+        feeding.join()
+        total = sum(len(line.split()) for line in lines)
+        wait_until(lambda: _records(state) == total and started(), "every record", proc=proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+        feeding.join()
+    assert code == 0
+    assert busy_kills >= 5, f"only {busy_kills} kills came while the file was being written"
+    assert sorted(p.name for p in tmp_path.glob("app.log*")) == [
+        "app.log", "app.log.400", "app.log.900"]
+    from connectors.state import SourceState
+
+    assert by_label(SourceState.load(state).acc) == by_label(direct(lines))
