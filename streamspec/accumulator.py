@@ -49,6 +49,10 @@ class MomentAccumulator:
         is counted: 1 (default) keeps plain counts; below 1 the counts are
         exponentially weighted, with an effective memory of ``1 / (1 - forgetting)``
         triples.
+    track_heads
+        Also keep the first two symbols of each stream, so that accumulators built
+        over consecutive pieces of the same streams (chunks of a file, say) can be
+        joined exactly with :meth:`concat`. Off by default: it adds per-stream state.
 
     Attributes
     ----------
@@ -95,11 +99,16 @@ class MomentAccumulator:
     """
 
     def __init__(
-        self, n_symbols: int | None = None, mode: str = "sliding", forgetting: float = 1.0
+        self,
+        n_symbols: int | None = None,
+        mode: str = "sliding",
+        forgetting: float = 1.0,
+        track_heads: bool = False,
     ):
         self.n_symbols = n_symbols
         self.mode = mode
         self.forgetting = forgetting
+        self.track_heads = track_heads
         self._validate()
         self._alphabet = Alphabet(n_symbols)
         self._cap = n_symbols if n_symbols is not None else 8
@@ -108,6 +117,9 @@ class MomentAccumulator:
         self._plain = mode == "sliding" and forgetting == 1.0
         self._c = np.zeros((self._cap,) * 3)
         self._tails: dict[Hashable, int] = {}
+        # track_heads: per key, the first (up to two) symbol indices of its first
+        # segment here, and whether that segment was ended; see concat()
+        self._heads: dict[Hashable, tuple[tuple[int, ...], bool]] = {}
         self._pending: list[int] = []
         self._default_buffer: list[int] = []  # symbols of the default stream not yet counted
         self._pending_w: list[float] = []
@@ -115,6 +127,8 @@ class MomentAccumulator:
         self._total = 0.0  # stored units, like _c
 
     def _validate(self) -> None:
+        if self.track_heads and (self.mode != "sliding" or self.forgetting != 1.0):
+            raise ValueError("track_heads needs mode='sliding' and forgetting=1")
         if self.mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {self.mode!r}")
         f = self.forgetting
@@ -155,6 +169,8 @@ class MomentAccumulator:
 
     def _learn_other(self, i: int, key: Hashable, tail: int) -> None:
         cap = self._cap
+        if self.track_heads:
+            self._note_head(key, tail, (i,))
         if tail == _NEW:
             self._tails[key] = -1 - i
         elif tail >= 0:
@@ -175,6 +191,8 @@ class MomentAccumulator:
             return
         cap = self._cap
         tail = self._tails.get(key)
+        if self.track_heads:
+            self._note_head(key, _NEW if tail is None else tail, idx[:2].tolist())
         if tail is None:
             head: list[int] = []
         elif tail == _DONE:
@@ -205,6 +223,9 @@ class MomentAccumulator:
         """Declare the sequence of stream ``key`` over: its next symbol starts a new one."""
         self._flush()
         self._tails.pop(key, None)
+        if self.track_heads:  # an end closes the first segment if it is still open
+            symbols, _ = self._heads.get(key, ((), False))
+            self._heads[key] = (symbols, True)
 
     @property
     def keys(self) -> list:
@@ -290,26 +311,42 @@ class MomentAccumulator:
             raise ValueError(f"B must have shape {(self.n,) * 3}, got {B.shape}")
         return second_moment_blocks(self.counts(), B, smoothing)
 
+    def _note_head(self, key: Hashable, tail: int, new: Sequence[int]) -> None:
+        """Record symbols of the first segment of ``key`` while it has fewer than two."""
+        head = self._heads.get(key)
+        if head is None:
+            if tail == _NEW:
+                self._heads[key] = (tuple(new[:2]), False)
+        elif not head[1] and len(head[0]) < 2 and tail != _NEW:
+            self._heads[key] = ((head[0] + tuple(new))[:2], False)
+
     # ------------------------------------------------------------------ merging
 
     def merge(self, other: MomentAccumulator) -> MomentAccumulator:
         """A new accumulator holding both sets of counts, matched by symbol label.
 
         Exact when the two were fed disjoint sets of streams. For a key present in
-        both, the tail of ``other`` is kept (it is taken to be the later part).
+        both, the tail of ``other`` is kept (it is taken to be the later part); to
+        join consecutive pieces of the same streams exactly, use :meth:`concat`.
         """
+        out, mapping = self._merge_counts(other)
+        ocap = other._cap
+        for key, tail in other._tails.items():
+            out._tails[key] = _remap_tail(tail, ocap, mapping, out._cap)
+        for key, (symbols, ended) in other._heads.items():
+            out._heads.setdefault(key, (tuple(int(mapping[s]) for s in symbols), ended))
+        return out
+
+    def _merge_counts(self, other: MomentAccumulator) -> tuple[MomentAccumulator, np.ndarray]:
+        """A copy of self with other's counts added, and other's index -> new index."""
         if not isinstance(other, MomentAccumulator):
             raise TypeError(f"can only merge a MomentAccumulator, not {type(other).__name__}")
-        if self.mode != other.mode:
-            raise ValueError(f"cannot merge a {self.mode!r} accumulator with a {other.mode!r} one")
-        if self.n_symbols != other.n_symbols:
-            raise ValueError(
-                f"cannot merge accumulators with n_symbols={self.n_symbols} and {other.n_symbols}"
-            )
-        if self.forgetting != other.forgetting:
-            raise ValueError(
-                f"cannot merge accumulators with forgetting={self.forgetting} and {other.forgetting}"
-            )
+        for name in ("mode", "n_symbols", "forgetting"):
+            if getattr(self, name) != getattr(other, name):
+                raise ValueError(
+                    f"cannot merge accumulators with {name}={getattr(self, name)!r} and "
+                    f"{getattr(other, name)!r}"
+                )
         out = self.copy()
         mapping = np.array([out._alphabet.index_of(s) for s in other.symbols], dtype=np.int64)
         out._ensure_capacity(out.n)
@@ -320,9 +357,55 @@ class MomentAccumulator:
             ix = np.ix_(mapping, mapping, mapping)
             out._c[ix] += oc.transpose(2, 0, 1)
         out._total += other.n_triples
-        ocap = other._cap
-        for key, tail in other._tails.items():
-            out._tails[key] = _remap_tail(tail, ocap, mapping, out._cap)
+        return out, mapping
+
+    def concat(self, later: MomentAccumulator) -> MomentAccumulator:
+        """A new accumulator for this one followed by ``later`` on the same streams.
+
+        Both must have been built with ``track_heads=True``. Every stream that was
+        still open here continues with ``later``'s first symbols of it, so the triples
+        that straddle the border are counted: the result equals one accumulator fed
+        both pieces in order. ``concat`` is associative, so chunks can be reduced by
+        a tree of joins (in order); streams that do not cross between the two are
+        simply merged.
+
+        Examples
+        --------
+        >>> first, second = (MomentAccumulator(3, track_heads=True) for _ in range(2))
+        >>> first.learn_many([0, 1, 2, 0])
+        >>> second.learn_many([1, 2])
+        >>> whole = MomentAccumulator(3)
+        >>> whole.learn_many([0, 1, 2, 0, 1, 2])
+        >>> bool((first.concat(second).counts() == whole.counts()).all())
+        True
+        """
+        if not (self.track_heads and later.track_heads):
+            raise ValueError("concat needs accumulators built with track_heads=True")
+        out, mapping = self._merge_counts(later)
+        ocap = later._cap
+        for key, (symbols, ended) in later._heads.items():
+            head = tuple(int(mapping[s]) for s in symbols)
+            left_tail = _tail_list(out._tails.get(key), out._cap)
+            joined = left_tail + list(head)
+            codes = [(joined[p] * out._cap + joined[p + 1]) * out._cap + joined[p + 2]
+                     for p in range(len(joined) - 2)]
+            if codes:
+                out._count(codes)
+            later_tail = later._tails.get(key)
+            if later_tail is None:
+                out._tails.pop(key, None)
+            elif not ended and len(head) < 2:
+                out._store_tail(key, np.asarray(joined[-2:], dtype=np.int64))
+            else:
+                out._tails[key] = _remap_tail(later_tail, ocap, mapping, out._cap)
+            mine = out._heads.get(key)
+            if mine is None:
+                out._heads[key] = (head, ended)
+            elif not mine[1]:  # the first segment here was open: `later` continues it
+                out._heads[key] = ((mine[0] + head)[:2], ended)
+        for key, tail in later._tails.items():  # streams opened by `later` before any head
+            if key not in later._heads:
+                out._tails[key] = _remap_tail(tail, ocap, mapping, out._cap)
         return out
 
     def __add__(self, other: MomentAccumulator) -> MomentAccumulator:
@@ -330,11 +413,12 @@ class MomentAccumulator:
 
     def copy(self) -> MomentAccumulator:
         self._flush()
-        out = MomentAccumulator(self.n_symbols, self.mode, self.forgetting)
+        out = MomentAccumulator(self.n_symbols, self.mode, self.forgetting, self.track_heads)
         out._alphabet = self._alphabet.copy()
         out._cap, out._cap2 = self._cap, self._cap2
         out._c = self._c.copy()
         out._tails = dict(self._tails)
+        out._heads = dict(self._heads)
         out._weight = self._weight
         out._total = self._total
         return out
@@ -361,6 +445,8 @@ class MomentAccumulator:
             "forgetting": self.forgetting,
             "labels": [encode_value(s) for s in self.symbols] if self.n_symbols is None else None,
             "keys": [encode_value(k) for k in keys],
+            "track_heads": self.track_heads,
+            "heads": [[encode_value(k), list(sym), ended] for k, (sym, ended) in self._heads.items()],
         }
         arrays = {"c3": self.counts(), "n_triples": np.array(self.n_triples), "tail_a": a, "tail_b": b}
         return self._FORMAT, self._VERSION, header, arrays
@@ -374,7 +460,10 @@ class MomentAccumulator:
     @classmethod
     def from_checkpoint(cls, header: dict, arrays: dict, source: str = "checkpoint"):
         try:
-            acc = cls(header["n_symbols"], header["mode"], header["forgetting"])
+            acc = cls(header["n_symbols"], header["mode"], header["forgetting"],
+                      bool(header.get("track_heads", False)))
+            for key, symbols, ended in header.get("heads", []):
+                acc._heads[decode_value(key)] = (tuple(int(v) for v in symbols), bool(ended))
             if header["labels"] is not None:
                 acc._alphabet.add_labels(decode_value(v) for v in header["labels"])
             n = acc.n
@@ -524,6 +613,14 @@ def _tail_symbols(tail: int, cap: int) -> tuple[int, int]:
     if tail < 0:
         return -1, -1 - tail
     return tail // cap, tail % cap
+
+
+def _tail_list(tail: int | None, cap: int) -> list[int]:
+    """The symbols of a tail as a list of 0, 1 or 2 indices."""
+    if tail is None or tail == _DONE:
+        return []
+    a, b = _tail_symbols(tail, cap)
+    return [b] if a < 0 else [a, b]
 
 
 def _tail_code(a: int, b: int, cap: int) -> int:
