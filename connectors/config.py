@@ -67,6 +67,13 @@ class DaemonConfig:
         arrived (``None``: never by time).
     min_triples
         No refit before the counts hold this many triples.
+    refit_process
+        Run each fit in a worker process (default) rather than a thread of the
+        daemon, so that it never competes with the poll loop for the interpreter lock.
+    refit_duty
+        Longest fraction of the time spent fitting, in (0, 1]: after a fit of T
+        seconds the next one waits ``T * (1 - duty) / duty`` seconds (default 0.5:
+        at most half of one core goes to refits, however fast records arrive).
     checkpoint_every, checkpoint_interval
         Write the checkpoints (then commit offsets) after this many records or
         seconds, whichever comes first.
@@ -119,6 +126,8 @@ class DaemonConfig:
     refit_every: int = 20_000
     refit_interval: float | None = None
     min_triples: int = 100
+    refit_process: bool = True
+    refit_duty: float = 0.5
     checkpoint_every: int = 50_000
     checkpoint_interval: float = 1.0
     dead_letter_topic: str | None = None
@@ -160,6 +169,10 @@ class DaemonConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
                 raise ValueError(f"{name} must be a number >= 0, got {v!r}")
+        if isinstance(self.refit_duty, bool) or not isinstance(self.refit_duty, int | float) or (
+            not 0 < self.refit_duty <= 1
+        ):
+            raise ValueError(f"refit_duty must be a number in (0, 1], got {self.refit_duty!r}")
         if self.refit_interval is not None and not (
             isinstance(self.refit_interval, int | float) and self.refit_interval > 0
         ):

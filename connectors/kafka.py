@@ -52,6 +52,7 @@ from kafka.structs import OffsetAndMetadata
 from connectors.config import DaemonConfig
 from connectors.metrics import DaemonMetrics, MetricsServer
 from connectors.predictions import StreamPredictor
+from connectors.process_fit import ProcessMEstimator, shutdown_worker, start_worker
 from connectors.records import MalformedRecord, RecordFormat, format_from_options, parse_kafka
 from connectors.state import PartitionState, StateStore, merge_accumulators
 from streamspec.accumulator import MomentAccumulator
@@ -68,6 +69,8 @@ MODEL_SNAPSHOT_HEADERS = ("format", "model-version", "records", "loss")
 """Headers of every model snapshot message; the value is ``ObservableOperatorModel.to_bytes()``."""
 
 _BOOTSTRAP_TIMEOUT_MS = 2000  # one connection attempt; then the daemon's own backoff
+_CACHE_ENTRIES = 1 << 16  # parsed (key, value) pairs kept; the cache is cleared when full
+_CACHED_VALUE_BYTES = 64  # only short values are cached
 _DETAIL_MAX = 300  # characters of a parse error kept in the dead-letter header
 _LOG_EVERY_DEAD = 1000  # after the first 10 of a reason, log one dead letter in this many
 
@@ -133,11 +136,15 @@ class ConsumerDaemon:
         self._consumer: KafkaConsumer | None = None
         self._producer: KafkaProducer | None = None
         self._dirty: set[TopicPartition] = set()
+        # parsed records of short (key, value) pairs: streams repeat a few symbols, and
+        # parsing depends on nothing else (records are immutable; timestamps are not used)
+        self._parse_cache: dict[tuple, list] = {}
         self._uncommitted: dict[TopicPartition, int] = {}
         self._new_since_fit = 0
         self._since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
         self._model_version = 0
+        self._fit_taken_at = time.monotonic()
         self.model = self._load_model()
         self._label_order = list(self.model.symbols or []) if self.model is not None else []
         self._refitter = Refitter(
@@ -146,6 +153,7 @@ class ConsumerDaemon:
             refit_interval=config.refit_interval,
             sweeps=config.sweeps,
             background=True,
+            prepare=self._save_model,  # in the refit thread: no fsync in the poll loop
         )
         self._predictor: StreamPredictor | None = None
         if self.model is not None and config.predictions_topic:
@@ -175,6 +183,8 @@ class ConsumerDaemon:
         if cfg.metrics_port is not None:
             self._metrics_server = MetricsServer(self._render_metrics, cfg.metrics_port)
             log.info("event=metrics url=http://127.0.0.1:%d/metrics", self._metrics_server.port)
+        if cfg.refit_process and (cfg.refit_every or cfg.refit_interval):
+            start_worker()  # its start-up is done by the time the first refit is due
         try:
             if not self._connect():
                 return 0
@@ -281,6 +291,8 @@ class ConsumerDaemon:
             log.warning("event=close-error error=%r", str(exc))
         finally:
             self._refitter.wait(5.0)  # a fit still running dies with the process: counts are safe
+            if self.config.refit_process:
+                shutdown_worker()
             if self._metrics_server is not None:
                 self._metrics_server.close()
             log.info(
@@ -340,16 +352,25 @@ class ConsumerDaemon:
         fmt = self.fmt
         allowed = self._allowed
         predictor = self._predictor
+        cache = self._parse_cache
         learned = 0
         for m in messages:
             if m.offset < state.offset:
                 continue  # already counted (fetched before the seek)
-            try:
-                records = parse_kafka(m.key, m.value, fmt, timestamp=m.timestamp / 1000.0)
-            except MalformedRecord as exc:
-                self._dead_letter(state, m, exc.reason, exc.detail)
-                state.offset = m.offset + 1
-                continue
+            value = m.value
+            small = value is not None and len(value) <= _CACHED_VALUE_BYTES
+            records = cache.get((m.key, value)) if small else None
+            if records is None:
+                try:
+                    records = parse_kafka(m.key, value, fmt)
+                except MalformedRecord as exc:
+                    self._dead_letter(state, m, exc.reason, exc.detail)
+                    state.offset = m.offset + 1
+                    continue
+                if small:
+                    if len(cache) >= _CACHE_ENTRIES:
+                        cache.clear()
+                    cache[(m.key, value)] = records
             if allowed is not None:
                 unknown = [r.symbol for r in records if r.symbol is not None
                            and r.symbol not in allowed]
@@ -428,6 +449,11 @@ class ConsumerDaemon:
     def _maybe_refit(self) -> None:
         if self._new_since_fit == 0 and not self._refitter.due():
             return
+        duty = self.config.refit_duty
+        seconds = self.metrics.last_fit_seconds
+        if duty < 1 and not math.isnan(seconds):
+            if time.monotonic() - self._fit_taken_at < seconds * (1 - duty) / duty:
+                return  # keep refits to a fraction of the time; the symbols keep counting
         n_new, self._new_since_fit = self._new_since_fit, 0
         with self._lock:
             self._refitter.observe(n_new, _PartitionsView(self))
@@ -438,6 +464,7 @@ class ConsumerDaemon:
             return
         record = self._refitter.records[-1] if self._refitter.records else None
         self.model = model
+        self._fit_taken_at = time.monotonic()
         self._model_version += 1
         self.metrics.refits = self._refitter.n_fits
         if record is not None:
@@ -448,10 +475,6 @@ class ConsumerDaemon:
                 self._refitter.n_fits, record.warm, record.n_alphabet, int(record.n_triples),
                 record.seconds, record.loss,
             )
-        try:
-            model.save(self.store.model_path(self.config.topic))
-        except OSError as exc:
-            log.warning("event=model-save-failed error=%r", str(exc))
         if self.config.predictions_topic:
             if self._predictor is None:
                 self._predictor = StreamPredictor(model, self._model_version)
@@ -555,10 +578,17 @@ class ConsumerDaemon:
 
     def _estimator(self) -> MEstimator:
         cfg = self.config
-        return MEstimator(
+        kind = ProcessMEstimator if cfg.refit_process else MEstimator
+        return kind(
             rank=cfg.rank, penalty=cfg.penalty, weighting=cfg.weighting,
             max_sweeps=cfg.sweeps, max_outer=cfg.outer,
         )
+
+    def _save_model(self, model: ObservableOperatorModel) -> None:
+        try:
+            model.save(self.store.model_path(self.config.topic))
+        except OSError as exc:
+            log.warning("event=model-save-failed error=%r", str(exc))
 
     def _load_model(self) -> ObservableOperatorModel | None:
         path = self.store.model_path(self.config.topic)

@@ -187,10 +187,19 @@ def test_end_to_end_counts_equal_direct_accumulator(kafka_bootstrap, unique_name
     messages = keyed_streams(n_keys=9, length=400)
     ends = produce(kafka_bootstrap, topic, messages)
     cfg = config(kafka_bootstrap, topic, group, tmp_path / "state",
-                 models_topic=unique_name("-models"), predictions_topic=unique_name("-pred"))
+                 models_topic=unique_name("-models"), predictions_topic=unique_name("-pred"),
+                 metrics_port=0)
     with DaemonThread(cfg) as daemon:
         wait_until(lambda: checkpoint_offsets(tmp_path / "state", topic) == ends,
                    "checkpoints at the end offsets")
+        wait_until(lambda: daemon.metrics_port is not None, "the metrics endpoint")
+        import urllib.request
+
+        url = f"http://127.0.0.1:{daemon.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        assert f"streamspec_records_total {len(messages)}" in text
+        assert "streamspec_lag 0" in text
         wait_until(lambda: daemon.metrics.refits >= 1, "a refit")
         # with a model in place, every new record gets a prediction
         more = keyed_streams(n_keys=9, length=20, seed=99)

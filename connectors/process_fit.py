@@ -1,0 +1,144 @@
+"""An M-estimator whose fits run in a worker process, away from the consumer's GIL.
+
+A refit in a thread of the daemon competes with the poll loop for the Python
+interpreter lock: with the exact weighting a fit is seconds of mostly-Python
+work, and the consume rate dropped to a third (see ``docs/benchmarks.md``).
+:class:`ProcessMEstimator` is a drop-in :class:`~streamspec.mestimator.MEstimator`
+for :class:`~streamspec.refitter.Refitter`: its ``fit`` sends the counts (not the
+stream tails) and the warm-start factors to one long-lived worker process
+(``spawn``-started, so no thread state is forked), waits there for the result,
+and copies back the fitted attributes. The caller's thread blocks, but it holds
+no lock while it waits: the poll loop runs at full speed. The worker runs at a
+lower scheduling priority (nice 10): when the cores are busy, consuming (the
+exact part) goes first and refits (best effort) take the remaining CPU time.
+
+A worker whose parent dies (even by SIGKILL) exits within half a second: a
+watchdog thread notices that it was orphaned.
+
+Examples
+--------
+>>> from streamspec import MomentAccumulator
+>>> acc = MomentAccumulator()
+>>> acc.learn_many("abcabcabcaabbcc" * 20)
+>>> model = ProcessMEstimator(rank=2, max_sweeps=2).fit(acc)
+>>> model.symbols, model.factors.R.shape
+(['a', 'b', 'c'], (3, 3, 2))
+>>> shutdown_worker()
+"""
+
+from __future__ import annotations
+
+import inspect
+import multiprocessing
+import os
+import threading
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from streamspec.mestimator import MEstimator, _factors_of
+from streamspec.model import ObservableOperatorModel
+from streamspec.spectral import counts_of
+
+__all__ = ["ProcessMEstimator", "shutdown_worker", "start_worker"]
+
+_pool: ProcessPoolExecutor | None = None
+_pool_lock = threading.Lock()
+_NICE = 10
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_FITTED = ("factors_", "weighting_", "loss_history_", "rank_", "model_")
+
+
+def _worker() -> ProcessPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ProcessPoolExecutor(max_workers=1,
+                                        mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_init_worker)
+        return _pool
+
+
+def start_worker() -> Future:
+    """Start the worker process now, in the background (its imports take a second or so).
+
+    The returned future is done once the worker is up.
+    """
+    return _submit(int)
+
+
+def _submit(fn, *args) -> Future:
+    # one BLAS thread in the worker: idle BLAS threads spin, stealing the consumer's cores
+    saved = {k: os.environ.get(k) for k in _BLAS_THREADS}
+    os.environ.update(dict.fromkeys(_BLAS_THREADS, "1"))
+    try:
+        return _worker().submit(fn, *args)  # the first submit spawns the worker
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _init_worker() -> None:
+    """In the worker: lower its priority, and exit as soon as the parent is gone."""
+    try:
+        os.nice(_NICE)  # refits are best effort: on busy cores the consumer goes first
+    except (AttributeError, OSError):
+        pass
+    parent = os.getppid()
+
+    def watch() -> None:  # a SIGKILLed parent cannot stop us: notice being orphaned
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def shutdown_worker() -> None:
+    """Stop the worker process (a fit in progress is abandoned)."""
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _params(est: MEstimator) -> dict:
+    names = inspect.signature(MEstimator.__init__).parameters
+    return {n: getattr(est, n) for n in names if n != "self" and hasattr(est, n)}
+
+
+def _fit_in_worker(params: dict, c3, labels, init):
+    est = MEstimator(**params)
+    model = est.fit(c3, init=init)
+    if labels is not None:
+        model.symbols = list(labels)
+    attrs = {name: getattr(est, name) for name in _FITTED if hasattr(est, name)}
+    return model, attrs
+
+
+class ProcessMEstimator(MEstimator):
+    """:class:`~streamspec.mestimator.MEstimator` fitting in a worker process (same parameters)."""
+
+    def fit(self, data, init=None) -> ObservableOperatorModel:
+        """Fit in the worker process; same arguments and result as ``MEstimator.fit``."""
+        self._validate()
+        c3, labels = counts_of(data)
+        factors = _factors_of(init)
+        for attempt in range(2):
+            try:
+                future = _submit(_fit_in_worker, _params(self), c3, labels, factors)
+                model, attrs = future.result()
+                break
+            except BrokenProcessPool:  # the worker died (e.g. killed): start a new one
+                shutdown_worker()
+                if attempt:
+                    raise
+        for name, value in attrs.items():
+            setattr(self, name, value)
+        model.factors = attrs.get("factors_", getattr(model, "factors", None))
+        self.model_ = model
+        return model
