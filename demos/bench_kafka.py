@@ -15,6 +15,7 @@ reported with the ratio daemon / bare.
 Usage::
 
     python demos/bench_kafka.py [--messages 200000] [--runs 3] [--partitions 1]
+                                [--weighting exact] [--rank 2]
 """
 
 from __future__ import annotations
@@ -78,10 +79,11 @@ def bare(bootstrap: str, topic: str, group: str, n: int) -> float:
     return (seen - first) / (t1 - t0)
 
 
-def daemon(bootstrap: str, topic: str, group: str, n: int, state_dir: str) -> tuple[float, int]:
+def daemon(bootstrap: str, topic: str, group: str, n: int, state_dir: str,
+           **settings) -> tuple[float, int]:
     cfg = DaemonConfig(topic=topic, bootstrap=bootstrap, group=group, state_dir=state_dir,
                        refit_every=20_000, checkpoint_interval=1.0, status_interval=0,
-                       max_poll_records=500, **GROUP)
+                       max_poll_records=500, **GROUP, **settings)
     d = ConsumerDaemon(cfg)
     thread = threading.Thread(target=d.run)
     thread.start()
@@ -102,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=1)
+    parser.add_argument("--weighting", default="exact", help="weighting of the refits")
+    parser.add_argument("--rank", type=int, default=2, help="rank of the refits")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     n = args.messages
@@ -111,11 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         produce(bootstrap, topic, n)
         print(f"produced {n} messages in {time.perf_counter() - t:.1f}s "
-              f"({args.partitions} partition(s))")
+              f"({args.partitions} partition(s)); refits: rank {args.rank}, "
+              f"{args.weighting} weighting, every 20,000 symbols")
         bare_rates, daemon_rates, refits = [], [], []
         for run in range(args.runs):
             bare_rates.append(bare(bootstrap, topic, f"bare-{run}", n))
-            rate, nfits = daemon(bootstrap, topic, f"daemon-{run}", n, f"{tmp}/state-{run}")
+            rate, nfits = daemon(bootstrap, topic, f"daemon-{run}", n, f"{tmp}/state-{run}",
+                                 weighting=args.weighting, rank=args.rank)
             daemon_rates.append(rate)
             refits.append(nfits)
             print(f"run {run + 1}: bare {bare_rates[-1]:,.0f} msg/s, "
