@@ -28,6 +28,26 @@ to the dead-letter topic with headers ``reason``, ``detail``, ``source-topic``,
 ``source-partition`` and ``source-offset``, counted in the partition's
 checkpoint, and skipped.
 
+Model snapshots
+---------------
+With ``models_topic`` set, every refitted model is published as one message:
+the value is :meth:`ObservableOperatorModel.to_bytes` (an ``.npz`` archive of
+the arrays ``b1``, ``binf`` and ``B`` plus a JSON header holding the format name
+``streamspec.ObservableOperatorModel``, its version, the symbol labels, the
+filter settings and a SHA-256 checksum; never a pickle), loaded back by
+:meth:`ObservableOperatorModel.from_bytes`. The key is the daemon's client id;
+the headers are ``format`` (``streamspec.ObservableOperatorModel/1``),
+``model-version`` (the refit number of this daemon), ``records`` (symbols
+learned so far) and ``loss`` (the fit's final training loss). The same model is
+saved to ``<state_dir>/<topic>/model.ckpt``.
+
+Predictions
+-----------
+With ``predictions_topic`` set, every record learned once a model exists gives
+one JSON message (key: the message's key): ``{"key", "symbol", "partition",
+"offset", "history", "next": {symbol: probability}, "top", "model_version"}``,
+``next`` listing the 20 most probable next symbols of that stream.
+
 Streams must be partitioned by their key (the default for keyed messages):
 each partition keeps the tails of its own streams.
 """

@@ -112,6 +112,12 @@ class PartitionState:
         return header, arrays
 
     @classmethod
+    def load(cls, path: str | os.PathLike) -> PartitionState:
+        """Read one partition checkpoint file; ``CheckpointError`` if bad or absent."""
+        header, arrays = read_checkpoint(path, _PARTITION_FORMAT, _VERSION)
+        return cls.from_parts(header, arrays, str(path))
+
+    @classmethod
     def from_parts(cls, header: dict, arrays: dict, source: str) -> PartitionState:
         try:
             return cls(
@@ -223,8 +229,7 @@ class StateStore:
         path = self.path(topic, partition)
         if not path.exists():
             return None
-        header, arrays = read_checkpoint(path, _PARTITION_FORMAT, _VERSION)
-        return PartitionState.from_parts(header, arrays, str(path))
+        return PartitionState.load(path)
 
     def partitions(self, topic: str) -> list[int]:
         """Partitions of ``topic`` with a checkpoint."""

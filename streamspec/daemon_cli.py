@@ -145,11 +145,16 @@ def _register_consume(subparsers) -> None:
     g.add_argument("--predictions-topic", metavar="T",
                    help="publish one next-symbol prediction per record here")
     g.add_argument("--models-topic", metavar="T", help="publish every refitted model here")
-    g.add_argument("--session-timeout-ms", type=int)
-    g.add_argument("--heartbeat-interval-ms", type=int)
-    g.add_argument("--max-poll-interval-ms", type=int)
-    g.add_argument("--poll-timeout-ms", type=int)
-    g.add_argument("--max-poll-records", type=int)
+    g.add_argument("--session-timeout-ms", type=int, metavar="MS",
+                   help="group session timeout (default 6000; a dead member is evicted after it)")
+    g.add_argument("--heartbeat-interval-ms", type=int, metavar="MS",
+                   help="group heartbeat interval (default 1000)")
+    g.add_argument("--max-poll-interval-ms", type=int, metavar="MS",
+                   help="longest gap between polls before the group evicts (default 60000)")
+    g.add_argument("--poll-timeout-ms", type=int, metavar="MS",
+                   help="longest wait of one poll (default 200)")
+    g.add_argument("--max-poll-records", type=int, metavar="N",
+                   help="messages per poll at most (default 2000)")
     _format_options(p, kafka=True)
     p.add_argument_group("record format").add_argument(
         "--alphabet", metavar="A,B,...",
@@ -158,7 +163,12 @@ def _register_consume(subparsers) -> None:
     g = p.add_argument_group("schedule")
     g.add_argument("--refit-every", type=int, metavar="N", help="refit after N new symbols")
     g.add_argument("--refit-interval", type=float, metavar="S", help="also refit every S seconds")
-    g.add_argument("--min-triples", type=int, help="no refit before this many triples")
+    g.add_argument("--min-triples", type=int, metavar="N",
+                   help="no refit before the counts hold N triples (default 100)")
+    g.add_argument("--refit-duty", type=float, metavar="F",
+                   help="fraction of the time refits may take, in (0, 1] (default 0.5)")
+    g.add_argument("--refit-in-thread", dest="refit_process", action="store_const",
+                   const=False, help="refit in a thread instead of a worker process")
     g.add_argument("--checkpoint-every", type=int, metavar="N",
                    help="checkpoint after N messages")
     g.add_argument("--checkpoint-interval", type=float, metavar="S",
@@ -177,6 +187,7 @@ _CONSUME_SETTINGS = (
     "predictions_topic", "models_topic", "session_timeout_ms", "heartbeat_interval_ms",
     "max_poll_interval_ms", "poll_timeout_ms", "max_poll_records", "rank", "penalty",
     "weighting", "sweeps", "mode", "refit_every", "refit_interval", "min_triples",
+    "refit_duty", "refit_process",
     "checkpoint_every", "checkpoint_interval", "status_interval", "metrics_port",
 )
 
@@ -531,9 +542,9 @@ def describe_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 
         out.update(_describe_acc(MomentAccumulator.load(path)))
     elif kind == "streamspec.PartitionState":
-        from connectors.state import StateStore
+        from connectors.state import PartitionState
 
-        st = StateStore(path.parent.parent).load(path.parent.name, int(header["partition"]))
+        st = PartitionState.load(path)
         out.update(topic=st.topic, partition=st.partition, offset=st.offset, records=st.records,
                    dead_letters=dict(st.dead_letters), owner=st.owner,
                    written_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.written_at)),

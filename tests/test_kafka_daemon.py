@@ -254,6 +254,10 @@ def test_poison_messages_go_to_dead_letter_topic(kafka_bootstrap, unique_name, t
     assert dict(state.dead_letters) == {"undecodable": 1, "empty": 2, "oversized": 1,
                                         "unknown-symbol": 1}
     assert by_label(state.acc) == by_label(reference(good))
+    from streamspec.daemon_cli import describe_checkpoint
+
+    info = describe_checkpoint(StateStore(tmp_path / "state").path(topic, 0))
+    assert info["offset"] == ends[0] and info["dead_letters"]["empty"] == 2
     letters = consume_all(kafka_bootstrap, dlq, expected=5)
     reasons = sorted(dict(m.headers)["reason"].decode() for m in letters)
     assert reasons == ["empty", "empty", "oversized", "undecodable", "unknown-symbol"]
