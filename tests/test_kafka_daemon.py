@@ -20,8 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import GROUP_SETTINGS, create_topic
-
 kafka = pytest.importorskip("kafka")
 
 from connectors.config import DaemonConfig  # noqa: E402
@@ -34,9 +32,23 @@ from streamspec.model import ObservableOperatorModel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WAIT = 120  # seconds: a generous bound on any wait (never an assertion on time)
+# consumer-group timings that make joins and rebalances take 1-2 s against Tansu
+GROUP_SETTINGS = dict(session_timeout_ms=3000, heartbeat_interval_ms=500,
+                      max_poll_interval_ms=10000)
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
+    """Create a topic explicitly (Tansu would auto-create it with 4 partitions)."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    finally:
+        admin.close()
 
 
 def keyed_streams(n_keys: int, length: int, seed: int = 0) -> list[tuple[bytes, bytes]]:
@@ -432,3 +444,22 @@ def test_unavailable_broker_is_retried_with_backoff_and_sigterm_exits_zero(tmp_p
     delays = [float(ln.split("retry_in=")[1].rstrip("s")) for ln in lines]
     assert delays[:2] == [0.5, 1.0]  # exponential backoff, not a spin
     assert "event=stopped" in log_path.read_text()
+
+
+def test_unreadable_checkpoint_pauses_its_partition_only(kafka_bootstrap, unique_name, tmp_path):
+    topic = unique_name("-in")
+    state_dir = tmp_path / "state"
+    create_topic(kafka_bootstrap, topic, partitions=2)
+    first = keyed_streams(n_keys=6, length=50, seed=31)
+    ends = produce(kafka_bootstrap, topic, first)
+    with DaemonThread(config(kafka_bootstrap, topic, unique_name("-g"), state_dir)):
+        wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends, "first checkpoints")
+    broken = StateStore(state_dir).path(topic, 0)
+    broken.write_bytes(b"garbage")
+    more = keyed_streams(n_keys=6, length=20, seed=32)
+    ends = {p: max(ends[p], e) for p, e in produce(kafka_bootstrap, topic, more).items()}
+    with DaemonThread(config(kafka_bootstrap, topic, unique_name("-g"), state_dir)) as daemon:
+        wait_until(lambda: StateStore(state_dir).load(topic, 1).offset == ends[1],
+                   "partition 1 at its end offset")
+        assert daemon.metrics.unreadable_checkpoints == 1
+    assert broken.read_bytes() == b"garbage"  # never replaced by a fresh (double) count
