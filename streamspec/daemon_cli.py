@@ -235,6 +235,9 @@ def _register_learn(subparsers) -> None:
                " --rank 3 --out alice.model",
     )
     p.add_argument("files", nargs="+", metavar="FILE", help="text files (.gz: one pass only)")
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML settings: these options' names (under [learn] or at the top) "
+                        "and [format]; flags given on the command line win")
     _format_options(p, kafka=False)
     _estimator_options(p, defaults=True)
     g = p.add_argument_group("output")
@@ -254,7 +257,7 @@ def _register_learn(subparsers) -> None:
                    help="--follow: seconds between polls (default 0.2)")
     g.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                    help="progress bar on stderr (auto: when stderr is a terminal)")
-    p.set_defaults(func=_learn)
+    p.set_defaults(func=_learn, _parser=p)
 
 
 class _Progress:
@@ -284,8 +287,37 @@ class _Progress:
         sys.stderr.flush()
 
 
+def apply_toml(args, parser: argparse.ArgumentParser, section: str) -> None:
+    """Fill the options of ``args`` left at their defaults from the ``--config`` TOML file.
+
+    The file may hold the options (dashes or underscores) at its top level or
+    under ``[section]``, and record format options under ``[format]``.
+    """
+    from connectors.config import load_toml
+
+    data = load_toml(args.config)
+    table = data.pop(section, {})
+    fmt = data.pop("format", {})
+    if not isinstance(table, dict) or not isinstance(fmt, dict):
+        raise ValueError(f"{args.config}: [{section}] and [format] must be tables")
+    settings = {**data, **table, **fmt}
+    known = {a.dest for a in parser._actions if a.dest not in ("help", "config", "files")}
+    for raw, value in settings.items():
+        name = raw.replace("-", "_")
+        if name not in known:
+            raise ValueError(f"{args.config}: unknown setting {raw!r} for {section}")
+        if getattr(args, name) == parser.get_default(name):
+            setattr(args, name, value)
+
+
 def _learn(args) -> int:
     _setup_logging("INFO")
+    if args.config:
+        try:
+            apply_toml(args, args._parser, "learn")
+        except (OSError, ValueError) as exc:
+            print(f"streamspec learn: {exc}", file=sys.stderr)
+            return 2
     from connectors.files import FileSource
     from connectors.records import format_from_options
     from connectors.state import SourceState

@@ -152,6 +152,19 @@ def test_learn_predict_inspect_round_trip(tmp_path, capsys):
     assert f"n_triples: {counts.n_triples}" in text
 
 
+def test_learn_takes_settings_from_toml(tmp_path):
+    data = tmp_path / "words.txt"
+    data.write_text("A b a B c a b\n")
+    toml = tmp_path / "learn.toml"
+    toml.write_text('no-fit = true\ncounts = "%s"\n[format]\nencoding = "tokens"\n'
+                    'lowercase = true\n' % (tmp_path / "c.ckpt"))
+    assert main(["learn", str(data), "--config", str(toml), "--progress", "never"]) == 0
+    acc = MomentAccumulator.load(tmp_path / "c.ckpt")
+    assert sorted(acc.symbols) == ["a", "b", "c"] and acc.n_triples == 5
+    toml.write_text("rnak = 3\n")
+    assert main(["learn", str(data), "--config", str(toml)]) == 2
+
+
 def test_inspect_rejects_a_file_that_is_no_checkpoint(tmp_path, capsys):
     junk = tmp_path / "junk.ckpt"
     junk.write_bytes(b"not a checkpoint")
