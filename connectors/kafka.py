@@ -22,8 +22,9 @@ delivered at least once.
 Poison messages
 ---------------
 A message that cannot be parsed (reasons ``empty``, ``undecodable``,
-``bad-json``, ``missing-field``, ``bad-field``, ``oversized``) or, with a fixed
-alphabet, that carries an unknown symbol (``unknown-symbol``) is sent unchanged
+``bad-json``, ``missing-field``, ``bad-field``, ``oversized``), that carries,
+with a fixed alphabet, an unknown symbol (``unknown-symbol``), or whose
+processing raised (``unprocessable``: a bug, never a crash loop) is sent unchanged
 to the dead-letter topic with headers ``reason``, ``detail``, ``source-topic``,
 ``source-partition`` and ``source-offset``, counted in the partition's
 checkpoint, and skipped.
@@ -408,16 +409,17 @@ class ConsumerDaemon:
                     self._dead_letter(state, m, "unknown-symbol", detail)
                     state.offset = m.offset + 1
                     continue
-            for r in records:
-                if r.symbol is not None:
-                    acc.learn_one(r.symbol, r.key)
-                    learned += 1
-                    if predictor is not None:
-                        self._predict(predictor, m, r.key, r.symbol)
-                if r.end:
-                    acc.end(r.key)
-                    if predictor is not None:
-                        predictor.forget(r.key)
+            try:
+                for r in records:
+                    if r.symbol is not None:
+                        acc.learn_one(r.symbol, r.key)
+                        learned += 1
+                    if r.end:
+                        acc.end(r.key)
+            except Exception as exc:  # deterministic, so a replay does exactly the same
+                self._dead_letter(state, m, "unprocessable", f"{type(exc).__name__}: {exc}")
+            if predictor is not None:  # outputs only: they never change what is counted
+                self._predict_all(predictor, m, records)
             state.offset = m.offset + 1
         state.records += learned
         self.metrics.records += learned
@@ -452,15 +454,23 @@ class ConsumerDaemon:
             self._producer.send(topic, key=m.key, value=m.value[: self.fmt.max_bytes],
                                 headers=headers)
 
-    def _predict(self, predictor: StreamPredictor, m, key, symbol) -> None:
-        out = predictor.observe(key, symbol)
-        out.update(symbol=symbol, partition=m.partition, offset=m.offset)
-        self._producer.send(
-            self.config.predictions_topic,
-            key=m.key,
-            value=json.dumps(out, default=str).encode(),
-        )
-        self.metrics.predictions += 1
+    def _predict_all(self, predictor: StreamPredictor, m, records) -> None:
+        try:
+            for r in records:
+                if r.symbol is not None:
+                    out = predictor.observe(r.key, r.symbol)
+                    out.update(symbol=r.symbol, partition=m.partition, offset=m.offset)
+                    self._producer.send(
+                        self.config.predictions_topic,
+                        key=m.key,
+                        value=json.dumps(out, default=str).encode(),
+                    )
+                    self.metrics.predictions += 1
+                if r.end:
+                    predictor.forget(r.key)
+        except (KafkaError, ValueError) as exc:
+            log.warning("event=prediction-failed partition=%s-%d offset=%d error=%r",
+                        m.topic, m.partition, m.offset, str(exc))
 
     # ------------------------------------------------------------------ periodic work
 
@@ -469,7 +479,7 @@ class ConsumerDaemon:
         self._take_model()
         self._maybe_refit()
         now = time.monotonic()
-        if self._dirty and (
+        if (self._dirty or self._uncommitted) and (
             (cfg.checkpoint_every and self._since_checkpoint >= cfg.checkpoint_every)
             or now - self._last_checkpoint >= cfg.checkpoint_interval
         ):
