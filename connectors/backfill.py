@@ -1,0 +1,658 @@
+"""Backfills: count the symbol triples of many files in parallel, then reduce exactly.
+
+A backfill reads files once (no following, no resume state) and returns one
+:class:`~streamspec.accumulator.MomentAccumulator` equal to the one a single
+process would build by reading the files in the given order with
+:class:`~connectors.files.FileSource` and feeding every record to ``learn_one``
+(and every end marker to ``end``). The work is split three ways:
+
+1. **Chunking** (:func:`chunk_bounds`, :func:`file_chunks`): every file is cut into
+   byte ranges at line boundaries, so that every line belongs to exactly one
+   chunk. Gzip files are one chunk each (their byte offsets cannot be sought).
+2. **Counting** (:func:`count_chunk`): each task parses its chunk with the shared
+   :class:`~connectors.records.RecordParser` and counts it into an accumulator
+   built with ``track_heads=True``. Plain ``chars`` input has a vectorised path
+   that gives the same counts without building a record per character.
+3. **Reduction** (:func:`reduce_in_order`): the files are one long record sequence
+   (file 1, then file 2, ...), and the chunk results are joined in that order by a
+   tree of :meth:`~streamspec.accumulator.MomentAccumulator.concat`, which counts
+   the triples straddling chunk borders. The join is associative, so the tree
+   gives exactly the serial counts whatever the stream keys are, even when keys
+   recur across files.
+
+:func:`backfill` runs the tasks on a Dask cluster (``scheduler``: an address, a
+``distributed.Client`` or a ``LocalCluster``; install ``streamspec[dask]``), else
+in a local process pool, or in this process when ``n_workers == 1``. Dask workers
+must see the files at the same paths (a shared file system).
+
+Examples
+--------
+>>> import pathlib, tempfile
+>>> from connectors.records import RecordFormat
+>>> folder = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (folder / "a.txt").write_text("abracadabra\\nabra")
+>>> _ = (folder / "b.txt").write_text("cadabra\\n")
+>>> acc = backfill([folder / "a.txt", folder / "b.txt"], RecordFormat("chars"),
+...                n_workers=1, chunk_bytes=4)
+>>> acc.n_triples        # 22 characters in one sequence: 20 triples
+20.0
+>>> import shutil; shutil.rmtree(folder)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from streamspec.accumulator import MomentAccumulator
+from streamspec.checkpoint import CheckpointError, encode_value
+
+from .records import MalformedRecord, RecordFormat, RecordParser
+
+__all__ = [
+    "Chunk",
+    "ChunkResult",
+    "add_backfill_arguments",
+    "backfill",
+    "backfill_result",
+    "chunk_bounds",
+    "count_chunk",
+    "file_chunks",
+    "reduce_in_order",
+    "run_backfill_from_args",
+    "wants_backfill",
+]
+
+DEFAULT_CHUNK_BYTES = 64 << 20
+_BLOCK = 16 << 20  # bytes of a chunk read (and counted) at a time
+_SCAN = 1 << 16  # bytes read at a time while looking for a line break
+_DASK_HINT = "the Dask backfill needs dask.distributed: pip install 'streamspec[dask]'"
+
+log = logging.getLogger("streamspec.backfill")
+
+
+# ----------------------------------------------------------------------------- chunking
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A byte range of one file: whole lines, from ``start`` up to ``end`` (excluded).
+
+    ``end`` is ``None`` for a whole gzip file (read to its end, decompressed).
+    """
+
+    path: str
+    start: int = 0
+    end: int | None = None
+
+
+def _bounds(size: int, chunk_bytes: int, next_line_start: Callable[[int], int]) -> list[tuple[int, int]]:
+    """Chunk ranges of ``size`` bytes, given where the line at or after an offset starts."""
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
+        raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+    cuts = [0]
+    for offset in range(chunk_bytes, size, chunk_bytes):
+        cut = next_line_start(offset)
+        if cut > cuts[-1]:
+            cuts.append(cut)
+        if cut >= size:
+            break
+    if cuts[-1] < size:
+        cuts.append(size)
+    return list(zip(cuts[:-1], cuts[1:], strict=True))
+
+
+def chunk_bounds(data: bytes, chunk_bytes: int) -> list[tuple[int, int]]:
+    """Byte ranges ``[start, end)`` of ``data`` holding whole lines, about ``chunk_bytes`` each.
+
+    A chunk nominally starts at a multiple of ``chunk_bytes``; it actually starts
+    just after the first line break at or after that offset (offset 0 excepted), and
+    ends where the next chunk starts. Every line (with its ``\\n``) is in exactly one
+    chunk; ranges are never empty; a last line without a line break is kept.
+
+    Examples
+    --------
+    >>> chunk_bounds(b"ab\\ncd\\n\\nefgh\\nij", 3)
+    [(0, 6), (6, 7), (7, 12), (12, 14)]
+    >>> chunk_bounds(b"one long line", 4)
+    [(0, 13)]
+    >>> chunk_bounds(b"", 4)
+    []
+    """
+    size = len(data)
+
+    def next_line_start(offset: int) -> int:
+        nl = data.find(b"\n", offset)
+        return size if nl < 0 else nl + 1
+
+    return _bounds(size, chunk_bytes, next_line_start)
+
+
+def file_chunks(paths: Iterable[str | os.PathLike], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> list[Chunk]:
+    """The chunks of files, in order: file by file, each cut as :func:`chunk_bounds` does.
+
+    Only a few bytes around each nominal cut are read. A ``.gz`` file is one chunk.
+    Empty files give no chunk.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp(), "f.txt")
+    >>> _ = path.write_bytes(b"ab\\ncd\\n\\nefgh\\nij")
+    >>> [(c.start, c.end) for c in file_chunks([path], 3)]
+    [(0, 6), (6, 7), (7, 12), (12, 14)]
+    >>> path.unlink()
+    """
+    out: list[Chunk] = []
+    for p in paths:
+        path = os.fsdecode(p)
+        size = os.path.getsize(path)
+        if path.endswith(".gz"):
+            out.append(Chunk(path))
+            continue
+        if size == 0:
+            continue
+        with open(path, "rb") as fh:
+
+            def next_line_start(offset: int, fh=fh, size=size) -> int:
+                fh.seek(offset)
+                while True:
+                    block = fh.read(_SCAN)
+                    if not block:
+                        return size
+                    nl = block.find(b"\n")
+                    if nl >= 0:
+                        return offset + nl + 1
+                    offset += len(block)
+
+            out.extend(Chunk(path, s, e) for s, e in _bounds(size, chunk_bytes, next_line_start))
+    return out
+
+
+# ----------------------------------------------------------------------------- counting
+
+
+@dataclass(slots=True)
+class ChunkResult:
+    """What counting a chunk (or a run of consecutive chunks) gave.
+
+    Attributes
+    ----------
+    acc
+        The counts, with ``track_heads=True`` so that results can be joined.
+    records
+        Number of symbols learned (records with a symbol).
+    lines
+        Number of lines read.
+    errors
+        Malformed lines skipped, by :attr:`~connectors.records.MalformedRecord.reason`.
+    """
+
+    acc: MomentAccumulator
+    records: int = 0
+    lines: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def then(self, later: ChunkResult) -> ChunkResult:
+        """This result followed by ``later`` (the next piece of the record sequence)."""
+        errors = Counter(self.errors)
+        errors.update(later.errors)
+        return ChunkResult(self.acc.concat(later.acc), self.records + later.records,
+                           self.lines + later.lines, dict(errors))
+
+
+def _new_acc(alphabet: Sequence[Hashable] | None) -> MomentAccumulator:
+    acc = MomentAccumulator(track_heads=True)
+    if alphabet is not None:
+        acc.alphabet.add_labels(alphabet)
+    return acc
+
+
+def count_chunk(chunk: Chunk, fmt: RecordFormat, alphabet: Sequence[Hashable] | None = None) -> ChunkResult:
+    """Count the records of one chunk into a fresh accumulator (``track_heads=True``).
+
+    Lines are parsed exactly as :class:`~connectors.files.FileSource` parses them
+    (the file's CSV header is looked up when the chunk starts after it); malformed
+    lines are skipped and counted in ``errors``.
+
+    Parameters
+    ----------
+    chunk
+        The byte range to read.
+    fmt
+        The record format.
+    alphabet
+        Labels to give the first indices, in this order (the others follow in order
+        of first appearance).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from connectors.records import RecordFormat
+    >>> path = pathlib.Path(tempfile.mkdtemp(), "f.csv")
+    >>> _ = path.write_text("key,symbol\\nu1,a\\nu2,b\\nu1,c\\n{oops\\n")
+    >>> res = count_chunk(Chunk(str(path), 0, path.stat().st_size), RecordFormat("csv"))
+    >>> res.records, res.acc.keys, res.acc.symbols, res.errors
+    (3, ['u1', 'u2'], ['a', 'b', 'c'], {'missing-field': 1})
+    >>> res = count_chunk(Chunk(str(path), 0, 11), RecordFormat("jsonl"))
+    >>> res.records, res.errors
+    (0, {'bad-json': 1})
+    >>> path.unlink()
+    """
+    acc = _new_acc(alphabet)
+    result = ChunkResult(acc)
+    errors: Counter[str] = Counter()
+    parser = _parser_at(chunk, fmt)
+    fast = fmt.encoding == "chars" and not fmt.end_each_line and _encodable(fmt.key)
+    for block in _blocks(chunk):
+        if fast:
+            counted = _count_chars_block(block, fmt, result.acc.symbols)
+            if counted is not None:
+                block_acc, n_symbols, n_lines = counted
+                result.acc = result.acc.concat(block_acc)
+                result.records += n_symbols
+                result.lines += n_lines
+                continue
+        result.lines += _count_lines(block, fmt, parser, result, errors)
+    result.errors = dict(errors)
+    return result
+
+
+def _encodable(key: Hashable) -> bool:
+    try:
+        encode_value(key)
+    except CheckpointError:
+        return False
+    return True
+
+
+def _parser_at(chunk: Chunk, fmt: RecordFormat) -> RecordParser:
+    """A parser in the state FileSource's parser has when it reaches ``chunk.start``."""
+    parser = RecordParser(fmt)
+    if chunk.start == 0 or fmt.encoding != "csv":
+        parser.started = chunk.start > 0
+        return parser
+    # FileSource hands the first line that is not oversized to the parser, which takes
+    # the header from it (or not); replay that on the lines before the chunk
+    offset = 0
+    with open(chunk.path, "rb") as fh:
+        for line in fh:
+            if offset >= chunk.start:
+                break
+            offset += len(line)
+            if not _oversized(line, fmt):
+                try:
+                    parser.parse(line)
+                except MalformedRecord:
+                    pass
+                break
+    return parser
+
+
+def _oversized(line: bytes, fmt: RecordFormat) -> bool:
+    """Whether FileSource drops the line unparsed (longer than ``max_bytes`` + its "\\r\\n")."""
+    return len(line) - line.endswith(b"\n") > fmt.max_bytes + 1
+
+
+def _blocks(chunk: Chunk) -> Iterator[bytes]:
+    """The chunk's bytes in blocks of whole lines (a block ends with "\\n" or the data)."""
+    opener = gzip.open if chunk.end is None and chunk.path.endswith(".gz") else open
+    with opener(chunk.path, "rb") as fh:
+        fh.seek(chunk.start)
+        left = None if chunk.end is None else chunk.end - chunk.start
+        carry = b""
+        while left is None or left > 0:
+            data = fh.read(_BLOCK if left is None else min(_BLOCK, left))
+            if not data:
+                break
+            if left is not None:
+                left -= len(data)
+            data = carry + data if carry else data
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                carry = data
+                continue
+            carry = data[cut:]
+            yield data[:cut]
+        if carry:
+            yield carry
+
+
+def _count_lines(block: bytes, fmt: RecordFormat, parser: RecordParser, result: ChunkResult,
+                 errors: Counter[str]) -> int:
+    """Count the lines of ``block`` record by record (any encoding); the number of lines."""
+    acc = result.acc
+    lines = block.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the block ends with a line break: no line after it
+    single = fmt.encoding in ("chars", "tokens")
+    for line in lines:
+        if _oversized(line, fmt):
+            errors["oversized"] += 1
+            continue
+        try:
+            records = parser.parse(line)
+        except MalformedRecord as exc:
+            errors[exc.reason] += 1
+            continue
+        if single:  # one stream, symbols then at most one end marker
+            symbols = [r.symbol for r in records if r.symbol is not None]
+            if symbols:
+                acc.learn_many(symbols, fmt.key)
+                result.records += len(symbols)
+            if records and records[-1].end:
+                acc.end(fmt.key)
+            continue
+        for rec in records:
+            if rec.symbol is not None:
+                acc.learn_one(rec.symbol, rec.key)
+                result.records += 1
+            if rec.end:
+                acc.end(rec.key)
+    return len(lines)
+
+
+def _chars_table(fmt: RecordFormat) -> np.ndarray:
+    """Byte -> symbol byte for ASCII chars input; 255 where the byte gives no symbol."""
+    table = np.full(256, 255, dtype=np.uint8)
+    for b in range(128):
+        ch = chr(b)
+        if ch in "\r\n":
+            continue
+        if fmt.lowercase:
+            ch = ch.lower()
+        if fmt.keep is not None and ch not in fmt.keep:
+            continue
+        table[b] = ord(ch)
+    return table
+
+
+def _count_chars_block(
+    block: bytes, fmt: RecordFormat, labels: list
+) -> tuple[MomentAccumulator, int, int] | None:
+    """Vectorised count of an ASCII ``chars`` block with no oversized line, else None.
+
+    Gives what the parser and ``learn_one`` give: within a line "\\r" is never a
+    symbol; lines are lower-cased then filtered by ``keep``; all lines continue one
+    sequence of stream ``fmt.key``. The counts are taken with a fixed alphabet of the
+    symbols present (fast), then relabelled: ``labels`` first, new characters in
+    order of first appearance.
+    """
+    if not block.isascii():
+        return None
+    arr = np.frombuffer(block, dtype=np.uint8)
+    breaks = np.flatnonzero(arr == 10)
+    ends = np.append(breaks, arr.size) if breaks.size == 0 or breaks[-1] != arr.size - 1 else breaks
+    lengths = np.diff(ends, prepend=-1) - 1
+    if lengths.size and int(lengths.max()) > fmt.max_bytes:
+        return None  # an oversized line (or one that needs the exact rule): the slow path
+    codes = _chars_table(fmt)[arr]
+    symbols = codes[codes != 255]
+    present = np.flatnonzero(np.bincount(symbols, minlength=256))
+    index = {label: i for i, label in enumerate(labels)}
+    missing = [v for v in present.tolist() if chr(v) not in index]
+    first: dict[int, int] = {}
+    for start in range(0, symbols.size, _SCAN):
+        if len(first) == len(missing):
+            break
+        part = symbols[start:start + _SCAN]
+        for v in missing:
+            if v not in first:
+                hit = np.flatnonzero(part == v)
+                if hit.size:
+                    first[v] = start + int(hit[0])
+    new_labels = list(labels) + [chr(v) for v in sorted(missing, key=first.__getitem__)]
+    lookup = np.zeros(256, dtype=np.int64)
+    for i, label in enumerate(new_labels):
+        if isinstance(label, str) and len(label) == 1 and ord(label) < 256:
+            lookup[ord(label)] = i
+    fixed = MomentAccumulator(n_symbols=max(1, len(new_labels)), track_heads=True)
+    fixed.learn_many(lookup[symbols], key=fmt.key)
+    kind, version, header, arrays = fixed.to_checkpoint()
+    n = len(new_labels)
+    header = dict(header, n_symbols=None, labels=[encode_value(s) for s in new_labels])
+    arrays = dict(arrays, c3=arrays["c3"][:n, :n, :n])
+    return MomentAccumulator.from_checkpoint(header, arrays), int(symbols.size), int(ends.size)
+
+
+# ----------------------------------------------------------------------------- reduction
+
+
+def reduce_in_order(items: Sequence[Any], join: Callable[[Any, Any], Any] | None = None) -> Any:
+    """Join ``items`` in order by a balanced tree of ``join(left, right)`` calls.
+
+    ``join`` defaults to ``left.then(right)`` (for :class:`ChunkResult`) or
+    ``left.concat(right)`` (for accumulators). Exact for any associative join.
+
+    Examples
+    --------
+    >>> reduce_in_order(["a", "b", "c", "d", "e"], join=lambda x, y: f"({x}{y})")
+    '(((ab)(cd))e)'
+    """
+    if not items:
+        raise ValueError("nothing to reduce")
+    join = join or _join
+    level = list(items)
+    while len(level) > 1:
+        nxt = [join(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+def _join(left: Any, right: Any) -> Any:
+    return left.then(right) if isinstance(left, ChunkResult) else left.concat(right)
+
+
+# ----------------------------------------------------------------------------- executors
+
+
+def _require_distributed():
+    try:
+        import distributed
+    except ImportError as exc:
+        raise ImportError(_DASK_HINT) from exc
+    return distributed
+
+
+def backfill_result(
+    paths: Sequence[str | os.PathLike],
+    fmt: RecordFormat,
+    scheduler: Any = None,
+    n_workers: int | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    alphabet: Sequence[Hashable] | None = None,
+) -> ChunkResult:
+    """Like :func:`backfill`, but the whole :class:`ChunkResult` (counts, records, errors)."""
+    if not isinstance(fmt, RecordFormat):
+        raise ValueError(f"fmt must be a RecordFormat, got {type(fmt).__name__}")
+    if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int)
+                                  or n_workers < 1):
+        raise ValueError(f"n_workers must be a positive integer or None, got {n_workers!r}")
+    names = [os.fsdecode(p) for p in ([paths] if isinstance(paths, str | os.PathLike) else paths)]
+    missing = [p for p in names if not os.path.isfile(p)]
+    if missing:
+        raise FileNotFoundError(f"no such file: {missing[0]}")
+    alphabet = None if alphabet is None else list(alphabet)
+    t0 = time.perf_counter()
+    chunks = file_chunks(names, chunk_bytes)
+    if not chunks:
+        result = ChunkResult(_new_acc(alphabet))
+    elif scheduler is not None:
+        result = _run_dask(chunks, fmt, alphabet, scheduler, n_workers)
+    elif n_workers == 1 or len(chunks) == 1:
+        result = reduce_in_order([count_chunk(c, fmt, alphabet) for c in chunks])
+    else:
+        result = _run_pool(chunks, fmt, alphabet, n_workers)
+    log.info("event=backfilled files=%d chunks=%d records=%d malformed=%d seconds=%.2f",
+             len(names), len(chunks), result.records, sum(result.errors.values()),
+             time.perf_counter() - t0)
+    return result
+
+
+def backfill(
+    paths: Sequence[str | os.PathLike],
+    fmt: RecordFormat,
+    scheduler: Any = None,
+    n_workers: int | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    alphabet: Sequence[Hashable] | None = None,
+) -> MomentAccumulator:
+    """Count the records of ``paths`` (one long sequence, in order) in parallel.
+
+    Parameters
+    ----------
+    paths
+        Text files (``.gz``: decompressed, one chunk each), read as one record
+        sequence in this order: a stream key recurring in a later file continues.
+    fmt
+        The record format of every line.
+    scheduler
+        Run on Dask: a scheduler address (``"tcp://host:8786"``), ``"local"`` (a
+        ``LocalCluster`` of ``n_workers`` processes started for this call), a
+        ``distributed.Client`` or a ``LocalCluster``. ``None``: local processes.
+    n_workers
+        Without ``scheduler``: processes of the pool (default: CPU count); 1 counts
+        in this process.
+    chunk_bytes
+        Nominal bytes per task (cut at line breaks).
+    alphabet
+        Labels to give the first indices, in this order; others follow in order of
+        first appearance (the same order as a serial run).
+
+    Returns
+    -------
+    MomentAccumulator
+        Sliding-mode counts with ``track_heads=True``, equal to those of one
+        accumulator fed every record in order (``learn_one`` / ``end``).
+
+    Raises
+    ------
+    ImportError
+        When ``scheduler`` is given and ``dask.distributed`` is not installed.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from connectors.records import RecordFormat
+    >>> path = pathlib.Path(tempfile.mkdtemp(), "t.txt")
+    >>> _ = path.write_text("the cat sat\\non the mat\\n")
+    >>> acc = backfill([path], RecordFormat("tokens"), n_workers=1, chunk_bytes=8)
+    >>> acc.symbols, acc.n_triples
+    (['the', 'cat', 'sat', 'on', 'mat'], 4.0)
+    >>> path.unlink()
+    """
+    return backfill_result(paths, fmt, scheduler, n_workers, chunk_bytes, alphabet).acc
+
+
+def _run_pool(chunks: list[Chunk], fmt: RecordFormat, alphabet, n_workers: int | None) -> ChunkResult:
+    import multiprocessing
+
+    workers = min(n_workers or os.cpu_count() or 1, len(chunks))
+    # spawn: the caller may run threads (a Dask client, a daemon), which fork would copy locked
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(count_chunk, c, fmt, alphabet) for c in chunks]
+        return reduce_in_order([f.result() for f in futures])
+
+
+def _run_dask(chunks: list[Chunk], fmt: RecordFormat, alphabet, scheduler: Any,
+              n_workers: int | None) -> ChunkResult:
+    distributed = _require_distributed()
+    own_cluster = own_client = None
+    if isinstance(scheduler, distributed.Client):
+        client = scheduler
+    else:
+        if isinstance(scheduler, str) and scheduler == "local":
+            own_cluster = scheduler = distributed.LocalCluster(
+                n_workers=n_workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
+                dashboard_address=None)
+        own_client = client = distributed.Client(scheduler)
+    try:
+        futures = client.map(count_chunk, chunks, fmt=fmt, alphabet=alphabet, pure=False)
+        # the joins run on the workers too: a tree of tasks, in order
+        top = reduce_in_order(futures, join=lambda a, b: client.submit(_join, a, b, pure=False))
+        return top.result()
+    finally:
+        if own_client is not None:
+            own_client.close()
+        if own_cluster is not None:
+            own_cluster.close()
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--dask ADDRESS``, ``--workers N`` and ``--chunk-mb MB`` to a ``learn`` parser.
+
+    Examples
+    --------
+    >>> p = argparse.ArgumentParser()
+    >>> add_backfill_arguments(p)
+    >>> args = p.parse_args(["--dask", "tcp://10.0.0.5:8786", "--chunk-mb", "16"])
+    >>> args.dask, args.workers, args.chunk_mb, wants_backfill(args)
+    ('tcp://10.0.0.5:8786', None, 16, True)
+    >>> wants_backfill(p.parse_args([]))
+    False
+    """
+    g = parser.add_argument_group("parallel backfill (files read once, counted in chunks)")
+    g.add_argument("--dask", metavar="SCHEDULER_ADDRESS",
+                   help="count on this Dask cluster ('local': start one with --workers "
+                        "processes); needs pip install 'streamspec[dask]'")
+    g.add_argument("--workers", type=int, metavar="N",
+                   help="without --dask: count in N local processes (1: in this one)")
+    g.add_argument("--chunk-mb", type=int, default=DEFAULT_CHUNK_BYTES >> 20, metavar="MB",
+                   help=f"bytes per task, in MiB (default {DEFAULT_CHUNK_BYTES >> 20})")
+
+
+def wants_backfill(args: argparse.Namespace) -> bool:
+    """Whether the parsed arguments ask for a parallel backfill (``--dask`` or ``--workers``)."""
+    return getattr(args, "dask", None) is not None or getattr(args, "workers", None) is not None
+
+
+def run_backfill_from_args(args: argparse.Namespace, fmt: RecordFormat) -> MomentAccumulator:
+    """Run :func:`backfill` for parsed ``learn`` arguments (``files``, ``--dask``, ...).
+
+    Raises
+    ------
+    ValueError
+        For options a backfill cannot honour: ``--follow``, ``--state``, a mode other
+        than ``sliding``, a bad ``--workers`` or ``--chunk-mb``.
+
+    Examples
+    --------
+    >>> p = argparse.ArgumentParser()
+    >>> add_backfill_arguments(p)
+    >>> args = p.parse_args(["--workers", "2"])
+    >>> args.files, args.follow = ["x.txt"], True
+    >>> run_backfill_from_args(args, RecordFormat())
+    Traceback (most recent call last):
+    ...
+    ValueError: --dask/--workers read the files once: they cannot be combined with --follow
+    """
+    for flag in ("follow", "state"):
+        if getattr(args, flag, None):
+            raise ValueError(f"--dask/--workers read the files once: they cannot be combined "
+                             f"with --{flag}")
+    mode = getattr(args, "mode", None) or "sliding"
+    if mode != "sliding":
+        raise ValueError(f"--dask/--workers count in sliding mode only, not --mode {mode}")
+    workers = getattr(args, "workers", None)
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {workers}")
+    chunk_mb = getattr(args, "chunk_mb", DEFAULT_CHUNK_BYTES >> 20)
+    if chunk_mb < 1:
+        raise ValueError(f"--chunk-mb must be at least 1, got {chunk_mb}")
+    return backfill(args.files, fmt, scheduler=getattr(args, "dask", None), n_workers=workers,
+                    chunk_bytes=chunk_mb << 20)
