@@ -204,3 +204,20 @@ def test_accumulator_second_moments_match_brute_force():
     np.testing.assert_allclose(acc.second_moments(B), brute, atol=1e-10)
     with pytest.raises(ValueError, match="shape"):
         acc.second_moments(np.zeros((2, 2, 2)))
+
+
+@pytest.mark.parametrize("penalty", [0.0, 0.02])
+def test_iterative_and_explicit_exact_solvers_agree(monkeypatch, penalty):
+    import streamspec.mestimator as mest
+
+    hmm = HMM.random(3, 6, random_state=8)
+    acc = accumulate(hmm.sample(30000, random_state=9), 6)
+    kwargs = dict(rank=3, penalty=penalty, weighting="exact", max_outer=2)
+    dense = MEstimator(**kwargs)
+    dense.fit(acc)
+    monkeypatch.setattr(mest, "_DENSE_MAX", 0)  # force CG (no L1) or FISTA (L1)
+    iterative = MEstimator(**kwargs)
+    iterative.fit(acc)
+    assert abs(iterative.factors_.loss - dense.factors_.loss) <= 1e-4 * dense.factors_.loss
+    np.testing.assert_allclose(iterative.factors_.operators(), dense.factors_.operators(),
+                               atol=1e-3)
