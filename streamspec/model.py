@@ -161,8 +161,18 @@ class ObservableOperatorModel:
         return v / _safe_norm(z, np.abs(self.binf) @ np.abs(v))
 
     def predict_from_state(self, state: np.ndarray) -> np.ndarray:
-        """Next-symbol distribution from a state (clipped, renormalised, floored)."""
-        return self._normalise(self._C @ state)
+        """Next-symbol distribution from a state, or from each row of an array of states
+        (clipped, renormalised, floored)."""
+        return self._normalise(np.asarray(state) @ self._C.T)
+
+    def extend_states(self, states: np.ndarray) -> np.ndarray:
+        """The states after each symbol, from each of ``states`` (shape (c, d)).
+
+        Returns shape (c * n, d), ordered by state then symbol: row ``s * n + x``
+        is ``update_state(states[s], x)``. Used to tabulate every context at once.
+        """
+        V = np.einsum("xde,ce->cxd", self.B, np.atleast_2d(states)).reshape(-1, self.dim)
+        return V / _safe_norm(V @ self.binf, np.abs(V) @ np.abs(self.binf))[:, None]
 
     def state_for(self, history) -> np.ndarray:
         """The state this model's filter assigns to a history."""

@@ -100,10 +100,7 @@ class PredictionTable:
 
     def _eager(self) -> None:
         m = self.model
-        n, d = self.n, m.dim
-        B, binf = m.B, m.binf
-        C = np.einsum("d,xde->xe", binf, B)
-        absb = np.abs(binf)
+        n = self.n
         states = m.b1[None, :]
         codes = np.zeros(1, dtype=np.int64 if _BITS * self.window < 63 else object)
         size = n
@@ -111,15 +108,11 @@ class PredictionTable:
             if length > 0:
                 if size * n * n > _EAGER_MAX:
                     break  # longer contexts: computed on first use
-                V = np.einsum("xde,ce->cxd", B, states).reshape(-1, d)
-                z = V @ binf
-                fb = np.abs(V) @ absb
-                fb = np.where(fb > 0, fb, 1.0)
-                states = V / np.where(z > 1e-12 * fb, z, fb)[:, None]
+                states = m.extend_states(states)
                 digits = np.arange(1, n + 1, dtype=codes.dtype)
                 codes = ((codes[:, None] << _BITS) | digits[None, :]).reshape(-1)
                 size *= n
-            P = _normalise(states @ C.T, m.min_proba)
+            P = m.predict_from_state(states)
             keys = codes.tolist()
             self._blocks.append((keys, P))
             self.rows.update(zip(keys, P, strict=True))
@@ -180,18 +173,6 @@ class PredictionTable:
         d = dict(zip(labels, vals, strict=True))
         self.dicts[code] = d
         return d
-
-
-def _normalise(q: np.ndarray, min_proba: float) -> np.ndarray:
-    """Clip at 0, renormalise (uniform if all zero), floor at ``min_proba``: as the model does."""
-    q = np.clip(q, 0.0, None)
-    s = q.sum(axis=-1, keepdims=True)
-    n = q.shape[-1]
-    q = np.where(s > 0, q / np.where(s > 0, s, 1.0), 1.0 / n)
-    if min_proba > 0:
-        q = np.maximum(q, min_proba)
-        q = q / q.sum(axis=-1, keepdims=True)
-    return q
 
 
 def prepare_table(model, window: int = 2) -> PredictionTable:
