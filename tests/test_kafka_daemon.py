@@ -463,3 +463,31 @@ def test_unreadable_checkpoint_pauses_its_partition_only(kafka_bootstrap, unique
                    "partition 1 at its end offset")
         assert daemon.metrics.unreadable_checkpoints == 1
     assert broken.read_bytes() == b"garbage"  # never replaced by a fresh (double) count
+
+
+def test_rebalance_checkpoints_before_revocation(kafka_bootstrap, unique_name, tmp_path, caplog):
+    """A second member joins: the first hands over partitions through revocation checkpoints."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="streamspec.daemon")
+    topic, group = unique_name("-in"), unique_name("-g")
+    state_dir = tmp_path / "state"
+    create_topic(kafka_bootstrap, topic, partitions=4)
+    messages = keyed_streams(n_keys=16, length=100, seed=41)
+    ends = produce(kafka_bootstrap, topic, messages)
+    # no periodic checkpoint: only a revocation (or the shutdown) can write one
+    lazy = dict(checkpoint_interval=3600.0, checkpoint_every=10**9)
+    with DaemonThread(config(kafka_bootstrap, topic, group, state_dir, client_id="first",
+                             **lazy)) as first:
+        wait_until(lambda: first.metrics.messages == len(messages), "the first member's pass")
+        assert checkpoint_offsets(state_dir, topic) == {}
+        with DaemonThread(config(kafka_bootstrap, topic, group, state_dir, client_id="second",
+                                 **lazy)) as second:
+            wait_until(lambda: second.states and len(first.states) + len(second.states) == 4,
+                       "the partitions split between both members")
+            moved = sorted(tp.partition for tp in second.states)
+            handed = checkpoint_offsets(state_dir, topic)
+            assert all(handed[p] == ends[p] for p in moved)
+    for p in moved:
+        assert f"partition={topic}-{p} offset={ends[p]} from=checkpoint" in caplog.text
+    assert by_label(StateStore(state_dir).merged(topic)) == by_label(reference(messages))
