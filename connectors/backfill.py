@@ -362,19 +362,17 @@ def _count_lines(block: bytes, fmt: RecordFormat, parser: RecordParser, result: 
     return len(lines)
 
 
-def _chars_table(fmt: RecordFormat) -> np.ndarray:
-    """Byte -> symbol byte for ASCII chars input; 255 where the byte gives no symbol."""
-    table = np.full(256, 255, dtype=np.uint8)
+def _chars_tables(fmt: RecordFormat) -> tuple[bytes, bytes]:
+    """``bytes.translate`` table and deletions turning ASCII chars input into its symbols."""
+    table = bytearray(range(256))
+    delete = bytearray(b"\r\n")
     for b in range(128):
         ch = chr(b)
-        if ch in "\r\n":
-            continue
         if fmt.lowercase:
-            ch = ch.lower()
-        if fmt.keep is not None and ch not in fmt.keep:
-            continue
-        table[b] = ord(ch)
-    return table
+            table[b] = ord(ch.lower())
+        if ch not in "\r\n" and fmt.keep is not None and chr(table[b]) not in fmt.keep:
+            delete.append(b)
+    return bytes(table), bytes(delete)
 
 
 def _count_chars_block(
@@ -395,34 +393,33 @@ def _count_chars_block(
     ends = np.append(breaks, arr.size) if breaks.size == 0 or breaks[-1] != arr.size - 1 else breaks
     lengths = np.diff(ends, prepend=-1) - 1
     if lengths.size and int(lengths.max()) > fmt.max_bytes:
-        return None  # an oversized line (or one that needs the exact rule): the slow path
-    codes = _chars_table(fmt)[arr]
-    symbols = codes[codes != 255]
-    present = np.flatnonzero(np.bincount(symbols, minlength=256))
+        return None  # an oversized line: the slow path, line by line
+    table, delete = _chars_tables(fmt)
+    symbols = block.translate(table, delete)
+    # the characters present, in order of first appearance: those of a prefix, then the
+    # others (which do not occur in the prefix, so their order in the rest is the order)
+    seen = dict.fromkeys(symbols[:_SCAN])
+    seen.update(dict.fromkeys(symbols[_SCAN:].translate(None, bytes(seen))))
     index = {label: i for i, label in enumerate(labels)}
-    missing = [v for v in present.tolist() if chr(v) not in index]
-    first: dict[int, int] = {}
-    for start in range(0, symbols.size, _SCAN):
-        if len(first) == len(missing):
-            break
-        part = symbols[start:start + _SCAN]
-        for v in missing:
-            if v not in first:
-                hit = np.flatnonzero(part == v)
-                if hit.size:
-                    first[v] = start + int(hit[0])
-    new_labels = list(labels) + [chr(v) for v in sorted(missing, key=first.__getitem__)]
-    lookup = np.zeros(256, dtype=np.int64)
-    for i, label in enumerate(new_labels):
-        if isinstance(label, str) and len(label) == 1 and ord(label) < 256:
-            lookup[ord(label)] = i
-    fixed = MomentAccumulator(n_symbols=max(1, len(new_labels)), track_heads=True)
-    fixed.learn_many(lookup[symbols], key=fmt.key)
-    kind, version, header, arrays = fixed.to_checkpoint()
+    new_labels = list(labels) + [chr(v) for v in seen if chr(v) not in index]
+    index = {label: i for i, label in enumerate(new_labels)}
     n = len(new_labels)
+    if n <= 256:
+        to_index = bytearray(256)
+        for v in seen:
+            to_index[v] = index[chr(v)]
+        idx = np.frombuffer(symbols.translate(to_index), dtype=np.uint8).astype(np.int64)
+    else:
+        lookup = np.zeros(256, dtype=np.int64)
+        for v in seen:
+            lookup[v] = index[chr(v)]
+        idx = lookup[np.frombuffer(symbols, dtype=np.uint8)]
+    fixed = MomentAccumulator(n_symbols=max(1, n), track_heads=True)
+    fixed.learn_many(idx, key=fmt.key)
+    _, _, header, arrays = fixed.to_checkpoint()
     header = dict(header, n_symbols=None, labels=[encode_value(s) for s in new_labels])
     arrays = dict(arrays, c3=arrays["c3"][:n, :n, :n])
-    return MomentAccumulator.from_checkpoint(header, arrays), int(symbols.size), int(ends.size)
+    return MomentAccumulator.from_checkpoint(header, arrays), len(symbols), int(ends.size)
 
 
 # ----------------------------------------------------------------------------- reduction
