@@ -13,6 +13,7 @@ import sys
 
 # (module, attribute): each is a function register(subparsers) -> None
 _COMMANDS = [
+    ("streamspec.paper", "register"),
     ("streamspec.demo", "register"),
     ("streamspec.daemon_cli", "register"),
 ]
