@@ -491,3 +491,27 @@ def test_rebalance_checkpoints_before_revocation(kafka_bootstrap, unique_name, t
     for p in moved:
         assert f"partition={topic}-{p} offset={ends[p]} from=checkpoint" in caplog.text
     assert by_label(StateStore(state_dir).merged(topic)) == by_label(reference(messages))
+
+
+def test_json_values_and_their_poison(kafka_bootstrap, unique_name, tmp_path):
+    topic, dlq = unique_name("-in"), unique_name("-dlq")
+    create_topic(kafka_bootstrap, topic, partitions=1)
+    create_topic(kafka_bootstrap, dlq, partitions=1)
+    good = [(None, json.dumps({"user": f"u{i % 3}", "page": "abc"[i % 3 - (i % 2)]}).encode())
+            for i in range(60)]
+    bad = [(None, b'{"user": "u1", "page": '), (None, b'{"user": "u1"}'), (None, b"[1, 2]")]
+    messages = good[:30] + bad + good[30:]
+    ends = produce(kafka_bootstrap, topic, messages)
+    fmt = {"value_format": "json", "key_field": "user", "symbol_field": "page"}
+    cfg = config(kafka_bootstrap, topic, unique_name("-g"), tmp_path / "state",
+                 dead_letter_topic=dlq, format=fmt)
+    with DaemonThread(cfg):
+        wait_until(lambda: checkpoint_offsets(tmp_path / "state", topic) == ends,
+                   "checkpoints at the end offsets")
+    state = StateStore(tmp_path / "state").load(topic, 0)
+    assert dict(state.dead_letters) == {"bad-json": 2, "missing-field": 1}
+    expected = reference(good, RecordFormat(value_format="json", key_field="user",
+                                            symbol_field="page"))
+    assert by_label(state.acc) == by_label(expected) and state.acc.n_triples == 3 * 18
+    reasons = sorted(dict(m.headers)["reason"] for m in consume_all(kafka_bootstrap, dlq, 3))
+    assert reasons == [b"bad-json", b"bad-json", b"missing-field"]
