@@ -253,7 +253,8 @@ def count_chunk(chunk: Chunk, fmt: RecordFormat, alphabet: Sequence[Hashable] | 
     result = ChunkResult(acc)
     errors: Counter[str] = Counter()
     parser = _parser_at(chunk, fmt)
-    fast = fmt.encoding == "chars" and not fmt.end_each_line and _encodable(fmt.key)
+    fast = (fmt.encoding == "chars" and not fmt.end_each_line and not fmt.int_symbols
+            and _encodable(fmt.key))
     for block in _blocks(chunk):
         if fast:
             counted = _count_chars_block(block, fmt, result.acc.symbols)
@@ -477,7 +478,9 @@ def backfill_result(
     if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int)
                                   or n_workers < 1):
         raise ValueError(f"n_workers must be a positive integer or None, got {n_workers!r}")
-    names = [os.fsdecode(p) for p in ([paths] if isinstance(paths, str | os.PathLike) else paths)]
+    # absolute paths: Dask workers may run in another directory (they need the same files)
+    names = [os.path.abspath(os.fsdecode(p))
+             for p in ([paths] if isinstance(paths, str | os.PathLike) else paths)]
     missing = [p for p in names if not os.path.isfile(p)]
     if missing:
         raise FileNotFoundError(f"no such file: {missing[0]}")

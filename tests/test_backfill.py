@@ -150,7 +150,7 @@ def test_keyed_backfill_equals_one_accumulator_fed_in_order(files, chunk_bytes, 
     assert result.errors == {}
 
 
-TEXT = st.lists(st.sampled_from(["a", "B", "c", " ", "\n", "\r\n", "\r", "é", "\ufeff", "xyzw"]),
+TEXT = st.lists(st.sampled_from(["a", "B", "c", " ", "\n", "\r\n", "\r", "é", "\ufeff", "xyzw", "7"]),
                 max_size=60).map("".join)
 
 
@@ -158,11 +158,13 @@ TEXT = st.lists(st.sampled_from(["a", "B", "c", " ", "\n", "\r\n", "\r", "é", "
 @given(texts=st.lists(TEXT, min_size=1, max_size=2), chunk_bytes=st.integers(1, 40),
        lowercase=st.booleans(), keep=st.sampled_from([None, "abc", "aBc \r"]),
        end_each_line=st.booleans(), max_bytes=st.sampled_from([3, 5, 1 << 20]),
-       encoding=st.sampled_from(["chars", "chars", "tokens"]))
+       encoding=st.sampled_from(["chars", "chars", "tokens"]), int_symbols=st.booleans(),
+       key=st.sampled_from([None, "doc", ("doc", 1)]))
 def test_text_backfill_equals_the_parser(texts, chunk_bytes, lowercase, keep, end_each_line,
-                                         max_bytes, encoding) -> None:
+                                         max_bytes, encoding, int_symbols, key) -> None:
     fmt = RecordFormat(encoding, lowercase=lowercase, keep=keep if encoding == "chars" else None,
-                       end_each_line=end_each_line, max_bytes=max_bytes)
+                       end_each_line=end_each_line, max_bytes=max_bytes,
+                       int_symbols=int_symbols, key=key)
     with tempfile.TemporaryDirectory() as folder:
         paths = [write(Path(folder), f"t{i}.txt", t.encode()) for i, t in enumerate(texts)]
         acc = backfill(paths, fmt, n_workers=1, chunk_bytes=chunk_bytes)
