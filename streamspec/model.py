@@ -323,7 +323,12 @@ class ObservableOperatorModel:
             "min_proba": float(self.min_proba),
             "symbols": None if self.symbols is None else [encode_value(s) for s in self.symbols],
         }
-        return header, {"b1": self.b1, "binf": self.binf, "B": self.B}
+        arrays = {"b1": self.b1, "binf": self.binf, "B": self.B}
+        factors = getattr(self, "factors", None)
+        if factors is not None:  # kept so that a restarted refitter can warm-start
+            header["factorization"] = factors.factorization
+            arrays["R"], arrays["S"] = factors.R, factors.S
+        return header, arrays
 
     def to_bytes(self) -> bytes:
         """The model as a checkpoint in bytes (npz + JSON header, checksummed; no pickle)."""
@@ -346,7 +351,7 @@ class ObservableOperatorModel:
     def _from_parts(cls, header, arrays, source) -> ObservableOperatorModel:
         try:
             symbols = header["symbols"]
-            return cls(
+            model = cls(
                 arrays["b1"],
                 arrays["binf"],
                 arrays["B"],
@@ -355,6 +360,11 @@ class ObservableOperatorModel:
                 min_proba=header["min_proba"],
                 symbols=None if symbols is None else [decode_value(s) for s in symbols],
             )
+            if "R" in arrays:
+                from streamspec.mestimator import MFactors
+
+                model.factors = MFactors(arrays["R"], arrays["S"], header["factorization"])
+            return model
         except (KeyError, ValueError, TypeError) as exc:
             raise CheckpointError(f"{source}: malformed model checkpoint ({exc})") from None
 

@@ -166,3 +166,16 @@ def test_windowed_full_rank_beats_bigram_on_a_second_order_source():
     best = select_predictor(SpectralEstimator(), acc, held_out, ranks=[n])
     bigram = NGramModel(n, order=1).fit([x[:50_000]]).log_loss(held_out)
     assert best.window >= 2 and best.log_loss < bigram - 0.05
+
+
+def test_saved_m_estimator_model_keeps_its_factors_for_warm_starts(tmp_path, hmm_and_acc):
+    _, acc = hmm_and_acc
+    model = MEstimator(rank=3).fit(acc)
+    model.save(tmp_path / "m.npz")
+    back = ObservableOperatorModel.load(tmp_path / "m.npz")
+    np.testing.assert_array_equal(back.factors.R, model.factors.R)
+    warm = MEstimator(rank=3, max_outer=1)
+    warm.fit(acc, init=back)
+    assert len(warm.loss_history_) == 1 and np.isfinite(warm.factors_.loss)
+    assert not hasattr(ObservableOperatorModel.from_bytes(
+        SpectralEstimator(rank=2).fit(acc).to_bytes()), "factors")
