@@ -267,6 +267,13 @@ def test_dask_local_cluster_equals_serial(tmp_path: Path) -> None:
     assert_same(again, serial(paths[:1], csv_fmt))
 
 
+def test_dask_local_starts_and_stops_its_own_cluster(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    path = keyed_files(tmp_path)[2]
+    acc = backfill([path], RecordFormat("chars"), scheduler="local", n_workers=2, chunk_bytes=2000)
+    assert_same(acc, serial([path], RecordFormat("chars")))
+
+
 def test_dask_missing_names_the_extra(tmp_path: Path, monkeypatch) -> None:
     path = write(tmp_path, "t.txt", b"abc\n")
     monkeypatch.setitem(sys.modules, "distributed", None)
