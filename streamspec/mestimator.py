@@ -354,7 +354,7 @@ class MEstimator:
         WP = W.apply(self._P3j)
         c = np.einsum("jxi,xjw->xiw", WP, Z, optimize=True)
         mu = self._mu / 2
-        if W.blocks is None and W.V is None:  # rows (x, i) decouple
+        if W.blocks is None and W.K is None:  # rows (x, i) decouple
             H = np.einsum("jxi,xjw,xjv->xiwv", W.lam, Z, Z, optimize=True).reshape(n * n, k, k)
             groups, shape = (H, c.reshape(n * n, k)), (n * n, k)
         elif W.blocks is not None:  # symbols x decouple

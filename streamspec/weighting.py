@@ -52,29 +52,38 @@ WEIGHTINGS = ("identity", "diagonal", "per_symbol", "exact")
 class Weighting:
     """A block-diagonal weighting, applied to moment arrays ``M[j, x, i]``.
 
-    Exactly one of the representations is used: ``lam`` alone (diagonal),
-    ``blocks`` (per-x dense n × n blocks, ``W[j, x]``), or ``lam`` with the
-    low-rank correction ``V, K`` (exact).
+    One of three representations is used: ``lam`` alone (diagonal W), ``blocks``
+    (per-x dense n × n blocks ``W[j, x]``), or the exact form
+    ``W_j = scale · (Λ_j - Λ_j U_j K_j U_jᵀ Λ_j)`` with ``Λ_j = diag(lam[j])``,
+    ``U_j = [B̃, F_j]`` (``B̃[(x, i), s] = B[x, i, s]``,
+    ``F_j[(x, i), s] = 1[x = s] D[j, x, i]``) kept as ``B`` and ``D``, never
+    expanded: applying it costs O(n⁴) for all j together.
     """
 
     mode: str
     lam: np.ndarray | None = None
     blocks: np.ndarray | None = None
-    V: np.ndarray | None = None
+    B: np.ndarray | None = None
+    D: np.ndarray | None = None
     K: np.ndarray | None = None
+    scale: float = 1.0
+
+    def _correction(self, w: np.ndarray) -> np.ndarray:
+        """``U K Uᵀ w`` for each block j (w shaped [j, x, i]); matrix products, O(n⁴)."""
+        n = w.shape[0]
+        Bt = self.B.reshape(n * n, n)
+        u = np.concatenate([w.reshape(n, n * n) @ Bt, (self.D * w).sum(axis=2)], axis=1)
+        y = np.matmul(self.K, u[:, :, None])[:, :, 0]
+        return (y[:, :n] @ Bt.T).reshape(w.shape) + self.D * y[:, n:, None]
 
     def apply(self, M: np.ndarray) -> np.ndarray:
         """``W m`` for a moment array of shape (n, n, n) laid out ``[j, x, i]``."""
         if self.blocks is not None:
             return np.einsum("jxik,jxk->jxi", self.blocks, M, optimize=True)
-        out = M * self.lam
-        if self.V is not None:
-            n = M.shape[0]
-            flat = M.reshape(n, n * n)
-            t = np.einsum("jar,ja->jr", self.V, flat)
-            t = np.einsum("jrs,js->jr", self.K, t)
-            out = out - np.einsum("jar,jr->ja", self.V, t).reshape(M.shape)
-        return out
+        w = M * self.lam
+        if self.K is None:
+            return w
+        return self.scale * (w - self.lam * self._correction(w))
 
     def quad(self, M: np.ndarray) -> float:
         """``mᵀ W m``."""
@@ -84,10 +93,17 @@ class Weighting:
         """The diagonal of W, shape (n, n, n), used to precondition solvers."""
         if self.blocks is not None:
             return np.einsum("jxii->jxi", self.blocks).copy()
-        d = self.lam.copy()
-        if self.V is not None:
-            corr = np.einsum("jar,jrs,jas->ja", self.V, self.K, self.V, optimize=True)
-            d = d - corr.reshape(d.shape)
+        if self.K is None:
+            return self.lam.copy()
+        n = self.lam.shape[0]
+        Bt = self.B.reshape(n * n, n)
+        K11, K12, K22 = self.K[:, :n, :n], self.K[:, :n, n:], self.K[:, n:, n:]
+        quad = np.empty_like(self.lam)
+        for j in range(n):  # one block at a time: O(n⁴) each, n³ memory
+            quad[j] = ((Bt @ K11[j]) * Bt).sum(axis=1).reshape(n, n)
+        quad += 2 * self.D * np.einsum("xis,jsx->jxi", self.B, K12)
+        quad += self.D**2 * np.einsum("jxx->jx", K22)[:, :, None]
+        d = self.scale * (self.lam - self.lam**2 * quad)
         return np.maximum(d, 1e-12 * float(np.abs(d).max()))
 
     def dense_block(self, j: int) -> np.ndarray:
@@ -98,10 +114,12 @@ class Weighting:
             for x in range(n):
                 W[x * n : (x + 1) * n, x * n : (x + 1) * n] = self.blocks[j, x]
             return W
-        W = np.diag(self.lam[j].ravel())
-        if self.V is not None:
-            W = W - self.V[j] @ self.K[j] @ self.V[j].T
-        return W
+        if self.K is None:
+            return np.diag(self.lam[j].ravel())
+        F = (self.D[j][:, :, None] * np.eye(n)[:, None, :]).reshape(n * n, n)
+        U = np.concatenate([self.B.reshape(n * n, n), F], axis=1)
+        lam = self.lam[j].ravel()
+        return self.scale * (np.diag(lam) - (lam[:, None] * U) @ self.K[j] @ (lam[:, None] * U).T)
 
 
 def resolve_shrinkage(shrinkage: float | str, n: int, n_triples: float) -> float:
@@ -178,16 +196,17 @@ def build_weighting(
         blocks[:, :, idx, idx] += D + eps
         return Weighting(mode, blocks=tau * np.linalg.inv(blocks))
     # exact: Σ_j = Dε + U C Uᵀ, U = [B̃, F], F[(x,i), s] = 1[x = s] D[j, x, i],
-    # C = [[G, -I], [-I, 0]], G = diag(g[j]); Woodbury with C⁻¹ = [[0, -I], [-I, -G]].
+    # C = [[G, -I], [-I, 0]], G = diag(g[j]); Woodbury with C⁻¹ = [[0, -I], [-I, -G]]:
+    # K = (C⁻¹ + Uᵀ Λ U)⁻¹, whose blocks need only B and D (F is never built).
     lam = 1.0 / (D + eps)  # (j, x, i)
-    Bt = B.reshape(n * n, n)
     eye = np.eye(n)
-    F = D[:, :, :, None] * eye[None, :, None, :]  # (j, x, i, s)
-    U = np.concatenate([np.broadcast_to(Bt, (n, n * n, n)), F.reshape(n, n * n, n)], axis=2)
-    V = lam.reshape(n, n * n, 1) * U
-    core = np.einsum("jar,jas->jrs", U, V, optimize=True)
-    core[:, :n, n:] -= eye
-    core[:, n:, :n] -= eye
-    core[:, n:, n:] -= g[:, :, None] * eye
+    core = np.empty((n, 2 * n, 2 * n))
+    Bt = B.reshape(n * n, n)
+    for j in range(n):  # B̃ᵀ Λ_j B̃, one matrix product per block
+        core[j, :n, :n] = (Bt.T * lam[j].ravel()) @ Bt
+    BtLF = np.einsum("tis,jti->jst", B, lam * D)
+    core[:, :n, n:] = BtLF - eye
+    core[:, n:, :n] = BtLF.transpose(0, 2, 1) - eye
+    core[:, n:, n:] = ((lam * D * D).sum(axis=2) - g)[:, :, None] * eye
     K = np.linalg.inv(core)
-    return Weighting(mode, lam=tau * lam, V=np.sqrt(tau) * V, K=K)
+    return Weighting(mode, lam=lam, B=np.ascontiguousarray(B), D=D, K=K, scale=tau)
