@@ -30,6 +30,7 @@ from typing import Any
 __all__ = ["DaemonConfig", "load_toml"]
 
 _MODES = ("sliding", "sequences")
+_BACKENDS = ("local", "kafka")
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,17 @@ class DaemonConfig:
         port; ``None``: no endpoint).
     retry_backoff_max
         Longest wait, in seconds, between attempts to reach an unavailable broker.
+    state_backend
+        ``"local"`` (default): one checkpoint file per partition in ``state_dir``,
+        and each daemon refits on the partitions it owns. ``"kafka"``: each
+        partition's state is published as a cumulative snapshot to
+        ``state_topic`` and restored from it on assignment (no shared file
+        system); the owner of partition 0 refits on the global counts and
+        publishes to the model topic, which every daemon serves from (see
+        :mod:`connectors.state_topic` and :mod:`connectors.model_topic`).
+    state_topic
+        The state topic of the kafka backend (default ``<topic>.state``; created
+        with as many partitions as the source topic).
 
     Examples
     --------
@@ -103,6 +115,9 @@ class DaemonConfig:
     'clicks.dead-letters'
     >>> cfg.replace(rank=3, group=None).rank, cfg.group
     (3, 'streamspec')
+    >>> kafka = cfg.replace(state_backend="kafka")
+    >>> kafka.state_topic_name, kafka.model_topic_name, cfg.model_topic_name
+    ('clicks.state', 'clicks.models', None)
     >>> DaemonConfig(topic="clicks", mode="batch")
     Traceback (most recent call last):
     ...
@@ -141,10 +156,14 @@ class DaemonConfig:
     status_interval: float = 10.0
     metrics_port: int | None = None
     retry_backoff_max: float = 30.0
+    state_backend: str = "local"
+    state_topic: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or not self.topic:
             raise ValueError("topic must be a non-empty string")
+        if self.state_backend not in _BACKENDS:
+            raise ValueError(f"state_backend must be one of {_BACKENDS}, got {self.state_backend!r}")
         if self.mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {self.mode!r}")
         if self.alphabet is not None:
@@ -187,6 +206,18 @@ class DaemonConfig:
         if self.dead_letter_topic is None:
             return f"{self.topic}.dead-letters"
         return self.dead_letter_topic or None
+
+    @property
+    def state_topic_name(self) -> str:
+        """The state topic of the kafka backend."""
+        return self.state_topic or f"{self.topic}.state"
+
+    @property
+    def model_topic_name(self) -> str | None:
+        """Where models are published: ``models_topic``, or ``<topic>.models`` with the kafka backend."""
+        if self.models_topic or self.state_backend != "kafka":
+            return self.models_topic or None
+        return f"{self.topic}.models"
 
     def replace(self, **overrides: Any) -> DaemonConfig:
         """A copy with the given settings changed; ``None`` values are ignored."""

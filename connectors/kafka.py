@@ -51,6 +51,21 @@ one JSON message (key: the message's key): ``{"key", "symbol", "partition",
 
 Streams must be partitioned by their key (the default for keyed messages):
 each partition keeps the tails of its own streams.
+
+Kafka state backend (many daemons, one model)
+---------------------------------------------
+With ``state_backend="kafka"`` the checkpoint of a partition is a cumulative
+snapshot published to the state topic (:mod:`connectors.state_topic`) and
+acknowledged by the broker (acks=all) before the offsets are committed. A newly
+assigned partition is paused until its latest snapshot has been read from the
+state topic (to the high-water mark), then seeked to the snapshot's offset and
+resumed: no shared file system. Every daemon follows the state topic (the
+global view: the latest snapshot of every partition) and the model topic. The
+owner of partition 0 refits on the merge of the latest snapshots whenever they
+changed and either ``refit_every`` new symbols arrived or the view has been idle
+for ``max(1 s, 2 checkpoint intervals)``, and publishes each model with the next
+version (:mod:`connectors.model_topic`); every daemon serves the newest model it
+has read and reports its version (status line, ``streamspec_model_version``).
 """
 
 from __future__ import annotations
@@ -72,10 +87,22 @@ from kafka.structs import OffsetAndMetadata
 
 from connectors.config import DaemonConfig
 from connectors.metrics import DaemonMetrics, MetricsServer
+from connectors.model_topic import REFITTER_PARTITION, ModelRecord, NewestModel, encode_model
 from connectors.predictions import StreamPredictor
 from connectors.process_fit import ProcessMEstimator, shutdown_worker, start_worker
 from connectors.records import MalformedRecord, RecordFormat, format_from_options, parse_kafka
 from connectors.state import PartitionState, StateStore, merge_accumulators
+from connectors.state_topic import (
+    LatestSnapshots,
+    Snapshot,
+    TopicFollower,
+    encode_snapshot,
+    ensure_topic,
+    partition_count,
+    read_snapshots,
+    read_topic,
+    state_partition,
+)
 from streamspec.accumulator import MomentAccumulator
 from streamspec.checkpoint import CheckpointError
 from streamspec.mestimator import MEstimator
@@ -94,6 +121,7 @@ _CACHE_ENTRIES = 1 << 16  # parsed (key, value) pairs kept; the cache is cleared
 _CACHED_VALUE_BYTES = 64  # only short values are cached
 _DETAIL_MAX = 300  # characters of a parse error kept in the dead-letter header
 _LOG_EVERY_DEAD = 1000  # after the first 10 of a reason, log one dead letter in this many
+_SEND_TIMEOUT = 30.0  # seconds to wait for the broker to acknowledge a state snapshot
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -166,7 +194,22 @@ class ConsumerDaemon:
         self._last_checkpoint = time.monotonic()
         self._model_version = 0
         self._fit_taken_at = time.monotonic()
-        self.model = self._load_model()
+        # kafka state backend: pending restores, the global view, the shared model
+        self._kafka_state = config.state_backend == "kafka"
+        self._pending: set[TopicPartition] = set()
+        self._snapshots = LatestSnapshots()
+        self._models = NewestModel()
+        self._followers: list[TopicFollower] = []
+        self._n_state_partitions = 0
+        self._is_refitter = False
+        self._next_version = 1
+        self._seen_generation = -1
+        self._fit_generation = -1
+        self._fit_records = 0
+        self._view_changed_at = time.monotonic()
+        self._refit_idle = max(1.0, 2 * config.checkpoint_interval)
+        self.model = None if self._kafka_state else self._load_model()
+        self._fitted = self.model
         self._label_order = list(self.model.symbols or []) if self.model is not None else []
         self._refitter = Refitter(
             self._estimator(),
@@ -245,7 +288,15 @@ class ConsumerDaemon:
                 except Exception:
                     consumer.close(autocommit=False)
                     raise
-            except (KafkaError, OSError) as exc:
+                if self._kafka_state:
+                    try:
+                        self._prepare_topics()
+                    except Exception:
+                        consumer.close(autocommit=False)
+                        if producer is not None:
+                            producer.close(timeout=1)
+                        raise
+            except (KafkaError, OSError, TimeoutError) as exc:
                 log.warning(
                     "event=broker-unavailable bootstrap=%s error=%r retry_in=%.1fs",
                     cfg.bootstrap, str(exc) or type(exc).__name__, delay,
@@ -254,14 +305,53 @@ class ConsumerDaemon:
                 delay = min(delay * 2, cfg.retry_backoff_max)
                 continue
             self._consumer, self._producer = consumer, producer
+            if self._kafka_state:
+                self._start_followers()
             consumer.subscribe([cfg.topic], listener=_Rebalance(self))
             log.info("event=connected bootstrap=%s", cfg.bootstrap)
             return True
         return False
 
+    def _prepare_topics(self) -> None:
+        """Kafka backend: create the state topic (as many partitions as the source) and the model topic."""
+        cfg = self.config
+        n_source = partition_count(cfg.bootstrap, cfg.topic)
+        if n_source == 0:
+            raise KafkaError(f"topic {cfg.topic} does not exist yet")
+        ensure_topic(cfg.bootstrap, cfg.state_topic_name, n_source, compact=True)
+        ensure_topic(cfg.bootstrap, cfg.model_topic_name, 1, compact=False)
+        self._n_state_partitions = partition_count(cfg.bootstrap, cfg.state_topic_name)
+        log.info("event=state-topic topic=%s partitions=%d model_topic=%s",
+                 cfg.state_topic_name, self._n_state_partitions, cfg.model_topic_name)
+
+    def _start_followers(self) -> None:
+        cfg = self.config
+        if self._followers:
+            return
+        self._followers = [
+            TopicFollower(cfg.bootstrap, cfg.state_topic_name, self._on_snapshot_message,
+                          f"{self.client_id}-state").start(),
+            TopicFollower(cfg.bootstrap, cfg.model_topic_name, self._on_model_message,
+                          f"{self.client_id}-models").start(),
+        ]
+
+    def _on_snapshot_message(self, m) -> None:
+        try:
+            self._snapshots.offer(Snapshot.from_message(m.key, m.value, m.headers))
+        except ValueError as exc:
+            log.warning("event=foreign-state-message partition=%d offset=%d error=%r",
+                        m.partition, m.offset, str(exc))
+
+    def _on_model_message(self, m) -> None:
+        try:
+            self._models.offer(ModelRecord.from_message(m.value, m.headers))
+        except ValueError as exc:
+            log.warning("event=foreign-model-message offset=%d error=%r", m.offset, str(exc))
+
     def _make_producer(self) -> KafkaProducer | None:
         cfg = self.config
-        if not (cfg.dead_letter_topic_name or cfg.predictions_topic or cfg.models_topic):
+        if not (cfg.dead_letter_topic_name or cfg.predictions_topic or cfg.models_topic
+                or self._kafka_state):
             return None
         return KafkaProducer(
             bootstrap_servers=cfg.bootstrap.split(","),
@@ -292,6 +382,8 @@ class ConsumerDaemon:
                 with self._lock:
                     for tp, messages in batch.items():
                         self._consume(tp, messages)
+            if self._pending:
+                self._restore_pending()
             self._after_batch()
             now = time.monotonic()
             if cfg.status_interval and now - last_status >= cfg.status_interval:
@@ -311,6 +403,8 @@ class ConsumerDaemon:
         except KafkaError as exc:
             log.warning("event=close-error error=%r", str(exc))
         finally:
+            for follower in self._followers:
+                follower.close()
             self._refitter.wait(5.0)  # a fit still running dies with the process: counts are safe
             if self.config.refit_process:
                 shutdown_worker()
@@ -327,6 +421,12 @@ class ConsumerDaemon:
         with self._lock:
             for tp in partitions:
                 if tp in self.states:
+                    continue
+                if self._kafka_state:
+                    # paused until its snapshot is read from the state topic (in the poll loop:
+                    # no blocking reads in this callback)
+                    self._consumer.pause(tp)
+                    self._pending.add(tp)
                     continue
                 try:
                     state = self.store.load(tp.topic, tp.partition)
@@ -354,20 +454,111 @@ class ConsumerDaemon:
     def _release(self, partitions: Iterable[TopicPartition], lost: bool) -> None:
         with self._lock:
             for tp in partitions:
+                self._pending.discard(tp)
+                if self._kafka_state and tp.partition == REFITTER_PARTITION:
+                    self._flush_outputs()  # the last model goes out before the next refitter reads
+                    if self._is_refitter:
+                        log.info("event=refitter-resigned version=%d", self._next_version - 1)
+                    self._is_refitter = False
                 state = self.states.pop(tp, None)
                 if state is None:
                     continue
                 if tp in self._dirty:
                     self._flush_outputs()
-                    self.store.save(state)
+                    try:
+                        self._save_states([state])
+                        self.metrics.checkpoints += 1
+                    except (KafkaError, TimeoutError) as exc:  # the last snapshot stays the truth
+                        log.warning("event=snapshot-failed partition=%s-%d error=%r",
+                                    tp.topic, tp.partition, str(exc))
                     self._dirty.discard(tp)
-                    self.metrics.checkpoints += 1
                 self._uncommitted.pop(tp, None)
                 log.info(
                     "event=%s partition=%s-%d offset=%d records=%d",
                     "lost" if lost else "revoked", tp.topic, tp.partition, state.offset,
                     state.records,
                 )
+
+    def _restore_pending(self) -> None:
+        """Kafka backend: read the latest snapshots of the paused new partitions, seek, resume."""
+        cfg = self.config
+        with self._lock:
+            pending = sorted(self._pending)
+        try:
+            latest = read_snapshots(cfg.bootstrap, cfg.state_topic_name,
+                                    [tp.partition for tp in pending],
+                                    client_id=f"{self.client_id}-restore")
+        except (KafkaError, OSError, TimeoutError) as exc:
+            log.warning("event=restore-failed partitions=%s error=%r retry=next-poll",
+                        ",".join(str(tp.partition) for tp in pending), str(exc))
+            return
+        with self._lock:
+            for tp in pending:
+                if tp not in self._pending:
+                    continue  # revoked while reading
+                self._pending.discard(tp)
+                snap = latest.get(tp.partition)
+                if snap is None:
+                    state = PartitionState(tp.topic, tp.partition, self._new_accumulator())
+                    self._consumer.seek_to_beginning(tp)
+                    source = "beginning"
+                else:
+                    try:
+                        state = snap.state()
+                    except CheckpointError as exc:  # never recount: stay paused
+                        self.metrics.unreadable_checkpoints += 1
+                        log.error("event=checkpoint-unreadable partition=%s-%d action=paused "
+                                  "error=%r", tp.topic, tp.partition, str(exc))
+                        continue
+                    self._snapshots.offer(snap)
+                    self._consumer.seek(tp, state.offset)
+                    source = "state-topic"
+                self.states[tp] = state
+                self._consumer.resume(tp)
+                log.info(
+                    "event=assigned partition=%s-%d offset=%d from=%s records=%d",
+                    tp.topic, tp.partition, state.offset, source, state.records,
+                )
+                if tp.partition == REFITTER_PARTITION:
+                    self._take_over_refits()
+
+    def _take_over_refits(self) -> None:
+        """Become the refitter: continue the version sequence from the model topic's newest model."""
+        newest = NewestModel()
+
+        def take(m) -> None:
+            try:
+                newest.offer(ModelRecord.from_message(m.value, m.headers))
+            except ValueError:
+                pass
+
+        try:
+            read_topic(self.config.bootstrap, self.config.model_topic_name, take,
+                       client_id=f"{self.client_id}-takeover")
+        except (KafkaError, OSError, TimeoutError) as exc:
+            log.warning("event=takeover-read-failed error=%r", str(exc))
+        if newest.record is not None:
+            self._models.offer(newest.record)
+        self._next_version = max(self._next_version, self._models.version + 1)
+        self._fit_generation = -1  # refit on the current global view
+        self._is_refitter = True
+        log.info("event=refitter-elected next_version=%d", self._next_version)
+
+    def _save_states(self, states: list[PartitionState]) -> None:
+        """Make the states durable: checkpoint files (local) or acknowledged snapshots (kafka)."""
+        if not self._kafka_state:
+            for state in states:
+                self.store.save(state)
+            return
+        topic = self.config.state_topic_name
+        futures = []
+        for state in states:
+            key, value, headers = encode_snapshot(state, owner=self.client_id)
+            part = state_partition(state.partition, self._n_state_partitions)
+            futures.append(self._producer.send(topic, key=key, value=value, headers=headers,
+                                               partition=part))
+        for f in futures:
+            f.get(timeout=_SEND_TIMEOUT)  # acknowledged by the broker (acks=all)
 
     def _new_accumulator(self) -> MomentAccumulator:
         return MomentAccumulator(mode=self.config.mode)
@@ -477,7 +668,10 @@ class ConsumerDaemon:
     def _after_batch(self) -> None:
         cfg = self.config
         self._take_model()
-        self._maybe_refit()
+        if self._kafka_state:
+            self._maybe_refit_global()
+        else:
+            self._maybe_refit()
         now = time.monotonic()
         if (self._dirty or self._uncommitted) and (
             (cfg.checkpoint_every and self._since_checkpoint >= cfg.checkpoint_every)
@@ -497,7 +691,63 @@ class ConsumerDaemon:
         with self._lock:
             self._refitter.observe(n_new, _PartitionsView(self))
 
+    def _maybe_refit_global(self) -> None:
+        """Kafka backend, refitter only: refit on the global view when it changed (see the module doc)."""
+        if not self._is_refitter or self._refitter.busy:
+            return
+        cfg = self.config
+        now = time.monotonic()
+        generation = self._snapshots.generation
+        if generation != self._seen_generation:
+            self._seen_generation, self._view_changed_at = generation, now
+        if generation == self._fit_generation:
+            return  # nothing new since the last fit
+        new_records = self._snapshots.records() - self._fit_records
+        idle = now - self._view_changed_at >= self._refit_idle
+        by_count = bool(cfg.refit_every) and new_records >= cfg.refit_every
+        by_time = cfg.refit_interval is not None and now - self._fit_taken_at >= cfg.refit_interval
+        if not (idle or by_count or by_time):
+            return
+        duty, seconds = cfg.refit_duty, self.metrics.last_fit_seconds
+        if duty < 1 and not math.isnan(seconds) and not idle:
+            if now - self._fit_taken_at < seconds * (1 - duty) / duty:
+                return
+        view = _GlobalView(self)
+        self._fit_generation = generation
+        if view.n_triples >= max(1, cfg.min_triples):
+            self._fit_records = view.records
+            self._refitter.fit_now(view)
+
+    def _serve(self, model: ObservableOperatorModel, version: int) -> None:
+        """Serve ``model`` (predictions, metrics) as version ``version``."""
+        self.model = model
+        self._model_version = version
+        if self.config.predictions_topic:
+            if self._predictor is None:
+                self._predictor = StreamPredictor(model, version)
+            else:
+                self._predictor.set_model(model, version)
+
+    def _take_newest_model(self) -> None:
+        """Kafka backend: serve the newest model read from the model topic."""
+        record = self._models.record
+        if record is None or record.version <= self._model_version:
+            return
+        try:
+            model = record.model()
+        except CheckpointError as exc:
+            log.error("event=model-unreadable version=%d error=%r", record.version, str(exc))
+            self._model_version = record.version  # skip it; the next one will do
+            return
+        self._serve(model, record.version)
+        log.info("event=model version=%d records=%d refitter=%s", record.version, record.records,
+                 record.refitter)
+
     def _take_model(self) -> None:
+        if self._kafka_state:
+            self._take_fitted_global()
+            self._take_newest_model()
+            return
         model = self._refitter.model
         if model is None or model is self.model:
             return
@@ -531,6 +781,37 @@ class ConsumerDaemon:
                 headers=headers,
             )
 
+    def _take_fitted_global(self) -> None:
+        """Kafka backend: publish a model the refitter just fitted, with the next version."""
+        model = self._refitter.model
+        if model is None or model is self._fitted:
+            return
+        self._fitted = model
+        self._fit_taken_at = time.monotonic()
+        self.metrics.refits = self._refitter.n_fits
+        record = self._refitter.records[-1] if self._refitter.records else None
+        if record is not None:
+            self.metrics.last_loss = record.loss
+            self.metrics.last_fit_seconds = record.seconds
+        if not self._is_refitter:
+            return  # partition 0 moved away while it was fitting: the new refitter publishes
+        version = self._next_version
+        self._next_version += 1
+        key, value, headers = encode_model(model, version, self._fit_records,
+                                           self.metrics.last_loss, self.client_id)
+        try:
+            self._producer.send(self.config.model_topic_name, key=key, value=value,
+                                headers=headers).get(timeout=_SEND_TIMEOUT)
+        except (KafkaError, TimeoutError) as exc:
+            log.warning("event=model-publish-failed version=%d error=%r", version, str(exc))
+            return
+        self._models.offer(ModelRecord(version, self._fit_records, value, self.client_id))
+        log.info(
+            "event=refit version=%d records=%d seconds=%.3f loss=%.6g warm=%s",
+            version, self._fit_records, self.metrics.last_fit_seconds, self.metrics.last_loss,
+            record.warm if record is not None else None,
+        )
+
     def _flush_outputs(self) -> bool:
         if self._producer is None:
             return True
@@ -546,12 +827,15 @@ class ConsumerDaemon:
         if not self._flush_outputs():
             return  # outputs not delivered: keep the old checkpoints, retry later
         with self._lock:
-            for tp in list(self._dirty):
-                state = self.states.get(tp)
-                if state is not None:
-                    self.store.save(state)
-                    self._uncommitted[tp] = state.offset
-                    self.metrics.checkpoints += 1
+            dirty = [(tp, self.states[tp]) for tp in sorted(self._dirty) if tp in self.states]
+            try:
+                self._save_states([state for _, state in dirty])
+            except (KafkaError, TimeoutError) as exc:  # not durable: commit nothing, retry later
+                log.warning("event=snapshot-failed error=%r", str(exc))
+                return
+            for tp, state in dirty:
+                self._uncommitted[tp] = state.offset
+                self.metrics.checkpoints += 1
             self._dirty.clear()
             offsets = {
                 tp: OffsetAndMetadata(off, "", -1)
@@ -599,16 +883,21 @@ class ConsumerDaemon:
         m = self.metrics
         log.info(
             "event=status rate=%.0f/s records=%d lag=%s partitions=%s refits=%d last_loss=%s "
-            "dead_letters=%d",
+            "dead_letters=%d model_version=%d%s",
             rate, m.records, "?" if lag is None else lag,
             ",".join(str(tp.partition) for tp in sorted(self.states)) or "-",
             m.refits, "nan" if math.isnan(m.last_loss) else f"{m.last_loss:.6g}",
-            sum(m.dead_letters.values()),
+            sum(m.dead_letters.values()), self._model_version,
+            f" refitter={int(self._is_refitter)} global_records={self._snapshots.records()}"
+            if self._kafka_state else "",
         )
 
     def _render_metrics(self) -> str:
         lag = self.lag() if self._consumer is not None else None
         gauges = {"partitions": len(self.states), "model_version": self._model_version}
+        if self._kafka_state:
+            gauges["refitter"] = int(self._is_refitter)
+            gauges["global_records"] = self._snapshots.records()
         if lag is not None:
             gauges["lag"] = lag
         return self.metrics.prometheus(gauges)
@@ -624,6 +913,8 @@ class ConsumerDaemon:
         )
 
     def _save_model(self, model: ObservableOperatorModel) -> None:
+        if self._kafka_state:
+            return  # the model topic holds the models
         try:
             model.save(self.store.model_path(self.config.topic))
         except OSError as exc:
@@ -662,3 +953,25 @@ class _PartitionsView:
         acc = merge_accumulators((s.acc for s in d.states.values()), d._label_order)
         d._label_order = list(acc.symbols)
         return acc
+
+
+class _GlobalView:
+    """Kafka backend: the merge of the latest snapshot of every partition, for one refit.
+
+    Decoded and merged once, when created (in the poll loop); ``copy()`` hands the
+    merged accumulator to :class:`~streamspec.refitter.Refitter`, keeping the
+    previous model's label order so that the refit can warm-start from it.
+    """
+
+    def __init__(self, daemon: ConsumerDaemon):
+        states = daemon._snapshots.states()  # one consistent set of snapshots
+        self.records = sum(s.records for s in states)
+        self._acc = merge_accumulators((s.acc for s in states), daemon._label_order)
+        daemon._label_order = list(self._acc.symbols)
+
+    @property
+    def n_triples(self) -> float:
+        return self._acc.n_triples
+
+    def copy(self) -> MomentAccumulator:
+        return self._acc

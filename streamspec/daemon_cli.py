@@ -145,6 +145,13 @@ def _register_consume(subparsers) -> None:
     g.add_argument("--predictions-topic", metavar="T",
                    help="publish one next-symbol prediction per record here")
     g.add_argument("--models-topic", metavar="T", help="publish every refitted model here")
+    g.add_argument("--state-backend", choices=["local", "kafka"],
+                   help="where partition state lives: checkpoint files in --state-dir (local, "
+                        "default) or snapshots in a state topic, restored on assignment, with "
+                        "one refitter (the owner of partition 0) publishing the shared model "
+                        "(kafka)")
+    g.add_argument("--state-topic", metavar="T",
+                   help="state topic of the kafka backend (default T.state)")
     g.add_argument("--session-timeout-ms", type=int, metavar="MS",
                    help="group session timeout (default 6000; a dead member is evicted after it)")
     g.add_argument("--heartbeat-interval-ms", type=int, metavar="MS",
@@ -189,6 +196,7 @@ _CONSUME_SETTINGS = (
     "weighting", "sweeps", "mode", "refit_every", "refit_interval", "min_triples",
     "refit_duty", "refit_process",
     "checkpoint_every", "checkpoint_interval", "status_interval", "metrics_port",
+    "state_backend", "state_topic",
 )
 
 
@@ -257,6 +265,9 @@ def _register_learn(subparsers) -> None:
                    help="--follow: seconds between polls (default 0.2)")
     g.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                    help="progress bar on stderr (auto: when stderr is a terminal)")
+    from connectors.backfill import add_backfill_arguments
+
+    add_backfill_arguments(p)  # --dask SCHEDULER|local, --workers N, --chunk-mb MB
     p.set_defaults(func=_learn, _parser=p)
 
 
@@ -329,6 +340,20 @@ def _learn(args) -> int:
     except ValueError as exc:
         print(f"streamspec learn: {exc}", file=sys.stderr)
         return 2
+    from connectors.backfill import run_backfill_from_args, wants_backfill
+
+    if wants_backfill(args):  # chunks counted in parallel processes or on Dask
+        try:
+            acc = run_backfill_from_args(args, fmt)
+        except (ValueError, ImportError, OSError) as exc:
+            print(f"streamspec learn: {exc}", file=sys.stderr)
+            return 2
+        log = logging.getLogger("streamspec.learn")
+        log.info("event=counted triples=%d symbols=%d backfill=%s", int(acc.n_triples), acc.n,
+                 args.dask or f"{args.workers} processes")
+        if args.counts:
+            acc.save(args.counts)
+        return 0 if args.no_fit else _fit_and_save(args, acc, log)
     state = SourceState(acc=MomentAccumulator(mode=args.mode))
     if args.state and os.path.exists(args.state):
         try:
@@ -409,6 +434,11 @@ def _learn(args) -> int:
         return 0
     if args.no_fit:
         return 0
+    return _fit_and_save(args, acc, log)
+
+
+def _fit_and_save(args, acc, log: logging.Logger) -> int:
+    """Fit θ_M on the counts with the command's settings and save it if asked."""
     if not acc.n_triples:
         print("streamspec learn: no triple counted (every stream needs 3 symbols)",
               file=sys.stderr)

@@ -1,0 +1,437 @@
+"""Per-partition state in a Kafka topic: cumulative snapshots, the changelog pattern of Kafka Streams.
+
+With ``--state-backend kafka`` every daemon publishes, after each checkpoint,
+the whole state of each partition it changed (counts, stream tails, next offset,
+dead-letter counts) as one message of the *state topic*. Snapshots are
+cumulative, so a reader needs only the latest one of each source partition; the
+broker may compact the topic or not (Tansu never does): readers skip the older
+ones.
+
+Message layout
+--------------
+* key: the source partition number, in decimal ASCII (``b"3"``);
+* value: the bytes of :func:`streamspec.checkpoint.dump_checkpoint` with the
+  format ``streamspec.PartitionState`` (the same header and arrays as the
+  checkpoint files of :mod:`connectors.state`: npz + JSON header, versioned,
+  SHA-256 checksummed, never a pickle);
+* headers: ``format`` (``streamspec.PartitionState/1``), ``source-topic``,
+  ``source-partition``, ``source-offset`` (the next offset to read), ``records``
+  and ``owner``, so that a reader picks the latest snapshot without decoding the
+  older ones;
+* partition: source partition ``p`` goes to state partition ``p % S`` (``S``
+  partitions in the state topic, created equal to the source's): each daemon
+  restoring a partition reads only its state partition, and all the snapshots
+  of one source partition are in one log, in the order they were written.
+
+Which snapshot is the latest
+----------------------------
+The one with the largest ``source-offset`` (ties: the later in the log). Every
+snapshot is self-consistent (its counts are exactly those of the messages before
+its offset) and processing is deterministic, so two snapshots of one partition
+at one offset are equal, and a late write by an evicted member (a zombie) can
+never replace a newer state by an older one.
+
+Cost of reading
+---------------
+Without compaction a state partition grows by one snapshot per checkpoint of
+each of its source partitions; restoring reads it all (but decodes only the
+winner). With Kafka's ``cleanup.policy=compact`` (set when the topic is
+created) it holds about one snapshot per key.
+
+Examples
+--------
+>>> from connectors.state import PartitionState
+>>> st = PartitionState("clicks", 2)
+>>> st.acc.learn_many("abcab", key="u1")
+>>> st.offset, st.records = 5, 5
+>>> key, value, headers = encode_snapshot(st, owner="d1")
+>>> key, dict(headers)["source-offset"]
+(b'2', b'5')
+>>> snap = Snapshot.from_message(key, value, headers)
+>>> snap.partition, snap.offset, snap.state().acc.n_triples
+(2, 5, 3.0)
+>>> latest = LatestSnapshots()
+>>> latest.offer(snap), latest.offer(Snapshot(2, 4, 4, b"older"))
+(True, False)
+>>> latest.offsets()
+{2: 5}
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+
+from connectors.state import PartitionState, merge_accumulators
+from streamspec.accumulator import MomentAccumulator
+from streamspec.checkpoint import CheckpointError, dump_checkpoint, load_checkpoint_bytes
+
+__all__ = [
+    "STATE_FORMAT",
+    "Snapshot",
+    "LatestSnapshots",
+    "encode_snapshot",
+    "state_partition",
+    "read_topic",
+    "read_snapshots",
+    "TopicFollower",
+    "ensure_topic",
+]
+
+log = logging.getLogger("streamspec.daemon")
+
+STATE_FORMAT = "streamspec.PartitionState"
+_STATE_VERSION = 1
+_FORMAT_HEADER = f"{STATE_FORMAT}/{_STATE_VERSION}".encode()
+
+
+def state_partition(source_partition: int, n_state_partitions: int) -> int:
+    """The state-topic partition holding the snapshots of ``source_partition``.
+
+    >>> state_partition(7, 6), state_partition(7, 1)
+    (1, 0)
+    """
+    return int(source_partition) % max(1, int(n_state_partitions))
+
+
+def encode_snapshot(state: PartitionState, owner: str = "") -> tuple[bytes, bytes, list]:
+    """``(key, value, headers)`` of the snapshot message of ``state``.
+
+    Parameters
+    ----------
+    state
+        The partition's state (its accumulator is flushed, not changed).
+    owner
+        Client id of the writing daemon (informational).
+    """
+    state.owner = owner or state.owner
+    header, arrays = state.checkpoint_parts()
+    state.written_at = header["written_at"]
+    value = dump_checkpoint(STATE_FORMAT, _STATE_VERSION, header, arrays)
+    headers = [
+        ("format", _FORMAT_HEADER),
+        ("source-topic", state.topic.encode()),
+        ("source-partition", str(int(state.partition)).encode()),
+        ("source-offset", str(int(state.offset)).encode()),
+        ("records", str(int(state.records)).encode()),
+        ("owner", state.owner.encode()),
+    ]
+    return str(int(state.partition)).encode(), value, headers
+
+
+def decode_snapshot(value: bytes, source: str = "state snapshot") -> PartitionState:
+    """The :class:`PartitionState` of a snapshot's value; ``CheckpointError`` if bad."""
+    header, arrays = load_checkpoint_bytes(value, STATE_FORMAT, _STATE_VERSION, source)
+    return PartitionState.from_parts(header, arrays, source)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One snapshot message, not yet decoded.
+
+    Attributes
+    ----------
+    partition
+        The source partition.
+    offset
+        Its next offset to read.
+    records
+        Symbols learned from it so far.
+    value
+        The encoded state (see :func:`decode_snapshot`).
+    owner
+        Client id of the daemon that wrote it.
+    """
+
+    partition: int
+    offset: int
+    records: int
+    value: bytes = field(repr=False)
+    owner: str = ""
+
+    @classmethod
+    def from_message(cls, key: bytes | None, value: bytes | None, headers) -> Snapshot:
+        """Read the headers of a state-topic message; ``ValueError`` if it is not a snapshot."""
+        h = {k: v for k, v in (headers or [])}
+        if h.get("format") != _FORMAT_HEADER or value is None:
+            raise ValueError(f"not a {STATE_FORMAT} snapshot (format {h.get('format')!r})")
+        try:
+            return cls(
+                partition=int(h["source-partition"]),
+                offset=int(h["source-offset"]),
+                records=int(h.get("records", b"0")),
+                value=value,
+                owner=h.get("owner", b"").decode("utf-8", "replace"),
+            )
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"malformed snapshot headers ({exc})") from None
+
+    def state(self) -> PartitionState:
+        """Decode the snapshot (``CheckpointError`` if it is corrupt)."""
+        return decode_snapshot(self.value, f"snapshot of partition {self.partition} "
+                                           f"at offset {self.offset}")
+
+
+class LatestSnapshots:
+    """The latest snapshot of every source partition (largest offset; ties: the later).
+
+    Thread-safe: a :class:`TopicFollower` offers snapshots from its thread while
+    the daemon reads. :attr:`generation` grows whenever a snapshot wins, so a
+    reader can tell whether anything changed since it last looked.
+    """
+
+    def __init__(self) -> None:
+        self._latest: dict[int, Snapshot] = {}
+        self._lock = threading.Lock()
+        self._decoded: dict[int, tuple[int, PartitionState]] = {}
+        self.generation = 0
+
+    def offer(self, snap: Snapshot) -> bool:
+        """Keep ``snap`` if it is at least as new as the partition's current one."""
+        with self._lock:
+            old = self._latest.get(snap.partition)
+            if old is not None and snap.offset < old.offset:
+                return False
+            self._latest[snap.partition] = snap
+            self.generation += 1
+            return True
+
+    def get(self, partition: int) -> Snapshot | None:
+        with self._lock:
+            return self._latest.get(partition)
+
+    def snapshots(self) -> dict[int, Snapshot]:
+        """A copy of the latest snapshot per source partition."""
+        with self._lock:
+            return dict(self._latest)
+
+    def offsets(self) -> dict[int, int]:
+        """Next offset per source partition, as the latest snapshots say."""
+        with self._lock:
+            return {p: s.offset for p, s in sorted(self._latest.items())}
+
+    def records(self) -> int:
+        """Symbols learned from all partitions, as the latest snapshots say."""
+        with self._lock:
+            return sum(s.records for s in self._latest.values())
+
+    def states(self) -> list[PartitionState]:
+        """The decoded latest states (each decoded once; corrupt ones are skipped, logged)."""
+        out = []
+        for p, snap in sorted(self.snapshots().items()):
+            cached = self._decoded.get(p)
+            if cached is not None and cached[0] == snap.offset:
+                out.append(cached[1])
+                continue
+            try:
+                state = snap.state()
+            except CheckpointError as exc:
+                log.error("event=snapshot-unreadable partition=%d offset=%d error=%r",
+                          p, snap.offset, str(exc))
+                continue
+            self._decoded[p] = (snap.offset, state)
+            out.append(state)
+        return out
+
+    def merged(self, order: Iterable | None = None) -> MomentAccumulator:
+        """The global counts: the latest state of every partition merged by label."""
+        return merge_accumulators((s.acc for s in self.states()), order)
+
+
+def _consumer(bootstrap: str, client_id: str) -> KafkaConsumer:
+    return KafkaConsumer(
+        bootstrap_servers=bootstrap.split(","),
+        group_id=None,
+        client_id=client_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        allow_auto_create_topics=False,
+        max_partition_fetch_bytes=16 << 20,
+        fetch_max_bytes=64 << 20,
+    )
+
+
+def read_topic(
+    bootstrap: str,
+    topic: str,
+    on_message: Callable,
+    partitions: Iterable[int] | None = None,
+    timeout: float = 30.0,
+    client_id: str = "streamspec-reader",
+) -> None:
+    """Read ``topic`` (or some of its partitions) from the beginning up to its high-water marks.
+
+    A plain consumer without a group is assigned the partitions, reads until its
+    position reaches every partition's high-water mark as returned by the fetches
+    (not ``end_offsets``, which Tansu gets wrong), calls ``on_message(m)`` for every
+    message, and is closed. ``KafkaError`` (or ``TimeoutError`` after ``timeout``
+    seconds) if the broker cannot be read.
+    """
+    consumer = _consumer(bootstrap, client_id)
+    try:
+        known = consumer.partitions_for_topic(topic)
+        if not known:
+            return  # no such topic yet: nothing was ever written
+        wanted = sorted(known) if partitions is None else sorted(set(partitions) & set(known))
+        tps = [TopicPartition(topic, q) for q in wanted]
+        if not tps:
+            return
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        deadline = time.monotonic() + timeout
+        while True:
+            for messages in consumer.poll(timeout_ms=100).values():
+                for m in messages:
+                    on_message(m)
+            if all(_caught_up(consumer, tp) for tp in tps):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not read {topic} to its end in {timeout:.0f} s")
+    finally:
+        consumer.close(autocommit=False)
+
+
+def _caught_up(consumer: KafkaConsumer, tp: TopicPartition) -> bool:
+    hw = consumer.highwater(tp)
+    return hw is not None and consumer.position(tp) >= hw
+
+
+def read_snapshots(
+    bootstrap: str,
+    state_topic: str,
+    source_partitions: Iterable[int] | None = None,
+    timeout: float = 30.0,
+    client_id: str = "streamspec-state-reader",
+) -> LatestSnapshots:
+    """The latest snapshot of the given source partitions (all: ``None``), read to the end.
+
+    Only the state partitions holding those source partitions are read.
+    """
+    latest = LatestSnapshots()
+    wanted = None if source_partitions is None else set(source_partitions)
+
+    def take(m) -> None:
+        try:
+            snap = Snapshot.from_message(m.key, m.value, m.headers)
+        except ValueError as exc:
+            log.warning("event=foreign-state-message topic=%s partition=%d offset=%d error=%r",
+                        m.topic, m.partition, m.offset, str(exc))
+            return
+        if wanted is None or snap.partition in wanted:
+            latest.offer(snap)
+
+    partitions = None
+    if wanted is not None:
+        n_state = partition_count(bootstrap, state_topic)
+        if n_state == 0:
+            return latest
+        partitions = {state_partition(p, n_state) for p in wanted}
+    read_topic(bootstrap, state_topic, take, partitions, timeout, client_id)
+    return latest
+
+
+def partition_count(bootstrap: str, topic: str) -> int:
+    """Number of partitions of ``topic`` (0 if it does not exist)."""
+    consumer = _consumer(bootstrap, "streamspec-metadata")
+    try:
+        return len(consumer.partitions_for_topic(topic) or ())
+    finally:
+        consumer.close(autocommit=False)
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int, compact: bool = True) -> None:
+    """Create ``topic`` with ``partitions`` partitions unless it exists (compacted if asked).
+
+    Kafka compacts it (``cleanup.policy=compact``); a broker that ignores the
+    setting (Tansu) keeps every snapshot, which readers skip.
+    """
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), client_id="streamspec-admin")
+    try:
+        if topic in set(admin.list_topics()):
+            return
+        configs = {"cleanup.policy": "compact"} if compact else {}
+        try:
+            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                          topic_configs=configs)])
+        except TopicAlreadyExistsError:
+            pass  # another daemon created it first
+    finally:
+        admin.close()
+
+
+class TopicFollower:
+    """A background thread reading whole topics from the beginning and then following them.
+
+    Every message goes to ``on_message`` (in the follower's thread). :attr:`caught_up`
+    is set once the follower has reached the high-water marks of all partitions it
+    found at start. Errors of the broker are logged and retried; :meth:`close` stops it.
+
+    Parameters
+    ----------
+    bootstrap
+        Broker address.
+    topic
+        The topic to follow (all its partitions).
+    on_message
+        Called with every ``ConsumerRecord``.
+    client_id
+        Kafka client id.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, on_message: Callable, client_id: str):
+        self.bootstrap, self.topic, self.client_id = bootstrap, topic, client_id
+        self.on_message = on_message
+        self.caught_up = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"follow-{topic}", daemon=True)
+
+    def start(self) -> TopicFollower:
+        self._thread.start()
+        return self
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        delay = 0.5
+        while not self._stop.is_set():
+            consumer = None
+            try:
+                consumer = _consumer(self.bootstrap, self.client_id)
+                tps: list[TopicPartition] = []
+                while not self._stop.is_set():
+                    known = consumer.partitions_for_topic(self.topic) or set()
+                    if len(known) != len(tps):  # the topic appeared (or grew): read it all
+                        tps = [TopicPartition(self.topic, q) for q in sorted(known)]
+                        consumer.assign(tps)
+                        consumer.seek_to_beginning(*tps)
+                    if not tps:
+                        self._stop.wait(0.2)
+                        continue
+                    for messages in consumer.poll(timeout_ms=200).values():
+                        for m in messages:
+                            self.on_message(m)
+                    if not self.caught_up.is_set() and all(_caught_up(consumer, tp) for tp in tps):
+                        self.caught_up.set()
+                    delay = 0.5
+            except (KafkaError, OSError) as exc:
+                log.warning("event=follower-error topic=%s error=%r retry_in=%.1fs",
+                            self.topic, str(exc), delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 30.0)
+            finally:
+                if consumer is not None:
+                    try:
+                        consumer.close(autocommit=False)
+                    except KafkaError:
+                        pass
