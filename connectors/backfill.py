@@ -600,9 +600,9 @@ def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
     --------
     >>> p = argparse.ArgumentParser()
     >>> add_backfill_arguments(p)
-    >>> args = p.parse_args(["--dask", "tcp://10.0.0.5:8786", "--chunk-mb", "16"])
+    >>> args = p.parse_args(["--dask", "tcp://127.0.0.1:8786", "--chunk-mb", "16"])
     >>> args.dask, args.workers, args.chunk_mb, wants_backfill(args)
-    ('tcp://10.0.0.5:8786', None, 16, True)
+    ('tcp://127.0.0.1:8786', None, 16, True)
     >>> wants_backfill(p.parse_args([]))
     False
     """
