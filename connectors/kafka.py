@@ -200,6 +200,7 @@ class ConsumerDaemon:
         self._snapshots = LatestSnapshots()
         self._models = NewestModel()
         self._followers: list[TopicFollower] = []
+        self._state_producer: KafkaProducer | None = None  # snapshots and models, gzip
         self._n_state_partitions = 0
         self._is_refitter = False
         self._next_version = 1
@@ -291,6 +292,15 @@ class ConsumerDaemon:
                 if self._kafka_state:
                     try:
                         self._prepare_topics()
+                        self._state_producer = KafkaProducer(
+                            bootstrap_servers=cfg.bootstrap.split(","),
+                            client_id=f"{self.client_id}-state",
+                            acks="all",
+                            linger_ms=0,
+                            compression_type="gzip",  # counts are sparse: about 10x smaller
+                            bootstrap_timeout_ms=_BOOTSTRAP_TIMEOUT_MS,
+                            max_request_size=64 << 20,
+                        )
                     except Exception:
                         consumer.close(autocommit=False)
                         if producer is not None:
@@ -350,8 +360,7 @@ class ConsumerDaemon:
 
     def _make_producer(self) -> KafkaProducer | None:
         cfg = self.config
-        if not (cfg.dead_letter_topic_name or cfg.predictions_topic or cfg.models_topic
-                or self._kafka_state):
+        if not (cfg.dead_letter_topic_name or cfg.predictions_topic or cfg.models_topic):
             return None
         return KafkaProducer(
             bootstrap_servers=cfg.bootstrap.split(","),
@@ -397,9 +406,10 @@ class ConsumerDaemon:
                 self._checkpoint_and_commit(final=True)
                 # close() revokes the partitions, which checkpoints them again if changed
                 self._consumer.close(autocommit=False)
-            if self._producer is not None:
-                self._producer.flush(timeout=10)
-                self._producer.close(timeout=10)
+            for producer in (self._producer, self._state_producer):
+                if producer is not None:
+                    producer.flush(timeout=10)
+                    producer.close(timeout=10)
         except KafkaError as exc:
             log.warning("event=close-error error=%r", str(exc))
         finally:
@@ -456,7 +466,6 @@ class ConsumerDaemon:
             for tp in partitions:
                 self._pending.discard(tp)
                 if self._kafka_state and tp.partition == REFITTER_PARTITION:
-                    self._flush_outputs()  # the last model goes out before the next refitter reads
                     if self._is_refitter:
                         log.info("event=refitter-resigned version=%d", self._next_version - 1)
                     self._is_refitter = False
@@ -555,7 +564,7 @@ class ConsumerDaemon:
         for state in states:
             key, value, headers = encode_snapshot(state, owner=self.client_id)
             part = state_partition(state.partition, self._n_state_partitions)
-            futures.append(self._producer.send(topic, key=key, value=value, headers=headers,
+            futures.append(self._state_producer.send(topic, key=key, value=value, headers=headers,
                                                partition=part))
         for f in futures:
             f.get(timeout=_SEND_TIMEOUT)  # acknowledged by the broker (acks=all)
@@ -800,8 +809,8 @@ class ConsumerDaemon:
         key, value, headers = encode_model(model, version, self._fit_records,
                                            self.metrics.last_loss, self.client_id)
         try:
-            self._producer.send(self.config.model_topic_name, key=key, value=value,
-                                headers=headers).get(timeout=_SEND_TIMEOUT)
+            self._state_producer.send(self.config.model_topic_name, key=key, value=value,
+                                      headers=headers).get(timeout=_SEND_TIMEOUT)
         except (KafkaError, TimeoutError) as exc:
             log.warning("event=model-publish-failed version=%d error=%r", version, str(exc))
             return
