@@ -316,8 +316,9 @@ def run_deterministic(lengths: Sequence[int] = (10, 15, 25, 50), seed: int = 0) 
 
     Training data: the one sequence, all its consecutive triples (sliding mode),
     n = 2 symbols. B_0 is reported as its trace. θ_M is reported with the
-    headline weighting (exact) and with the paper's per-symbol weighting; the
-    weighting restricted to the moments of B_0 is returned for the heatmaps.
+    headline settings, unshrunk, with the paper's per-symbol weighting, with S = U
+    fixed and with W = I; the unshrunk exact weighting restricted to the moments of
+    B_0 is returned for the heatmaps.
     """
     del seed  # deterministic: no randomness
     variants = (SPEC, M, Variant("θ_M (W=exact, unshrunk)", params={"shrinkage": 0.0}),
@@ -332,7 +333,7 @@ def run_deterministic(lengths: Sequence[int] = (10, 15, 25, 50), seed: int = 0) 
         for v in variants:
             est, model, _ = _fit(v, acc, 1, 0.0)
             row[v.name] = _b0(model)
-            if v is M:
+            if v.name == "θ_M (W=exact, unshrunk)":
                 heat[int(L)] = _weighting_of_symbol(est, 0).tolist()
         rows.append(row)
     return {"experiment": "deterministic", "variants": [v.name for v in variants], "rows": rows,
@@ -607,6 +608,17 @@ def load_real(name: str, seed: int = 0, path=None) -> dict:
 REAL_SETS = ("alice", "splice", "chorales", "dodgers")
 
 
+def _first_symbols(sequences: Sequence[np.ndarray], total: int) -> list[np.ndarray]:
+    """The leading sequences (the last one cut) holding ``total`` symbols in all."""
+    out, used = [], 0
+    for s in sequences:
+        if used >= total:
+            break
+        out.append(s[: total - used])
+        used += out[-1].size
+    return out
+
+
 def run_real(
     seed: int = 0,
     quick: bool = False,
@@ -619,17 +631,21 @@ def run_real(
 
     Reports next-symbol accuracy (and error = 1 - accuracy, the paper's "predictive
     test error"), held-out log loss per symbol (nats) and fit time. Rank
-    ``k = min(8, n - 1)``. With ``quick``: fewer variants, EM with 2 restarts of at
-    most 10 iterations. EM is skipped (with a note) when hmmlearn is missing.
+    ``k = min(8, n - 1)``. With ``quick``: θ_spec, θ_M fixed (with and without L1)
+    only, EM with 2 restarts of at most 5 iterations, the first 5,000 test symbols.
+    EM is skipped (with a note) when hmmlearn is missing.
     """
     if quick:
-        em_restarts, em_iter = 2, 10
-    variants = (SPEC, M, FIXED, M_L1) if quick else HEADLINE + VARIANTS
+        em_restarts, em_iter = 2, 5
+    variants = (SPEC, FIXED, FIXED_L1) if quick else HEADLINE + VARIANTS
     rows = {}
     notes = ["Ecoli: the UCI 'Ecoli' data we have is not sequence data (one row of 7 "
              "features per protein); it is left out and nothing is substituted."]
     for name in sets:
         data = load_real(name, seed, path)
+        if quick:
+            data["test"] = _first_symbols(data["test"], 5000)
+            data["n_test"] = int(sum(s.size for s in data["test"]))
         n = data["n"]
         k = min(8, n - 1)
         acc = MomentAccumulator(n_symbols=n, mode="sliding")
@@ -827,17 +843,18 @@ def real_markdown(res: dict) -> str:
     for name, r in res["rows"].items():
         rows.append([name, r["n_symbols"], r["rank"], f"{r['n_train']:,}", f"{r['n_test']:,}"])
     out += [markdown_table(head, rows), ""]
-    head = ["data set"] + [f"{v} error" for v in ("θ_spec", "θ_M", "θ_M + L1", "EM")] + [
+    cols = ("θ_spec", "θ_M", "θ_M + L1", "θ_M fixed", "θ_M fixed + L1", "EM")
+    head = ["data set"] + [f"{v} error" for v in cols] + [
         "paper θ_spec", "paper θ_M", "paper θ_M + L1", "paper EM"]
     rows = []
     for name in list(res["rows"]) + ["ecoli"]:
         paper = [str(p) for p in res["paper"].get(name, ["", "", "", ""])]
         if name not in res["rows"]:
-            rows.append([name, "not sequence data", "-", "-", "-", *paper])
+            rows.append([name, "not sequence data"] + ["-"] * (len(cols) - 1) + paper)
             continue
         ms = res["rows"][name]["methods"]
         rows.append([name] + [_fmt(1 - ms[v]["accuracy"]) if v in ms else "n/a"
-                              for v in ("θ_spec", "θ_M", "θ_M + L1", "EM")] + paper)
+                              for v in cols] + paper)
     out += ["Predictive test error (1 - next-symbol accuracy), ours beside the paper's.", "",
             markdown_table(head, rows), ""]
     head = ["method"] + [f"{s} err / logloss / s" for s in res["rows"]]
@@ -878,26 +895,27 @@ def plot_deterministic(res: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     lengths = sorted(res["heatmaps"], key=int)
-    fig, axes = plt.subplots(1, len(lengths) + 1, figsize=(3.0 * (len(lengths) + 1), 3.2))
+    fig, axes = plt.subplots(1, len(lengths) + 1, figsize=(3.0 * (len(lengths) + 1), 4.2))
     ax = axes[0]
     Ls = [r["length"] for r in res["rows"]]
-    for v, marker in zip(res["variants"], "osd^", strict=False):
+    for v, marker in zip(res["variants"], "osd^vx", strict=False):
         ax.semilogy(Ls, [max(abs(r[v]), 1e-12) for r in res["rows"]], marker=marker, label=v)
     ax.set_xlabel("sequence length L")
     ax.set_ylabel("|B_0| (trace, rank 1)")
     ax.set_title("Decay of B_0")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.22))
     for ax, L in zip(axes[1:], lengths, strict=True):
         W = np.asarray(res["heatmaps"][L])
         im = ax.imshow(np.log10(np.abs(W) + 1e-12), cmap="viridis")
-        ax.set_title(f"log10 |W| of B_0, L={L}")
+        ax.set_title(f"log10 |W| for B_0, L={L}")
         ax.set_xlabel("moment (x1, x3)")
         ax.set_ylabel("moment (x1, x3)")
         labels = [f"{j}{i}" for j in range(2) for i in range(2)]
         ax.set_xticks(range(4), labels)
         ax.set_yticks(range(4), labels)
         fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.suptitle("Deterministic sequence 0^10 1^(L-10): θ_spec vs θ_M, and θ_M's weighting")
+    fig.suptitle("Deterministic sequence 0^10 1^(L-10): B_0 of θ_spec and θ_M (left); "
+                 "θ_M's weighting (exact, unshrunk) on the moments of B_0 (right)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -936,27 +954,35 @@ def plot_synthetic(res: dict, path: Path) -> None:
 
 
 def plot_toy(res: dict, path: Path) -> None:
-    """Bar chart of the three headline columns per setting, with s.e. bars."""
+    """Median error per setting for the headline estimators, interquartile bars, log scale."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = ("θ_spec", "θ_M", "θ_M + L1")
+    names = [v.name for v in HEADLINE if v.name in res["variants"]]
+    colors = ("tab:green", "tab:blue", "tab:cyan", "tab:purple", "tab:red")
     settings = res["settings"]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    width = 0.25
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / len(names)
     for i, v in enumerate(names):
-        means = [min(_mean(res["errors"][s][v]), 1e3) for s in settings]
-        ses = [_se(res["errors"][s][v]) for s in settings]
-        ses = [0.0 if not math.isfinite(x) else x for x in ses]
-        ax.bar(np.arange(len(settings)) + (i - 1) * width, means, width, yerr=ses, capsize=3,
-               label=v, color=("tab:green", "tab:blue", "tab:purple")[i])
+        x = np.arange(len(settings)) + (i - (len(names) - 1) / 2) * width
+        stats = []
+        for s in settings:
+            e = np.asarray(res["errors"][s].get(v, [np.nan]), dtype=float)
+            e = np.where(np.isfinite(e), e, 1e30)
+            stats.append(np.percentile(e, [25, 50, 75]))
+        q = np.array(stats)
+        ax.errorbar(x, q[:, 1], yerr=[q[:, 1] - q[:, 0], q[:, 2] - q[:, 1]], fmt="o",
+                    capsize=3, color=colors[i % len(colors)], label=v)
+    ax.set_yscale("log")
     ax.set_xticks(range(len(settings)), settings)
     ax.set_xlabel(res["setting_label"])
     ax.set_ylabel("relative joint-probability error")
-    ax.set_title(f"{res['experiment']}: {res['n_train']:,} training examples, {res['reps']} reps")
-    ax.legend()
+    ax.set_title(f"{res['experiment']}: {res['n_train']:,} training examples; median and "
+                 f"interquartile range over {res['reps']} reps")
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -986,6 +1012,13 @@ def write_outputs(res: dict, out: str | Path, plots: bool = True) -> list[Path]:
             paths.append(out / f"{name}.png")
             plotter(res, paths[-1])
     return paths
+
+
+def render(json_path: str | Path, out: str | Path | None = None) -> list[Path]:
+    """Rewrite the Markdown and plot of a saved result (``<experiment>.json``)."""
+    json_path = Path(json_path)
+    res = json.loads(json_path.read_text(encoding="utf-8"))
+    return write_outputs(res, out if out is not None else json_path.parent)
 
 
 def run_all(names: Sequence[str], out: str | Path, reps: int = 20, seed: int = 0,
