@@ -14,6 +14,11 @@ the messages consumed by all daemons in the window divided by its length. The
 run is then checked: the latest snapshots of the state topic must hold exactly N
 records.
 
+The CPU time of the daemon processes in the window (``/proc``; refit workers
+not included) gives the cores they used and the messages per CPU-second: when
+the latter stays flat while the aggregate stops growing, the daemons are CPU
+bound and the machine has no more cores to give.
+
 Before that, a CPU probe measures what extra processes can add on this machine:
 the throughput of 1, 2 and 3 processes running a pure-Python loop side by side,
 relative to one.
@@ -124,11 +129,22 @@ def _port_from_log(d: Daemon) -> None:
             d.port = int(found.group(1))
 
 
-def run_daemons(bootstrap: str, topic: str, n: int, k: int, run: str, tmp: str) -> tuple[float, int]:
-    """Aggregate msg/s of ``k`` daemons draining ``topic``, and the exact records check."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (its own threads; Linux ``/proc``)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_daemons(
+    bootstrap: str, topic: str, n: int, k: int, run: str, tmp: str
+) -> tuple[float, float, int]:
+    """Aggregate msg/s of ``k`` daemons draining ``topic``, the cores they used, the records check."""
     daemons = [Daemon(bootstrap, topic, f"g-{run}", f"d{i}", tmp, run) for i in range(k)]
     try:
-        t0 = m0 = None
+        t0 = m0 = c0 = None
         while True:
             for d in daemons:
                 _port_from_log(d)
@@ -139,17 +155,19 @@ def run_daemons(bootstrap: str, topic: str, n: int, k: int, run: str, tmp: str) 
                 consumed = sum(g["messages_total"] for g in gauges)
                 if t0 is None and min(owned) >= 1 and sum(owned) == PARTITIONS:
                     t0, m0 = now, consumed
+                    c0 = sum(cpu_seconds(d.proc.pid) for d in daemons)
                 if t0 is not None and sum(owned) == PARTITIONS and all(
                     g.get("lag", 1) == 0 for g in gauges
                 ):
                     rate = (consumed - m0) / (now - t0) if now > t0 else float("nan")
+                    cores = (sum(cpu_seconds(d.proc.pid) for d in daemons) - c0) / (now - t0)
                     break
             time.sleep(0.1)
     finally:
         for d in daemons:
             d.stop()
     records = read_snapshots(bootstrap, f"{topic}.state-{run}").records()
-    return rate, records
+    return rate, cores, records
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,20 +189,24 @@ def main(argv: list[str] | None = None) -> int:
         produce(bootstrap, topic, n)
         print(f"produced {n} messages to {PARTITIONS} partitions in {time.perf_counter() - t:.1f}s")
         rates: dict[int, list[float]] = {k: [] for k in counts}
+        cores: dict[int, list[float]] = {k: [] for k in counts}
         for run in range(args.runs):
             for k in counts:
-                rate, records = run_daemons(bootstrap, topic, n, k, f"r{run}k{k}", tmp)
+                rate, used, records = run_daemons(bootstrap, topic, n, k, f"r{run}k{k}", tmp)
                 rates[k].append(rate)
-                print(f"run {run + 1}, {k} daemon(s): {rate:,.0f} msg/s together; "
-                      f"global records {records} ({'exact' if records == n else 'WRONG'}); "
+                cores[k].append(used)
+                print(f"run {run + 1}, {k} daemon(s): {rate:,.0f} msg/s together, "
+                      f"{used:.2f} cores, {rate / used:,.0f} msg per CPU-second; global records "
+                      f"{records} ({'exact' if records == n else 'WRONG'}); "
                       f"load average {os.getloadavg()[0]:.1f}")
         base = statistics.median(rates[counts[0]])
-        print("| daemons | aggregate msg/s (median) | runs | vs 1 daemon |")
-        print("| --- | --- | --- | --- |")
+        print("| daemons | aggregate msg/s (median) | runs | vs 1 daemon | cores used (median) "
+              "| msg per CPU-second |")
+        print("| --- | --- | --- | --- | --- | --- |")
         for k in counts:
-            med = statistics.median(rates[k])
+            med, c = statistics.median(rates[k]), statistics.median(cores[k])
             print(f"| {k} | {med:,.0f} | {', '.join(f'{r:,.0f}' for r in rates[k])} | "
-                  f"{med / base:.2f}x |")
+                  f"{med / base:.2f}x | {c:.2f} | {med / c:,.0f} |")
     return 0
 
 
