@@ -23,7 +23,9 @@ kafka = pytest.importorskip("kafka")
 
 from test_kafka_daemon import (  # noqa: E402
     GROUP_SETTINGS,
+    DaemonThread,
     by_label,
+    config,
     create_topic,
     keyed_streams,
     produce,
@@ -250,6 +252,8 @@ def test_three_daemons_share_one_exact_global_state_and_model(
         refitter = daemons[[g["refitter"] for g in gauges].index(1)].name
         assert final.refitter == refitter == latest.get(0).owner
         assert all(g["global_records"] == len(messages) for g in gauges)
+        # nothing but Kafka holds the state: no checkpoint file anywhere
+        assert not list(tmp_path.rglob("*.ckpt"))
     finally:
         codes = [d.stop() for d in daemons]
     assert codes == [0, 0, 0]
@@ -310,3 +314,29 @@ def test_sigkill_of_the_refitter_mid_stream_keeps_counts_exact(
             feeding.join(WAIT)
         codes = [d.stop() for d in everyone if d.proc.returncode != -signal.SIGKILL]
     assert codes == [0, 0, 0]
+
+
+def test_corrupt_latest_snapshot_pauses_its_partition_only(kafka_bootstrap, unique_name, tmp_path):
+    from kafka import KafkaProducer
+
+    topic = unique_name("-in")
+    create_topic(kafka_bootstrap, topic, partitions=2)
+    ends = produce(kafka_bootstrap, topic, keyed_streams(n_keys=6, length=50, seed=81))
+    state_topic = f"{topic}.state"
+    ensure_topic(kafka_bootstrap, state_topic, 2)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    headers = [("format", b"streamspec.PartitionState/1"), ("source-partition", b"0"),
+               ("source-offset", b"5"), ("records", b"5")]
+    producer.send(state_topic, key=b"0", value=b"garbage", headers=headers,
+                  partition=0).get(timeout=30)
+    producer.close()
+    cfg = config(kafka_bootstrap, topic, unique_name("-g"), tmp_path / "state",
+                 state_backend="kafka", session_timeout_ms=2000)
+    with DaemonThread(cfg) as daemon:
+        wait_until(lambda: read_snapshots(kafka_bootstrap, state_topic).offsets().get(1)
+                   == ends[1], "partition 1 at its end offset")
+        assert daemon.metrics.unreadable_checkpoints == 1
+        assert sorted(tp.partition for tp in daemon.states) == [1]
+    # never replaced by a fresh (double) count
+    latest = read_snapshots(kafka_bootstrap, state_topic).get(0)
+    assert (latest.offset, latest.value) == (5, b"garbage")
