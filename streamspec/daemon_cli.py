@@ -144,7 +144,9 @@ def _register_consume(subparsers) -> None:
                    help="topic of poison messages (default T.dead-letters; '' for none)")
     g.add_argument("--predictions-topic", metavar="T",
                    help="publish one next-symbol prediction per record here")
-    g.add_argument("--models-topic", metavar="T", help="publish every refitted model here")
+    g.add_argument("--models-topic", metavar="T",
+                   help="publish every refitted model here (kafka backend: the shared model "
+                        "topic, default T.models)")
     g.add_argument("--state-backend", choices=["local", "kafka"],
                    help="where partition state lives: checkpoint files in --state-dir (local, "
                         "default) or snapshots in a state topic, restored on assignment, with "
