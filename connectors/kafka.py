@@ -220,6 +220,8 @@ class ConsumerDaemon:
             background=True,
             prepare=self._save_model,  # in the refit thread: no fsync in the poll loop
         )
+        if self.model is not None:  # a restart warm-starts from the saved model's factors
+            self._refitter.adopt(self.model)
         self._predictor: StreamPredictor | None = None
         if self.model is not None and config.predictions_topic:
             self._predictor = StreamPredictor(self.model, version=0)
@@ -548,6 +550,10 @@ class ConsumerDaemon:
             log.warning("event=takeover-read-failed error=%r", str(exc))
         if newest.record is not None:
             self._models.offer(newest.record)
+            try:  # the new refitter warm-starts from the newest published model
+                self._refitter.adopt(ObservableOperatorModel.from_bytes(newest.record.value))
+            except ValueError as exc:
+                log.warning("event=takeover-model-unreadable error=%r", str(exc))
         self._next_version = max(self._next_version, self._models.version + 1)
         self._fit_generation = -1  # refit on the current global view
         self._is_refitter = True

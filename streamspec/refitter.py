@@ -317,6 +317,17 @@ class Refitter:
         self._thread.start()
         return True
 
+    def adopt(self, model, n_seen: int = 0, n_triples: float = 0.0) -> None:
+        """Install ``model`` (e.g. read from a checkpoint or a model topic) as the current one.
+
+        The next fit then warm-starts from its factors, as if this refitter had fitted
+        it: a restarted daemon or a newly elected refitter need not start cold.
+        ``prepare`` runs on it as on a fitted model.
+        """
+        prepared = self.prepare(model) if self.prepare is not None else None
+        with self._lock:
+            self._current = _Current(model, prepared, n_seen, n_triples)
+
     def wait(self, timeout: float | None = None) -> bool:
         """Join the running background fit, if any; returns whether none is left running."""
         t = self._thread
