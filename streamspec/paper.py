@@ -1004,8 +1004,8 @@ def plot_toy(res: dict, path: Path) -> None:
     ax.set_xticks(range(len(settings)), settings)
     ax.set_xlabel(res["setting_label"])
     ax.set_ylabel("relative joint-probability error")
-    ax.set_title(f"{res['experiment']}: {res['n_train']:,} training examples; median and "
-                 f"interquartile range over {res['reps']} reps")
+    ax.set_title(f"{res['experiment']}: {res['n_train']:,} training examples;\n"
+                 f"median and interquartile range over {res['reps']} reps", fontsize=10)
     ax.grid(True, axis="y", which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
