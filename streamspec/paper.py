@@ -96,7 +96,8 @@ CHOICES = {
     "(probabilities; W normalised so W = I for identity-like second moments); never tuned",
     "theta_M": "MEstimator(weighting='exact', factorization='shared', shrinkage='auto', "
     "smoothing=0, ridge=1e-6, max_outer=3, max_sweeps=10, tol=1e-6, n_restarts=0), "
-    "the library defaults at the time of the runs, passed explicitly",
+    "the paper's Algorithm 2 with one S shared by all symbols (the library default until "
+    "commit 735d93a), passed explicitly; 'theta_M fixed' is the same with S = U fixed",
     "repetitions": "new training and test samples each repetition, the true HMM fixed; "
     "mean and standard error (sd / sqrt(reps)) over repetitions",
 }
@@ -773,7 +774,8 @@ def toy_markdown(res: dict) -> str:
                     + [str(p) for p in paper])
     out = [f"### {name}: relative joint-probability error (mean ± s.e., {res['reps']} reps, "
            f"{res['n_train']:,} training examples)", "", markdown_table(head, rows), "",
-           "θ_M: factorization 'shared' (the defaults); θ_M fixed: S = U fixed. Same "
+           "θ_M: factorization 'shared' (one learned S; the default until 735d93a); θ_M fixed: "
+           "S = U fixed (the default since). Same "
            "weighting (exact, shrinkage 'auto') for both.", ""]
     vhead = ["variant"] + [f"{res['setting_label']} {s}" for s in res["settings"]]
     vrows = []
