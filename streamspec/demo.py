@@ -16,32 +16,10 @@ import numpy as np
 from streamspec.accumulator import MomentAccumulator
 from streamspec.hmm import HMM
 from streamspec.mestimator import MEstimator
+from streamspec.paper import ring_hmm
 from streamspec.spectral import SpectralEstimator
 
-__all__ = ["ring_hmm", "run_demo", "register"]
-
-
-def ring_hmm() -> HMM:
-    """The paper's ring (section 5, figure 1a): 5 states, 5 symbols, imbalanced visits.
-
-    h1 goes to h2 or h5 with probability 1/2 each; h2 and h5 return to h1 with
-    0.9 and go on to h3 and h4 with 0.1; h3 returns to h2 and h4 to h3. Each state
-    emits its own symbol with probability 0.6 and any other uniformly (0.1 each).
-
-    Examples
-    --------
-    >>> hmm = ring_hmm()
-    >>> hmm.n_states, hmm.n_symbols, round(float(hmm.pi[0]), 3)
-    (5, 5, 0.44)
-    """
-    T = np.zeros((5, 5))  # T[to, from], states h1..h5 as 0..4
-    T[1, 0] = T[4, 0] = 0.5
-    T[0, 1], T[2, 1] = 0.9, 0.1
-    T[1, 2] = 1.0
-    T[2, 3] = 1.0
-    T[0, 4], T[3, 4] = 0.9, 0.1
-    O = np.full((5, 5), 0.1) + 0.5 * np.eye(5)
-    return HMM(T, O)
+__all__ = ["run_demo", "register"]
 
 
 def run_demo(
