@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
-from _broker import create_topic, local_broker  # noqa: E402
 from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
 
+from connectors.broker import create_topic, local_broker  # noqa: E402
 from connectors.config import DaemonConfig  # noqa: E402
 from connectors.kafka import ConsumerDaemon  # noqa: E402
 

@@ -49,9 +49,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
-from _broker import create_topic, local_broker  # noqa: E402
 from bench_kafka import produce  # noqa: E402
 
+from connectors.broker import create_topic, local_broker  # noqa: E402
 from connectors.state_topic import read_snapshots  # noqa: E402
 
 PARTITIONS = 6

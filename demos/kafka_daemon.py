@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
-from _broker import create_topic, local_broker  # noqa: E402
 from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
 
+from connectors.broker import create_topic, local_broker  # noqa: E402
 from streamspec.model import ObservableOperatorModel  # noqa: E402
 
 

