@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Callable, Iterable
 
 # (module, attribute): each is a function register(subparsers) -> None
 _COMMANDS = [
@@ -19,19 +20,32 @@ _COMMANDS = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="streamspec",
-        description="Learn hidden Markov models from streams with spectral M-estimation.",
-    )
+_DESCRIPTION = "Learn hidden Markov models from streams with spectral M-estimation."
+
+
+def build_parser(registers: Iterable[Callable] | None = None,
+                 description: str | None = _DESCRIPTION) -> argparse.ArgumentParser:
+    """The ``streamspec`` parser with the subcommands of ``registers`` (default: all of them).
+
+    ``registers`` are ``register(subparsers)`` functions; by default those named in
+    ``_COMMANDS``, imported here.
+    """
+    parser = argparse.ArgumentParser(prog="streamspec", description=description)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module, attr in _COMMANDS:
-        getattr(importlib.import_module(module), attr)(sub)
+    if registers is None:
+        registers = [getattr(importlib.import_module(module), attr) for module, attr in _COMMANDS]
+    for register in registers:
+        register(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    """Parse ``argv`` and run the chosen subcommand (with ``parser``, default the whole CLI).
+
+    Without a subcommand, prints the help and returns 2.
+    """
+    if parser is None:
+        parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -660,13 +660,9 @@ def _inspect(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one of these commands without the rest of the CLI."""
-    parser = argparse.ArgumentParser(prog="streamspec")
-    register(parser.add_subparsers(dest="command", metavar="COMMAND"))
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    return int(args.func(args) or 0)
+    from streamspec import cli  # no cycle: cli imports this module only when building its parser
+
+    return cli.main(argv, cli.build_parser([register], description=None))
 
 
 if __name__ == "__main__":
