@@ -73,6 +73,36 @@ def produce(bootstrap: str, topic: str, messages, headers=None) -> dict[int, int
     return ends
 
 
+class Feeder(threading.Thread):
+    """Produces ``messages`` in batches of ``batch``, pausing ``pause`` s after each until hurried.
+
+    ``ends`` holds the end offset (last + 1) of every partition written so far;
+    ``produced`` is set once every message is sent; setting ``hurry`` drops the pauses.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, messages, batch: int, pause: float):
+        super().__init__()
+        self.bootstrap, self.topic, self.messages = bootstrap, topic, messages
+        self.batch, self.pause = batch, pause
+        self.ends: dict[int, int] = {}
+        self.produced, self.hurry = threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        for i in range(0, len(self.messages), self.batch):
+            for p, e in produce(self.bootstrap, self.topic, self.messages[i:i + self.batch]).items():
+                self.ends[p] = max(self.ends.get(p, 0), e)
+            if not self.hurry.is_set():
+                time.sleep(self.pause)
+        self.produced.set()
+
+
+def new_topic(bootstrap: str, unique_name, partitions: int) -> tuple[str, str]:
+    """A topic of ``partitions`` partitions, created, and a consumer-group name: unique to the test."""
+    topic, group = unique_name("-in"), unique_name("-g")
+    create_topic(bootstrap, topic, partitions=partitions)
+    return topic, group
+
+
 def reference(messages, fmt: RecordFormat | None = None) -> MomentAccumulator:
     """A MomentAccumulator fed the good records of ``messages`` directly, in order."""
     fmt = fmt or RecordFormat()
@@ -184,8 +214,7 @@ def committed(bootstrap, group: str, topic: str) -> dict[int, int]:
 
 
 def test_end_to_end_counts_equal_direct_accumulator(kafka_bootstrap, unique_name, tmp_path):
-    topic, group = unique_name("-in"), unique_name("-g")
-    create_topic(kafka_bootstrap, topic, partitions=3)
+    topic, group = new_topic(kafka_bootstrap, unique_name, 3)
     messages = keyed_streams(n_keys=9, length=400)
     ends = produce(kafka_bootstrap, topic, messages)
     cfg = config(kafka_bootstrap, topic, group, tmp_path / "state",
@@ -232,9 +261,8 @@ def test_end_to_end_counts_equal_direct_accumulator(kafka_bootstrap, unique_name
 
 
 def test_poison_messages_go_to_dead_letter_topic(kafka_bootstrap, unique_name, tmp_path):
-    topic, group = unique_name("-in"), unique_name("-g")
+    topic, group = new_topic(kafka_bootstrap, unique_name, 1)
     dlq = unique_name("-dlq")
-    create_topic(kafka_bootstrap, topic, partitions=1)
     create_topic(kafka_bootstrap, dlq, partitions=1)
     good = keyed_streams(n_keys=2, length=50, seed=3)
     bad = [
@@ -291,22 +319,11 @@ def _final_counts_after_restarts(bootstrap, topic, group, state_dir, ends, tmp_p
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
     kafka_bootstrap, unique_name, tmp_path
 ):
-    topic, group = unique_name("-in"), unique_name("-g")
+    topic, group = new_topic(kafka_bootstrap, unique_name, 2)
     state_dir = tmp_path / "state"
-    create_topic(kafka_bootstrap, topic, partitions=2)
     messages = keyed_streams(n_keys=8, length=2500, seed=7)
-    ends: dict[int, int] = {}
-    produced, hurry = threading.Event(), threading.Event()
-
-    def feeder():  # keep producing while the daemon is being killed and restarted
-        for i in range(0, len(messages), 100):
-            for p, e in produce(kafka_bootstrap, topic, messages[i:i + 100]).items():
-                ends[p] = max(ends.get(p, 0), e)
-            if not hurry.is_set():
-                time.sleep(0.2)
-        produced.set()
-
-    feeding = threading.Thread(target=feeder)
+    # keep producing while the daemon is being killed and restarted
+    feeding = Feeder(kafka_bootstrap, topic, messages, batch=100, pause=0.2)
     feeding.start()
     rng = random.Random(11)
     mid_stream = 0
@@ -320,18 +337,19 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
             try:
                 before = sum(checkpoint_offsets(state_dir, topic).values())
                 wait_until(lambda b=before: sum(checkpoint_offsets(state_dir, topic).values()) > b
-                           or produced.is_set(), "progress since the last kill", proc=proc)
+                           or feeding.produced.is_set(), "progress since the last kill", proc=proc)
                 time.sleep(rng.uniform(0.0, 0.5))  # a random moment while it consumes
-                busy = not produced.is_set()
+                busy = not feeding.produced.is_set()
             finally:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(30)
             mid_stream += busy
     finally:
-        hurry.set()
+        feeding.hurry.set()
         feeding.join()
     assert mid_stream >= 5, f"only {mid_stream} kills came while messages were arriving"
-    code = _final_counts_after_restarts(kafka_bootstrap, topic, group, state_dir, ends, tmp_path)
+    code = _final_counts_after_restarts(kafka_bootstrap, topic, group, state_dir, feeding.ends,
+                                        tmp_path)
     assert code == 0
     merged = StateStore(state_dir).merged(topic)
     assert by_label(merged) == by_label(reference(messages))
@@ -341,9 +359,8 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
 def test_sigterm_exits_zero_with_final_checkpoint_and_commit(
     kafka_bootstrap, unique_name, tmp_path
 ):
-    topic, group = unique_name("-in"), unique_name("-g")
+    topic, group = new_topic(kafka_bootstrap, unique_name, 2)
     state_dir = tmp_path / "state"
-    create_topic(kafka_bootstrap, topic, partitions=2)
     messages = keyed_streams(n_keys=4, length=300, seed=5)
     ends = produce(kafka_bootstrap, topic, messages)
     # a long checkpoint interval: only the shutdown checkpoint can write the end offsets
@@ -375,9 +392,8 @@ def _last_status(log_path: Path) -> str:
 def test_two_daemons_split_partitions_and_take_over_after_kill(
     kafka_bootstrap, unique_name, tmp_path
 ):
-    topic, group = unique_name("-in"), unique_name("-g")
+    topic, group = new_topic(kafka_bootstrap, unique_name, 4)
     state_dir = tmp_path / "state"
-    create_topic(kafka_bootstrap, topic, partitions=4)
     first = keyed_streams(n_keys=12, length=200, seed=21)
     second = keyed_streams(n_keys=12, length=200, seed=22)
     ends = produce(kafka_bootstrap, topic, first)
@@ -460,9 +476,8 @@ def test_rebalance_checkpoints_before_revocation(kafka_bootstrap, unique_name, t
     import logging
 
     caplog.set_level(logging.INFO, logger="streamspec.daemon")
-    topic, group = unique_name("-in"), unique_name("-g")
+    topic, group = new_topic(kafka_bootstrap, unique_name, 4)
     state_dir = tmp_path / "state"
-    create_topic(kafka_bootstrap, topic, partitions=4)
     messages = keyed_streams(n_keys=16, length=100, seed=41)
     ends = produce(kafka_bootstrap, topic, messages)
     # no periodic checkpoint: only a revocation (or the shutdown) can write one

@@ -12,8 +12,6 @@ from __future__ import annotations
 import re
 import signal
 import sys
-import threading
-import time
 import urllib.request
 from pathlib import Path
 
@@ -24,10 +22,12 @@ kafka = pytest.importorskip("kafka")
 from test_kafka_daemon import (  # noqa: E402
     GROUP_SETTINGS,
     DaemonThread,
+    Feeder,
     by_label,
     config,
     create_topic,
     keyed_streams,
+    new_topic,
     produce,
     reference,
     spawn,
@@ -228,8 +228,7 @@ def test_state_topic_restore_reads_latest_snapshot_per_partition(kafka_bootstrap
 def test_three_daemons_share_one_exact_global_state_and_model(
     kafka_bootstrap, unique_name, tmp_path
 ):
-    topic, group = unique_name("-in"), unique_name("-g")
-    create_topic(kafka_bootstrap, topic, partitions=6)
+    topic, group = new_topic(kafka_bootstrap, unique_name, 6)
     daemons = [Daemon(kafka_bootstrap, topic, group, f"d{i}", tmp_path) for i in range(3)]
     try:
         wait_for_split(daemons, 6)
@@ -262,24 +261,13 @@ def test_three_daemons_share_one_exact_global_state_and_model(
 def test_sigkill_of_the_refitter_mid_stream_keeps_counts_exact(
     kafka_bootstrap, unique_name, tmp_path
 ):
-    topic, group = unique_name("-in"), unique_name("-g")
+    topic, group = new_topic(kafka_bootstrap, unique_name, 6)
     state_topic, model_topic = f"{topic}.state", f"{topic}.models"
-    create_topic(kafka_bootstrap, topic, partitions=6)
     messages = keyed_streams(n_keys=24, length=500, seed=71)
     daemons = [Daemon(kafka_bootstrap, topic, group, f"d{i}", tmp_path) for i in range(3)]
     everyone = list(daemons)
-    ends: dict[int, int] = {}
-    produced, hurry = threading.Event(), threading.Event()
-
-    def feeder() -> None:  # keep producing while a daemon is killed and another joins
-        for i in range(0, len(messages), 200):
-            for p, e in produce(kafka_bootstrap, topic, messages[i:i + 200]).items():
-                ends[p] = max(ends.get(p, 0), e)
-            if not hurry.is_set():
-                time.sleep(0.15)
-        produced.set()
-
-    feeding = threading.Thread(target=feeder)
+    # keep producing while a daemon is killed and another joins
+    feeding = Feeder(kafka_bootstrap, topic, messages, batch=200, pause=0.15)
     try:
         wait_for_split(daemons, 6)
         feeding.start()
@@ -290,13 +278,13 @@ def test_sigkill_of_the_refitter_mid_stream_keeps_counts_exact(
         owner = read_snapshots(kafka_bootstrap, state_topic, [0]).get(0).owner
         victim = next(d for d in daemons if d.name == owner)
         victim.kill()
-        mid_stream = not produced.is_set()
+        mid_stream = not feeding.produced.is_set()
         survivors = [d for d in daemons if d is not victim]
         survivors.append(Daemon(kafka_bootstrap, topic, group, "d3", tmp_path))
         everyone.append(survivors[-1])
         feeding.join(WAIT)
         wait_until(lambda: check_alive(survivors) or read_snapshots(kafka_bootstrap, state_topic)
-                   .offsets() == ends, "snapshots at the end offsets")
+                   .offsets() == feeding.ends, "snapshots at the end offsets")
         assert mid_stream, "the refitter was killed after the stream ended"
         latest, merged = global_state(kafka_bootstrap, state_topic)
         assert by_label(merged) == by_label(reference(messages))
@@ -309,7 +297,7 @@ def test_sigkill_of_the_refitter_mid_stream_keeps_counts_exact(
         assert versions == sorted(set(versions)) and versions[0] == 1
         assert owner in {m.refitter for m in models} and final.refitter != owner
     finally:
-        hurry.set()
+        feeding.hurry.set()
         if feeding.is_alive():
             feeding.join(WAIT)
         codes = [d.stop() for d in everyone if d.proc.returncode != -signal.SIGKILL]
