@@ -43,3 +43,25 @@ def unique_name(request):
         return f"{base}-{os.getpid()}-{next(_names)}{suffix}"
 
     return make
+
+
+class FakeTime:
+    """A clock that tests move by hand (``now``), standing in for a module's ``time``."""
+
+    now = 0.0
+
+    def monotonic(self):
+        return self.now
+
+    def perf_counter(self):
+        return self.now
+
+
+@pytest.fixture
+def fake_refitter_time(monkeypatch) -> FakeTime:
+    """Replace the clock of :mod:`streamspec.refitter` with a :class:`FakeTime` (returned)."""
+    import streamspec.refitter as refitter_module
+
+    fake = FakeTime()
+    monkeypatch.setattr(refitter_module, "time", fake)
+    return fake

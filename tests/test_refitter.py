@@ -8,7 +8,6 @@ import threading
 import numpy as np
 import pytest
 
-import streamspec.refitter as refitter_module
 from streamspec import HMM, MEstimator, MomentAccumulator, Refitter, SpectralEstimator
 
 
@@ -63,18 +62,8 @@ def test_no_fit_before_the_first_triple():
     assert r.n_fits == 1 and r.model is not None
 
 
-def test_time_trigger_only_with_new_symbols(monkeypatch):
-    class FakeTime:
-        now = 0.0
-
-        def monotonic(self):
-            return self.now
-
-        def perf_counter(self):
-            return self.now
-
-    fake = FakeTime()
-    monkeypatch.setattr(refitter_module, "time", fake)
+def test_time_trigger_only_with_new_symbols(fake_refitter_time):
+    fake = fake_refitter_time
     acc = MomentAccumulator()
     r = Refitter(SpectralEstimator(rank=2), refit_every=None, refit_interval=10.0)
     for t, s in enumerate("abcabcabca"):  # t = 0..9: the interval has not elapsed

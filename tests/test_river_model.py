@@ -425,20 +425,8 @@ def test_only_every_fourth_symbol_is_scored():
 # ---------------------------------------------------------------------- options
 
 
-def test_refit_interval_triggers_fits(monkeypatch):
-    import streamspec.refitter as refitter_module
-
-    class FakeTime:
-        now = 0.0
-
-        def monotonic(self):
-            return self.now
-
-        def perf_counter(self):
-            return self.now
-
-    fake = FakeTime()
-    monkeypatch.setattr(refitter_module, "time", fake)
+def test_refit_interval_triggers_fits(fake_refitter_time):
+    fake = fake_refitter_time
     model = SpectralHMM(rank=2, refit_every=None, refit_interval=60.0)
     for t in range(1_000):
         model.learn_one({}, "abc"[t % 3])
