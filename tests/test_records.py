@@ -28,6 +28,13 @@ def symbols(records):
     return [r.symbol for r in records]
 
 
+def malformed(line, fmt: RecordFormat) -> MalformedRecord:
+    """The :class:`MalformedRecord` that ``parse_line(line, fmt)`` raises (it must raise one)."""
+    with pytest.raises(MalformedRecord) as info:
+        parse_line(line, fmt)
+    return info.value
+
+
 # ----------------------------------------------------------------------------- Record
 
 
@@ -116,9 +123,7 @@ def test_chars_end_each_line_appends_an_end_marker():
 
 def test_chars_int_symbols():
     assert symbols(parse_line("102", RecordFormat("chars", int_symbols=True))) == [1, 0, 2]
-    with pytest.raises(MalformedRecord) as info:
-        parse_line("1x", RecordFormat("chars", int_symbols=True))
-    assert info.value.reason == "bad-field"
+    assert malformed("1x", RecordFormat("chars", int_symbols=True)).reason == "bad-field"
 
 
 # ----------------------------------------------------------------------------- tokens
@@ -237,9 +242,7 @@ def test_csv_blank_line_gives_nothing():
     ],
 )
 def test_csv_malformed_rows(line, reason):
-    with pytest.raises(MalformedRecord) as info:
-        parse_line(line, RecordFormat("csv"))
-    assert info.value.reason == reason
+    assert malformed(line, RecordFormat("csv")).reason == reason
 
 
 cell = st.text(
@@ -310,9 +313,7 @@ def test_jsonl_integral_numbers_become_int_and_scalars_are_symbols():
     ],
 )
 def test_jsonl_malformed_lines(line, reason):
-    with pytest.raises(MalformedRecord) as info:
-        parse_line(line, RecordFormat("jsonl"))
-    assert info.value.reason == reason
+    assert malformed(line, RecordFormat("jsonl")).reason == reason
 
 
 @given(
@@ -334,13 +335,10 @@ def test_oversized_and_undecodable_lines():
     fmt = RecordFormat("tokens", max_bytes=4)
     assert symbols(parse_line(b"ab c\r\n", fmt)) == ["ab", "c"]  # the break does not count
     for line in (b"abcde", "abcde", "ééé"):  # "ééé" is 6 bytes in UTF-8
-        with pytest.raises(MalformedRecord) as info:
-            parse_line(line, fmt)
-        assert info.value.reason == "oversized"
-    with pytest.raises(MalformedRecord) as info:
-        parse_line(b"ok \xc3\x28", RecordFormat("tokens"))
-    assert info.value.reason == "undecodable"
-    assert "0xc3" in str(info.value)
+        assert malformed(line, fmt).reason == "oversized"
+    undecodable = malformed(b"ok \xc3\x28", RecordFormat("tokens"))
+    assert undecodable.reason == "undecodable"
+    assert "0xc3" in str(undecodable)
 
 
 def test_parse_line_rejects_other_types():
