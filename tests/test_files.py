@@ -69,6 +69,13 @@ class Follower:
         return self.items
 
 
+def follow(path: Path, data: bytes, poll_interval: float = FAST) -> tuple[FileSource, Follower]:
+    """Write ``data`` to ``path`` and follow it (tokens) in a :class:`Follower`."""
+    path.write_bytes(data)
+    src = FileSource(path, TOKENS, follow=True, poll_interval=poll_interval)
+    return src, Follower(src)
+
+
 def append(path: Path, data: bytes) -> None:
     with open(path, "ab") as f:
         f.write(data)
@@ -378,8 +385,7 @@ def test_resume_after_any_k_records_yields_exactly_the_rest(files, encoding, dat
 
 def test_follow_reads_lines_as_a_writer_appends_them(tmp_path):
     path = tmp_path / "live.txt"
-    path.write_bytes(b"")
-    f = Follower(FileSource(path, TOKENS, follow=True, poll_interval=FAST))
+    _, f = follow(path, b"")
 
     def writer():
         for i in range(20):
@@ -397,9 +403,7 @@ def test_follow_reads_lines_as_a_writer_appends_them(tmp_path):
 
 def test_follow_waits_for_the_newline_of_a_partial_line(tmp_path):
     path = tmp_path / "live.txt"
-    path.write_bytes(b"a\nhel")
-    src = FileSource(path, TOKENS, follow=True, poll_interval=FAST)
-    f = Follower(src)
+    src, f = follow(path, b"a\nhel")
     f.wait_for(1)
     f.settle()
     assert syms(f.items) == ["a"]
@@ -440,9 +444,7 @@ def test_follow_waits_for_a_missing_file(tmp_path):
 
 def test_follow_rotation_by_rename(tmp_path):
     path = tmp_path / "app.log"
-    path.write_bytes(b"a\nb\n")
-    src = FileSource(path, TOKENS, follow=True, poll_interval=FAST)
-    f = Follower(src)
+    src, f = follow(path, b"a\nb\n")
     f.wait_for(2)
     old_inode = path.stat().st_ino
     with open(path, "ab") as writer:  # a writer that still holds the old file
@@ -463,9 +465,7 @@ def test_follow_rotation_by_rename(tmp_path):
 
 def test_follow_truncation_rereads_from_the_start(tmp_path):
     path = tmp_path / "app.log"
-    path.write_bytes(b"first line\nsecond line\n")
-    src = FileSource(path, TOKENS, follow=True, poll_interval=FAST)
-    f = Follower(src)
+    src, f = follow(path, b"first line\nsecond line\n")
     f.wait_for(4)
     inode = path.stat().st_ino
     with open(path, "r+b") as w:  # copytruncate: same inode, shorter content
@@ -482,8 +482,7 @@ def test_follow_truncation_rereads_from_the_start(tmp_path):
 
 def test_stop_from_another_thread_ends_a_long_wait(tmp_path):
     path = tmp_path / "quiet.txt"
-    path.write_text("a\n")
-    f = Follower(FileSource(path, TOKENS, follow=True, poll_interval=5.0))
+    _, f = follow(path, b"a\n", poll_interval=5.0)
     f.wait_for(1)
     f.settle(0.05)
     t0 = time.monotonic()
@@ -505,8 +504,7 @@ def test_idle_timeout_ends_following(tmp_path):
 
 def test_follow_does_not_busy_spin(tmp_path):
     path = tmp_path / "quiet.txt"
-    path.write_text("a\n")
-    f = Follower(FileSource(path, TOKENS, follow=True, poll_interval=0.05))
+    _, f = follow(path, b"a\n", poll_interval=0.05)
     f.wait_for(1)
     cpu0, wall0 = time.process_time(), time.monotonic()
     time.sleep(0.5)
