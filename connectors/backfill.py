@@ -70,6 +70,7 @@ __all__ = [
     "file_chunks",
     "reduce_in_order",
     "run_backfill_from_args",
+    "serial_count",
     "wants_backfill",
 ]
 
@@ -554,6 +555,34 @@ def backfill(
     >>> path.unlink()
     """
     return backfill_result(paths, fmt, scheduler, n_workers, chunk_bytes, alphabet).acc
+
+
+def serial_count(paths: Sequence[str | os.PathLike], fmt: RecordFormat) -> MomentAccumulator:
+    """Count the records of ``paths`` one by one in this process: the reference of :func:`backfill`.
+
+    A :class:`~connectors.files.FileSource` read in order, every record fed to one
+    accumulator (``learn_one`` / ``end``), as ``streamspec learn`` does without a
+    backfill; :func:`backfill` gives the same counts.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp(), "t.txt")
+    >>> _ = path.write_text("the cat sat\\non the mat\\n")
+    >>> acc = serial_count([path], RecordFormat("tokens"))
+    >>> acc.symbols, acc.n_triples
+    (['the', 'cat', 'sat', 'on', 'mat'], 4.0)
+    >>> path.unlink()
+    """
+    from .files import FileSource
+
+    acc = MomentAccumulator()
+    for rec, _ in FileSource([os.fspath(p) for p in paths], fmt):
+        if rec.symbol is not None:
+            acc.learn_one(rec.symbol, rec.key)
+        if rec.end:
+            acc.end(rec.key)
+    return acc
 
 
 def _run_pool(chunks: list[Chunk], fmt: RecordFormat, alphabet, n_workers: int | None) -> ChunkResult:

@@ -105,17 +105,6 @@ def write_csv(folder: Path, n_records: int, n_files: int = 2, seed: int = 1) -> 
     return paths
 
 
-def serial_records(paths: list[Path], fmt: RecordFormat) -> MomentAccumulator:
-    """The record-by-record path of ``streamspec learn``: FileSource + ``learn_one``."""
-    acc = MomentAccumulator()
-    for rec, _ in FileSource([str(p) for p in paths], fmt):
-        if rec.symbol is not None:
-            acc.learn_one(rec.symbol, rec.key)
-        if rec.end:
-            acc.end(rec.key)
-    return acc
-
-
 def serial_learn_many(paths: list[Path]) -> MomentAccumulator:
     """One process: read, drop line breaks, letters -> 0..25, ``learn_many``."""
     acc = MomentAccumulator(n_symbols=26)
@@ -235,7 +224,7 @@ def csv_bench(folder: Path, args: argparse.Namespace) -> None:
         print(f"  {name:<30s} {seconds:7.2f} s  {n / seconds / 1e6:8.2f} M records/s  {note}",
               flush=True)
 
-    seconds, ref = best_of(1, lambda: serial_records(paths, fmt))
+    seconds, ref = best_of(1, lambda: bf.serial_count(paths, fmt))
     record("FileSource + learn_one", seconds)
 
     def exact(acc: MomentAccumulator) -> bool:

@@ -24,23 +24,13 @@ from connectors.backfill import (
     file_chunks,
     reduce_in_order,
     run_backfill_from_args,
+    serial_count,
 )
 from connectors.files import FileSource
 from connectors.records import RecordFormat
 from streamspec.accumulator import MomentAccumulator
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def serial(paths, fmt: RecordFormat) -> MomentAccumulator:
-    """What ``streamspec learn`` builds: FileSource records fed one by one."""
-    acc = MomentAccumulator()
-    for rec, _ in FileSource([str(p) for p in paths], fmt):
-        if rec.symbol is not None:
-            acc.learn_one(rec.symbol, rec.key)
-        if rec.end:
-            acc.end(rec.key)
-    return acc
 
 
 def assert_same(acc: MomentAccumulator, ref: MomentAccumulator) -> None:
@@ -144,7 +134,7 @@ def test_keyed_backfill_equals_one_accumulator_fed_in_order(files, chunk_bytes, 
         paths = [write(Path(folder), f"f{i}.csv", csv_bytes(rows, header))
                  for i, rows in enumerate(files)]
         result = backfill_result(paths, fmt, n_workers=1, chunk_bytes=chunk_bytes)
-        ref = serial(paths, fmt)
+        ref = serial_count(paths, fmt)
     assert_same(result.acc, ref)
     assert result.records == sum(1 for rows in files for _, s, _ in rows if s)
     assert result.errors == {}
@@ -168,7 +158,7 @@ def test_text_backfill_equals_the_parser(texts, chunk_bytes, lowercase, keep, en
     with tempfile.TemporaryDirectory() as folder:
         paths = [write(Path(folder), f"t{i}.txt", t.encode()) for i, t in enumerate(texts)]
         acc = backfill(paths, fmt, n_workers=1, chunk_bytes=chunk_bytes)
-        ref = serial(paths, fmt)
+        ref = serial_count(paths, fmt)
     assert_same(acc, ref)
 
 
@@ -179,7 +169,7 @@ def test_chars_fast_path_counts_like_the_parser(tmp_path: Path) -> None:
     path = write(tmp_path, "big.txt", letters.tobytes())
     fmt = RecordFormat("chars", lowercase=True, keep="abcdxy \r")
     result = backfill_result([path, path], fmt, n_workers=1, chunk_bytes=4096)
-    ref = serial([path], fmt)
+    ref = serial_count([path], fmt)
     ref_twice = ref.copy()
     for rec, _ in FileSource([str(path)], fmt):  # the same file again, continuing the stream
         ref_twice.learn_one(rec.symbol, rec.key)
@@ -205,7 +195,7 @@ def test_csv_header_is_found_by_every_chunk_and_bad_lines_are_skipped(tmp_path: 
     gz = write(tmp_path, "h.csv.gz", ("ts,symbol,key\n" + rows).encode())
     fmt = RecordFormat("csv")
     result = backfill_result([path, gz], fmt, n_workers=1, chunk_bytes=100)
-    assert_same(result.acc, serial([path, gz], fmt))
+    assert_same(result.acc, serial_count([path, gz], fmt))
     assert result.records == 600
     assert result.errors == {"bad-csv": 1}
     assert sorted(result.acc.keys) == ["k0", "k1", "k2", "k3"]
@@ -218,7 +208,7 @@ def test_jsonl_keys_recurring_across_files_continue(tmp_path: Path) -> None:
     b = write(tmp_path, "b.jsonl", ("\n".join(lines[150:]) + "\n").encode())
     fmt = RecordFormat("jsonl")
     acc = backfill([a, b], fmt, n_workers=1, chunk_bytes=200)
-    assert_same(acc, serial([a, b], fmt))
+    assert_same(acc, serial_count([a, b], fmt))
     assert acc.n_triples > 0
 
 
@@ -243,7 +233,7 @@ def test_process_pool_equals_serial(tmp_path: Path) -> None:
     fmt = RecordFormat("csv")
     result = backfill_result(paths, fmt, n_workers=2, chunk_bytes=4096)
     assert len(file_chunks(paths, 4096)) > 10
-    assert_same(result.acc, serial(paths, fmt))
+    assert_same(result.acc, serial_count(paths, fmt))
     assert result.records == sum(1 for rec, _ in FileSource([str(p) for p in paths], fmt)
                                  if rec.symbol is not None)
 
@@ -262,16 +252,16 @@ def test_dask_local_cluster_equals_serial(tmp_path: Path) -> None:
             # and a Client: the merges run as tasks on the workers too
             again = backfill(paths[:1], csv_fmt, scheduler=client, chunk_bytes=2000)
     assert len(file_chunks(paths[:2], 3000)) > 10 and len(file_chunks(paths[2:], 1000)) > 10
-    assert_same(keyed, serial(paths[:2], csv_fmt))
-    assert_same(chars, serial(paths[2:], chars_fmt))
-    assert_same(again, serial(paths[:1], csv_fmt))
+    assert_same(keyed, serial_count(paths[:2], csv_fmt))
+    assert_same(chars, serial_count(paths[2:], chars_fmt))
+    assert_same(again, serial_count(paths[:1], csv_fmt))
 
 
 def test_dask_local_starts_and_stops_its_own_cluster(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
     path = keyed_files(tmp_path)[2]
     acc = backfill([path], RecordFormat("chars"), scheduler="local", n_workers=2, chunk_bytes=2000)
-    assert_same(acc, serial([path], RecordFormat("chars")))
+    assert_same(acc, serial_count([path], RecordFormat("chars")))
 
 
 def test_dask_missing_names_the_extra(tmp_path: Path, monkeypatch) -> None:
@@ -292,7 +282,7 @@ def test_run_backfill_from_args(tmp_path: Path) -> None:
     add_backfill_arguments(p)
     acc = run_backfill_from_args(p.parse_args([str(path), "--workers", "1", "--chunk-mb", "1"]),
                                  RecordFormat())
-    assert_same(acc, serial([path], RecordFormat()))
+    assert_same(acc, serial_count([path], RecordFormat()))
     for argv, message in [(["--workers", "0"], "--workers"), (["--chunk-mb", "0"], "--chunk-mb"),
                           (["--workers", "2", "--mode", "sequences"], "sliding")]:
         with pytest.raises(ValueError, match=message):
@@ -316,7 +306,7 @@ def test_csv_header_after_an_odd_first_line(tmp_path: Path, first: bytes) -> Non
     path = write(tmp_path, "odd.csv", first + b"\nsymbol,key\n" + rows.encode())
     fmt = RecordFormat("csv", max_bytes=20)
     result = backfill_result([path], fmt, n_workers=1, chunk_bytes=30)
-    ref = serial([path], fmt)
+    ref = serial_count([path], fmt)
     assert_same(result.acc, ref)
     records = [rec for rec, _ in FileSource([str(path)], fmt)]
     assert result.records == len(records) >= 60
