@@ -76,6 +76,16 @@ def follow(path: Path, data: bytes, poll_interval: float = FAST) -> tuple[FileSo
     return src, Follower(src)
 
 
+def read_then_stop(src: FileSource, n: int) -> list:
+    """Iterate ``src``, stopping it once ``n`` symbols are read; the symbols read."""
+    got = []
+    for rec, _ in src:
+        got.append(rec.symbol)
+        if len(got) == n:
+            src.stop()
+    return got
+
+
 def append(path: Path, data: bytes) -> None:
     with open(path, "ab") as f:
         f.write(data)
@@ -275,12 +285,7 @@ def test_stop_ends_one_pass_reading(tmp_path):
     path = tmp_path / "t.txt"
     path.write_text("abcdef\n")
     src = FileSource(path, CHARS)
-    got = []
-    for rec, _ in src:
-        got.append(rec.symbol)
-        if len(got) == 2:
-            src.stop()
-    assert got == ["a", "b"]
+    assert read_then_stop(src, 2) == ["a", "b"]
     assert src.stopped
     assert src.position()[str(path)]["skip"] == 2
     _, rest = read_all(path, CHARS, start=src.position())
@@ -517,12 +522,7 @@ def test_follow_resume_after_stop(tmp_path):
     path = tmp_path / "live.txt"
     path.write_text("a b c\nd\n")
     src = FileSource(path, TOKENS, follow=True, poll_interval=FAST)
-    got = []
-    for rec, _ in src:
-        got.append(rec.symbol)
-        if len(got) == 2:
-            src.stop()
-    assert got == ["a", "b"]
+    assert read_then_stop(src, 2) == ["a", "b"]
     saved = json.loads(json.dumps(src.position()))
     append(path, b"e\n")
     f = Follower(FileSource(path, TOKENS, follow=True, poll_interval=FAST, start=saved))
