@@ -135,7 +135,7 @@ class DaemonConfig:
     mode: str = "sliding"
     rank: int | str = 2
     penalty: float = 0.0
-    weighting: str = "exact"
+    weighting: str = "per_symbol"
     sweeps: int = 5
     outer: int = 2
     refit_every: int = 20_000

@@ -84,7 +84,8 @@ def _estimator_options(p: argparse.ArgumentParser, defaults: bool) -> None:
     g.add_argument("--penalty", type=float, default=0.0 if defaults else None,
                    help="L1 penalty λ (default 0)")
     g.add_argument("--weighting", choices=["exact", "per_symbol", "diagonal", "identity"],
-                   default="exact" if defaults else None, help="moment weighting (default exact)")
+                   default="per_symbol" if defaults else None,
+                   help="moment weighting (default per_symbol, as MEstimator)")
     g.add_argument("--sweeps", type=int, default=5 if defaults else None,
                    help="alternating sweeps per fit (default 5)")
     g.add_argument("--mode", choices=["sliding", "sequences"],
