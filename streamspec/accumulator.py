@@ -15,6 +15,7 @@ from streamspec.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
+from streamspec.moments import probabilities, second_moment_blocks
 
 __all__ = ["MomentAccumulator"]
 
@@ -73,7 +74,7 @@ class MomentAccumulator:
     >>> acc = MomentAccumulator(n_symbols=3)
     >>> acc.learn_many([0, 1, 2, 0, 1], key="a")
     >>> for x in [2, 2, 1]:
-    ...     acc.learn_one(x, key="b")
+    ...     _ = acc.learn_one(x, key="b")
     >>> acc.n_triples
     4.0
     >>> acc.P21.sum(), acc.P3x1.shape
@@ -137,8 +138,11 @@ class MomentAccumulator:
 
     # ------------------------------------------------------------------ learning
 
-    def learn_one(self, x: Hashable, key: Hashable = None) -> None:
-        """Count one symbol of stream ``key`` (the default stream when ``None``)."""
+    def learn_one(self, x: Hashable, key: Hashable = None) -> int:
+        """Count one symbol of stream ``key`` (the default stream when ``None``).
+
+        Returns the symbol's index in the alphabet (new labels get the next one).
+        """
         # hottest path: a valid integer of the default stream (sliding, no forgetting)
         # is only buffered; the buffer is counted by learn_many's vectorised code
         if key is None and self._plain and type(x) is int and 0 <= x < self._fixed_n:
@@ -146,7 +150,7 @@ class MomentAccumulator:
             buffer.append(x)
             if len(buffer) >= _FLUSH_AT:
                 self._flush()
-            return
+            return x
         if key is None and self._default_buffer:
             self._flush()  # keep the default stream's symbols in order
         # the hot path (a known integer symbol continuing a sliding stream without
@@ -164,8 +168,9 @@ class MomentAccumulator:
             pending.append(code)
             if len(pending) >= _FLUSH_AT:
                 self._flush()
-            return
+            return i
         self._learn_other(i, key, tail)
+        return i
 
     def _learn_other(self, i: int, key: Hashable, tail: int) -> None:
         cap = self._cap
@@ -276,26 +281,24 @@ class MomentAccumulator:
         """``c1[x1]``: counts of first symbols of the triples."""
         return self.counts().sum(axis=(0, 1))
 
-    def _normaliser(self) -> float:
-        total = self.n_triples
-        if total <= 0:
-            raise ValueError("the accumulator has counted no triple yet (each stream needs 3 symbols)")
-        return total
+    def probabilities(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(P1, P21, P3x1)`` at once (each property below derives all three)."""
+        return probabilities(self.counts())
 
     @property
     def P1(self) -> np.ndarray:
         """``P1[j] = Pr(x1 = j)``, shape (n,)."""
-        return self.c1 / self._normaliser()
+        return self.probabilities()[0]
 
     @property
     def P21(self) -> np.ndarray:
         """``P21[i, j] = Pr(x2 = i, x1 = j)``, shape (n, n)."""
-        return self.c21 / self._normaliser()
+        return self.probabilities()[1]
 
     @property
     def P3x1(self) -> np.ndarray:
         """``P3x1[x][i, j] = Pr(x3 = i, x2 = x, x1 = j)``, shape (n, n, n)."""
-        return self.counts() / self._normaliser()
+        return self.probabilities()[2]
 
     def second_moments(self, B: np.ndarray, smoothing: float = 0.0) -> np.ndarray:
         """``sum_n m(X_n) m(X_n)ᵀ`` at operators ``B`` (n, n, n), as n blocks of n² × n².
@@ -304,8 +307,6 @@ class MomentAccumulator:
         block j (x1 = j) is ``L D_j Lᵀ`` with ``D_j`` the counts (math.md section 3).
         See :mod:`streamspec.weighting` for the factored forms the estimators use.
         """
-        from streamspec.moments import second_moment_blocks
-
         B = np.asarray(B, dtype=np.float64)
         if B.shape != (self.n,) * 3:
             raise ValueError(f"B must have shape {(self.n,) * 3}, got {B.shape}")

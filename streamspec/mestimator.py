@@ -35,9 +35,7 @@ class MFactors:
     history: list = field(default_factory=list)
 
     def operators(self) -> np.ndarray:
-        if self.S.ndim == 2:
-            return np.einsum("xiw,sw->xis", self.R, self.S, optimize=True)
-        return np.einsum("xiw,xsw->xis", self.R, self.S, optimize=True)
+        return _operators(self.R, self.S)
 
     def padded(self, n: int) -> MFactors:
         """The same factors for a larger alphabet (new symbols: zero rows)."""
@@ -311,13 +309,13 @@ class MEstimator:
                 W = self._weighting_at(B_old)
             R, S, losses = self._alternate(R, S, W)
             history.append(losses)
-            B = np.einsum("xiw,sw->xis", R, S) if S.ndim == 2 else np.einsum("xiw,xsw->xis", R, S)
-            if B_old is not None:
-                change = np.linalg.norm(B - B_old) / max(np.linalg.norm(B_old), 1e-300)
-                B_old = B
-                if change < self.tol:
-                    break
+            B = _operators(R, S)
+            converged = B_old is not None and (
+                np.linalg.norm(B - B_old) < self.tol * max(np.linalg.norm(B_old), 1e-300)
+            )
             B_old = B
+            if converged:
+                break
         return MFactors(R, S, self.factorization, history=history), W
 
     # ------------------------------------------------------------------ Algorithm 2
@@ -413,6 +411,13 @@ class MEstimator:
         Y = np.einsum("jxi,xiw->xjw", WP, R, optimize=True)
         c = np.einsum("sj,xjw->xsw", P21, Y, optimize=True)
         return conjugate_gradient(matvec, c, S, max_iter=200)
+
+
+def _operators(R: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """``B_x = R_x S_xᵀ`` for a shared (n, k) or per-symbol (n, n, k) S."""
+    if S.ndim == 2:
+        return np.einsum("xiw,sw->xis", R, S, optimize=True)
+    return np.einsum("xiw,xsw->xis", R, S, optimize=True)
 
 
 def _regauge(R, S):

@@ -141,7 +141,7 @@ class Refitter:
     >>> acc = MomentAccumulator()
     >>> refitter = Refitter(MEstimator(rank=2, weighting="identity"), refit_every=500)
     >>> for t in range(1_200):
-    ...     acc.learn_one("abcab"[t % 5])
+    ...     _ = acc.learn_one("abcab"[t % 5])
     ...     _ = refitter.observe(1, acc)
     >>> refitter.n_fits, refitter.fitted_on_symbols, [r.warm for r in refitter.records]
     (2, 1000, [False, True])

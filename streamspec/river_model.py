@@ -443,7 +443,6 @@ class SpectralHMM(base.Classifier):
             prepare=_Prepare(w),
         )
         self._lock = threading.Lock()
-        self._index: dict[Hashable, int] = {}
         self._labels: list[Hashable] = []
         self._freq: list[int] = []
         self._best = 0
@@ -529,10 +528,9 @@ class SpectralHMM(base.Classifier):
             self._build()
         key = x.get(self.key) if self.key is not None else None
         with self._lock:
-            i = self._index.get(y)
-            self._acc.learn_one(y, key)
-            if i is None:
-                i = self._new_label(y)
+            i = self._acc.learn_one(y, key)
+            if i == len(self._freq):
+                self._new_label(y, i)
             code = self._ctx.get(key, 0)
             table = self._refitter._current.prepared
             if table is not None and table.candidates:
@@ -565,14 +563,11 @@ class SpectralHMM(base.Classifier):
             loss[j] += lr[i] if i < len(lr) else cand.log_floor
         sc.count += 1
 
-    def _new_label(self, y: Hashable) -> int:
-        i = self._acc.alphabet.index_of(y, grow=False)
+    def _new_label(self, y: Hashable, i: int) -> None:
         if i >= _MAX_SYMBOLS:
             raise ValueError(f"SpectralHMM supports at most {_MAX_SYMBOLS} distinct symbols")
         self._labels.append(y)  # before _freq: readers size by _freq
-        self._index[y] = i
         self._freq.append(0)
-        return i
 
     def refit(self, wait: bool = True) -> bool:
         """Fit now on all the symbols learned so far (``wait``: join a background fit)."""
