@@ -1,4 +1,10 @@
-"""The observable-operator model: probabilities, filters, prediction and sampling."""
+"""The observable-operator model: probabilities, filters, prediction and sampling.
+
+Costs are stated for n symbols and dimension d: a prediction costs O(n · d) (one
+product of the state with the n × d matrix ``C = b∞ᵀ B``), a state update O(d²).
+Batched routines work in chunks of positions sized so that their scratch stays
+under ~2²² floats (32 MiB), whatever n.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +26,8 @@ from streamspec.checkpoint import (
 __all__ = ["ObservableOperatorModel", "FILTERS"]
 
 FILTERS = ("window", "recursive")
-_CHUNK = 4096  # positions filtered at once by the vectorised window filter
+_CHUNK = 4096  # positions filtered at once by the vectorised window filter (small alphabets)
+_SCRATCH = 1 << 22  # floats of scratch a chunk may take: chunks shrink as n (or d²) grows
 
 
 class ObservableOperatorModel:
@@ -49,6 +56,16 @@ class ObservableOperatorModel:
         valid distribution and every log loss is finite.
     symbols
         Optional labels of the symbol indices (informational; methods take indices).
+    backoff
+        Optional :class:`~streamspec.backoff.Backoff`: predictions become
+        ``λ_b · p_hmm(·|window) + (1 − λ_b) · p_kn(·|last)`` where ``p_hmm`` is the
+        HMM's prediction clipped at 0 and renormalised (not floored: the bigram
+        keeps every symbol possible) and ``last`` the last symbol of the history.
+        :meth:`without_backoff` gives the HMM alone, ``model.backoff`` the backoff
+        alone.
+
+    Memory: O(n · d²) for the operators, plus O(P + n) for a backoff with P
+    distinct pairs.
 
     Notes
     -----
@@ -80,6 +97,7 @@ class ObservableOperatorModel:
         window: int = 2,
         min_proba: float = 1e-6,
         symbols: Sequence | None = None,
+        backoff=None,
     ):
         self.b1 = np.asarray(b1, dtype=np.float64)
         self.binf = np.asarray(binf, dtype=np.float64)
@@ -88,6 +106,7 @@ class ObservableOperatorModel:
         self.window = window
         self.min_proba = min_proba
         self.symbols = list(symbols) if symbols is not None else None
+        self.backoff = backoff
         self._check()
         self._C = np.einsum("d,xde->xe", self.binf, self.B)  # C[x] · b = b∞ᵀ B_x b
 
@@ -112,26 +131,65 @@ class ObservableOperatorModel:
             raise ValueError(f"min_proba must be in [0, 1/n), got {self.min_proba!r}")
         if self.symbols is not None and len(self.symbols) != self.n_symbols:
             raise ValueError(f"{len(self.symbols)} symbol labels for {self.n_symbols} symbols")
+        if self.backoff is not None and getattr(self.backoff, "n", None) != self.n_symbols:
+            raise ValueError(
+                f"a backoff over {getattr(self.backoff, 'n', None)} symbols for a model of {self.n_symbols}"
+            )
 
     @property
     def n_symbols(self) -> int:
+        """Alphabet size n. O(1)."""
         return self.B.shape[0]
 
     @property
     def dim(self) -> int:
+        """Dimension d of the states. O(1)."""
         return self.B.shape[1]
 
-    def with_filter(self, filter: str | None = None, window: int | None = None):
-        """The same operators with another filter or window."""
-        return ObservableOperatorModel(
-            self.b1,
-            self.binf,
-            self.B,
-            filter=self.filter if filter is None else filter,
-            window=self.window if window is None else window,
-            min_proba=self.min_proba,
-            symbols=self.symbols,
-        )
+    def _replace(self, **changes) -> ObservableOperatorModel:
+        """A copy with some constructor arguments changed; other attributes (``factors``) kept."""
+        args = dict(filter=self.filter, window=self.window, min_proba=self.min_proba,
+                    symbols=self.symbols, backoff=self.backoff) | changes
+        new = ObservableOperatorModel(self.b1, self.binf, self.B, **args)
+        for key, value in self.__dict__.items():
+            if key not in new.__dict__:
+                setattr(new, key, value)
+        return new
+
+    def with_filter(self, filter: str | None = None, window: int | None = None) -> ObservableOperatorModel:
+        """The same model (operators, backoff, ``factors``) with another filter or window. O(n · d²).
+
+        Examples
+        --------
+        >>> m = ObservableOperatorModel([1.0], [1.0], [[[0.25]], [[0.75]]])
+        >>> m.with_filter("recursive").filter
+        'recursive'
+        """
+        changes = {}
+        if filter is not None:
+            changes["filter"] = filter
+        if window is not None:
+            changes["window"] = window
+        return self._replace(**changes)
+
+    def with_backoff(self, backoff) -> ObservableOperatorModel:
+        """The same model mixed with ``backoff`` (a :class:`~streamspec.backoff.Backoff`). O(n · d²)."""
+        return self._replace(backoff=backoff)
+
+    def without_backoff(self) -> ObservableOperatorModel:
+        """The HMM alone (predictions clipped, renormalised and floored at ``min_proba``). O(n · d²).
+
+        Examples
+        --------
+        >>> m = ObservableOperatorModel([1.0], [1.0], [[[0.25]], [[0.75]]])
+        >>> m.without_backoff().backoff is None
+        True
+        """
+        return self._replace(backoff=None)
+
+    def _chunk(self) -> int:
+        """Positions per batch, so that (chunk, n) and (chunk, d, d) scratch stay ≤ ~2²² floats."""
+        return max(1, min(_CHUNK, _SCRATCH // max(self.n_symbols, self.dim * self.dim, 1)))
 
     # ------------------------------------------------------------------ input checks
 
@@ -152,30 +210,97 @@ class ObservableOperatorModel:
     # ------------------------------------------------------------------ filtering
 
     def initial_state(self) -> np.ndarray:
+        """A copy of ``b1``, the state before any symbol. O(d)."""
         return self.b1.copy()
 
     def update_state(self, state: np.ndarray, x: int) -> np.ndarray:
-        """The state after observing symbol index ``x``."""
+        """The state after observing symbol index ``x``. O(d²) time, O(d) memory."""
         v = self.B[x] @ state
         z = self.binf @ v
         return v / _safe_norm(z, np.abs(self.binf) @ np.abs(v))
 
-    def predict_from_state(self, state: np.ndarray) -> np.ndarray:
-        """Next-symbol distribution from a state, or from each row of an array of states
-        (clipped, renormalised, floored)."""
-        return self._normalise(np.asarray(state) @ self._C.T)
+    def predict_from_state(self, state: np.ndarray, last=None) -> np.ndarray:
+        """Next-symbol distribution from a state (d,), or from each row of states (c, d).
+
+        Clipped, renormalised and floored (without a backoff), or mixed with the
+        backoff's prediction from ``last`` (the last symbol: an int, ``None`` for an
+        empty context, or an array of c of them with -1 for none). Time O(n · d) per
+        state; scratch in chunks of ≤ ~2²² floats besides the (c, n) result.
+
+        Examples
+        --------
+        >>> m = ObservableOperatorModel([1.0], [1.0], [[[0.25]], [[0.75]]])
+        >>> m.predict_from_state(np.array([1.0])).tolist()
+        [0.25, 0.75]
+        """
+        S = np.asarray(state, dtype=np.float64)
+        single = S.ndim == 1
+        S = np.atleast_2d(S)
+        if last is None:
+            lasts = np.full(S.shape[0], -1, dtype=np.int64)
+        else:
+            lasts = np.broadcast_to(np.asarray(last, dtype=np.int64), (S.shape[0],))
+        out = self._rows(S, lasts)
+        return out[0] if single else out
+
+    def _rows(self, V: np.ndarray, lasts: np.ndarray) -> np.ndarray:
+        """Predictive rows (c, n) from states (c, d) and last symbols (c,), chunked."""
+        c, step = V.shape[0], self._chunk()
+        if c <= step:
+            return self._rows_chunk(V, lasts)
+        out = np.empty((c, self.n_symbols))
+        for lo in range(0, c, step):
+            out[lo : lo + step] = self._rows_chunk(V[lo : lo + step], lasts[lo : lo + step])
+        return out
+
+    def _rows_chunk(self, V: np.ndarray, lasts: np.ndarray) -> np.ndarray:
+        q = V @ self._C.T
+        if self.backoff is None:
+            return self._normalise(q)
+        return self.backoff.mix(_clip_normalise(q), lasts)
+
+    def clipped_row_sums(self, states: np.ndarray) -> np.ndarray:
+        """``Σ_x max(C[x] · s, 0)`` for each state s (rows of (c, d)): the HMM's normalisers. O(c · n · d)."""
+        S = np.atleast_2d(np.asarray(states, dtype=np.float64))
+        out = np.empty(S.shape[0])
+        step = self._chunk()
+        for lo in range(0, S.shape[0], step):
+            out[lo : lo + step] = np.clip(S[lo : lo + step] @ self._C.T, 0.0, None).sum(axis=1)
+        return out
+
+    def window_states(self, contexts) -> np.ndarray:
+        """States after each row of ``contexts`` (m, w) from ``b1``, shape (m, d). O(m · w · d²).
+
+        Row i is ``state_for(contexts[i])`` of a window filter with window ≥ w.
+        """
+        X = np.asarray(contexts, dtype=np.int64)
+        if X.ndim != 2:
+            raise ValueError(f"expected an (m, w) array of contexts, got shape {X.shape}")
+        self._seq(X.ravel())
+        out = np.empty((X.shape[0], self.dim))
+        absb = np.abs(self.binf)
+        step = self._chunk()
+        for lo in range(0, X.shape[0], step):
+            Xc = X[lo : lo + step]
+            V = np.broadcast_to(self.b1, (Xc.shape[0], self.dim)).copy()
+            for t in range(X.shape[1]):
+                Vn = np.einsum("tde,te->td", self.B[Xc[:, t]], V)
+                V = Vn / _safe_norm(Vn @ self.binf, np.abs(Vn) @ absb)[:, None]
+            out[lo : lo + step] = V
+        return out
 
     def extend_states(self, states: np.ndarray) -> np.ndarray:
         """The states after each symbol, from each of ``states`` (shape (c, d)).
 
         Returns shape (c * n, d), ordered by state then symbol: row ``s * n + x``
         is ``update_state(states[s], x)``. Used to tabulate every context at once.
+        Time O(c · n · d²), memory O(c · n · d): for small alphabets.
         """
         V = np.einsum("xde,ce->cxd", self.B, np.atleast_2d(states)).reshape(-1, self.dim)
         return V / _safe_norm(V @ self.binf, np.abs(V) @ np.abs(self.binf))[:, None]
 
     def state_for(self, history) -> np.ndarray:
-        """The state this model's filter assigns to a history."""
+        """The state this model's filter assigns to a history. O(w · d²) (window) or O(t · d²)."""
         h = self._seq(history)
         if self.filter == "window":
             h = h[max(0, len(h) - self.window) :]
@@ -187,9 +312,12 @@ class ObservableOperatorModel:
     def predict_proba_next(self, history) -> np.ndarray:
         """Distribution of the next symbol given ``history`` (indices), shape (n,).
 
-        Always a valid distribution: non-negative, sums to 1.
+        Always a valid distribution: non-negative, sums to 1. The backoff, if any,
+        sees the last symbol of the history. Time O(w · d² + n · d) for the window
+        filter (O(t · d²) recursive), memory O(n).
         """
-        return self.predict_from_state(self.state_for(history))
+        h = self._seq(history)
+        return self.predict_from_state(self.state_for(h), None if h.size == 0 else int(h[-1]))
 
     def _normalise(self, q: np.ndarray) -> np.ndarray:
         q = np.clip(q, 0.0, None)
@@ -201,24 +329,25 @@ class ObservableOperatorModel:
             q = q / q.sum(axis=-1, keepdims=True)
         return q
 
-    def predictive_sequence(self, seq) -> np.ndarray:
-        """Predictive distributions before each symbol of ``seq``: shape (t, n).
-
-        Row t is the prediction of ``seq[t]`` from ``seq[:t]`` by this model's filter.
-        """
-        x = self._seq(seq)
+    def _chunks(self, x: np.ndarray):
+        """``(start, stop, V, lasts)``: the states predicting ``x[start:stop]`` and the symbols before."""
         T, d = len(x), self.dim
-        out = np.empty((T, self.n_symbols))
+        step = self._chunk()
+        prev = np.concatenate(([-1], x[:-1])) if T else x
         if self.filter == "recursive":
             state = self.initial_state()
-            for t in range(T):
-                out[t] = self.predict_from_state(state)
-                state = self.update_state(state, x[t])
-            return out
+            for start in range(0, T, step):
+                stop = min(T, start + step)
+                V = np.empty((stop - start, d))
+                for t in range(start, stop):
+                    V[t - start] = state
+                    state = self.update_state(state, x[t])
+                yield start, stop, V, prev[start:stop]
+            return
         w = self.window
         absb = np.abs(self.binf)
-        for start in range(0, T, _CHUNK):
-            stop = min(T, start + _CHUNK)
+        for start in range(0, T, step):
+            stop = min(T, start + step)
             V = np.broadcast_to(self.b1, (stop - start, d)).copy()
             pos = np.arange(start, stop)
             for lag in range(w, 0, -1):  # apply x[t-lag] for lag = w..1, where t - lag >= 0
@@ -229,24 +358,80 @@ class ObservableOperatorModel:
                 Vn = np.einsum("tde,te->td", self.B[x[src[ok]]], V[ok])
                 z = Vn @ self.binf
                 V[ok] = Vn / _safe_norm(z, np.abs(Vn) @ absb)[:, None]
-            out[start:stop] = self._normalise(V @ self._C.T)
+            yield start, stop, V, prev[start:stop]
+
+    def predictive_sequence(self, seq) -> np.ndarray:
+        """Predictive distributions before each symbol of ``seq``: shape (t, n).
+
+        Row t is the prediction of ``seq[t]`` from ``seq[:t]`` by this model's filter
+        (and the backoff from ``seq[t-1]``). Time O(t · (w · d² + n · d)); memory: the
+        (t, n) result plus chunked scratch of ≤ ~2²² floats. To score a sequence
+        without the (t, n) result use :meth:`proba_sequence`.
+        """
+        x = self._seq(seq)
+        out = np.empty((len(x), self.n_symbols))
+        for start, stop, V, lasts in self._chunks(x):
+            out[start:stop] = self._rows(V, lasts)
         return out
+
+    def proba_sequence(self, seq) -> np.ndarray:
+        """``Pr(seq[t] | seq[:t])`` for each t, shape (t,), without the (t, n) table.
+
+        Time O(t · (w · d² + n · d)), memory O(t) plus chunked scratch of ≤ ~2²² floats.
+
+        Examples
+        --------
+        >>> m = ObservableOperatorModel([1.0], [1.0], [[[0.25]], [[0.75]]])
+        >>> m.proba_sequence([0, 1]).tolist()
+        [0.25, 0.75]
+        """
+        x = self._seq(seq)
+        out = np.empty(len(x))
+        for start, stop, V, lasts in self._chunks(x):
+            out[start:stop] = self._proba_of(V, lasts, x[start:stop])
+        return out
+
+    def _proba_of(self, V: np.ndarray, lasts: np.ndarray, nexts: np.ndarray) -> np.ndarray:
+        """The predictive probability of ``nexts[i]`` from state ``V[i]`` (and ``lasts[i]``), (c,).
+
+        Only the row sums of the (c, n) products are needed, not the rows: three passes
+        over a (c, n) scratch that :meth:`_chunks` keeps ≤ ~2²² floats.
+        """
+        q = V @ self._C.T
+        np.clip(q, 0.0, None, out=q)
+        s = q.sum(axis=1)
+        num = q[np.arange(q.shape[0]), nexts]
+        n = self.n_symbols
+        ok = s > 0
+        a = np.where(ok, num / np.where(ok, s, 1.0), 1.0 / n)  # clipped and renormalised
+        if self.backoff is not None:
+            lam = self.backoff.lambda_of(lasts)
+            return lam * a + (1.0 - lam) * self.backoff.proba_of(lasts, nexts)
+        if self.min_proba > 0:
+            # floor at min_proba, renormalise: Σ_x max(q_x / s, m) = Σ_x max(q_x, m s) / s
+            sf = np.where(ok, s, 1.0)
+            np.maximum(q, (self.min_proba * sf)[:, None], out=q)
+            f = np.where(ok, q.sum(axis=1) / sf, 1.0)  # uniform rows: n · max(1/n, m) = 1 as m < 1/n
+            a = np.maximum(a, self.min_proba) / f
+        return a
 
     # ------------------------------------------------------------------ probabilities
 
     def log_proba(self, seq) -> float:
         """``log Pr(x_1..x_t)`` by the chain rule over the predictive distributions.
 
-        Never underflows: a sum of log conditionals, each at least ``log(min_proba)``.
+        Never underflows: a sum of log conditionals, each at least ``log(min_proba)``
+        (or positive by the backoff's floor). Time O(t · (w · d² + n · d)), memory O(t)
+        plus chunked scratch.
         """
         x = self._seq(seq)
         if x.size == 0:
             return 0.0
-        P = self.predictive_sequence(x)
-        return float(np.log(P[np.arange(len(x)), x]).sum())
+        return float(np.log(self.proba_sequence(x)).sum())
 
     def joint_proba(self, seq) -> float:
-        """The raw operator product ``b∞ᵀ B_{x_t} … B_{x_1} b1`` (may be negative).
+        """The raw operator product ``b∞ᵀ B_{x_t} … B_{x_1} b1`` (may be negative; the HMM
+        alone, never the backoff). O(t · d²).
 
         Computed with running rescaling, so only the final value can underflow.
         """
@@ -263,7 +448,10 @@ class ObservableOperatorModel:
         return float(self.binf @ v * np.exp(log_scale))
 
     def joint_proba_many(self, sequences: np.ndarray) -> np.ndarray:
-        """Raw joint probabilities of many sequences of one length, shape (m, t) in, (m,) out."""
+        """Raw joint probabilities of many sequences of one length, shape (m, t) in, (m,) out.
+
+        The HMM alone. O(m · t · d²) time, O(m · d²) memory.
+        """
         X = np.asarray(sequences)
         if X.ndim != 2:
             raise ValueError(f"expected an (m, t) array of sequences, got shape {X.shape}")
@@ -274,7 +462,11 @@ class ObservableOperatorModel:
         return V @ self.binf
 
     def log_loss(self, sequences: Iterable) -> float:
-        """Mean negative log-likelihood per symbol (nats) over held-out sequences."""
+        """Mean negative log-likelihood per symbol (nats) over held-out sequences.
+
+        With a backoff, of the mixture; compare ``without_backoff().log_loss`` and
+        ``backoff.log_loss``. Time O(T · n · d) for T symbols, memory chunked.
+        """
         total, count = 0.0, 0
         for seq in sequences:
             x = self._seq(seq)
@@ -285,19 +477,20 @@ class ObservableOperatorModel:
         return total / count
 
     def accuracy(self, sequences: Iterable) -> float:
-        """Fraction of symbols equal to the argmax of their predictive distribution."""
+        """Fraction of symbols equal to the argmax of their predictive distribution. O(T · n · d)."""
         hits, count = 0, 0
         for seq in sequences:
             x = self._seq(seq)
-            if x.size:
-                hits += int((self.predictive_sequence(x).argmax(axis=1) == x).sum())
-                count += x.size
+            for start, stop, V, lasts in self._chunks(x):
+                hits += int((self._rows(V, lasts).argmax(axis=1) == x[start:stop]).sum())
+            count += x.size
         if count == 0:
             raise ValueError("accuracy needs at least one symbol")
         return hits / count
 
     def sample(self, length: int, random_state: int | np.random.Generator | None = None) -> np.ndarray:
-        """Draw a sequence of ``length`` symbol indices from the model's predictions."""
+        """Draw a sequence of ``length`` symbol indices from the model's predictions (with the
+        backoff, if any). O(length · n · d) time, O(n) memory."""
         rng = np.random.default_rng(random_state)
         out = np.empty(int(length), dtype=np.int64)
         u = rng.random(out.size)
@@ -305,7 +498,7 @@ class ObservableOperatorModel:
         for t in range(out.size):
             if self.filter == "window":
                 state = self.state_for(out[max(0, t - self.window) : t])
-            p = self.predict_from_state(state)
+            p = self.predict_from_state(state, int(out[t - 1]) if t else None)
             out[t] = min(int(np.searchsorted(np.cumsum(p), u[t], side="right")), self.n_symbols - 1)
             if self.filter == "recursive":
                 state = self.update_state(state, out[t])
@@ -314,7 +507,7 @@ class ObservableOperatorModel:
     # ------------------------------------------------------------------ persistence
 
     _FORMAT = "streamspec.ObservableOperatorModel"
-    _VERSION = 1
+    _VERSION = 2  # version 2 adds the backoff; models without one are still written as version 1
 
     def _header_arrays(self) -> tuple[dict, dict]:
         header = {
@@ -328,22 +521,36 @@ class ObservableOperatorModel:
         if factors is not None:  # kept so that a restarted refitter can warm-start
             header["factorization"] = factors.factorization
             arrays["R"], arrays["S"] = factors.R, factors.S
+        if self.backoff is not None:
+            bh, ba = self.backoff.to_parts()
+            header["backoff"] = bh
+            arrays.update({f"backoff_{k}": v for k, v in ba.items()})
         return header, arrays
 
+    def _version(self) -> int:
+        return 1 if self.backoff is None else 2
+
     def to_bytes(self) -> bytes:
-        """The model as a checkpoint in bytes (npz + JSON header, checksummed; no pickle)."""
-        return dump_checkpoint(self._FORMAT, self._VERSION, *self._header_arrays())
+        """The model as a checkpoint in bytes (npz + JSON header, checksummed; no pickle).
+
+        Version 1 without a backoff, version 2 with one (its pair counts and weights as
+        arrays). Time and memory O(n · d² + P).
+        """
+        return dump_checkpoint(self._FORMAT, self._version(), *self._header_arrays())
 
     def save(self, path: str | os.PathLike) -> None:
-        write_checkpoint(path, self._FORMAT, self._VERSION, *self._header_arrays())
+        """Write the model as a checkpoint file (atomic; the backoff included, as sparse arrays)."""
+        write_checkpoint(path, self._FORMAT, self._version(), *self._header_arrays())
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str = "model") -> ObservableOperatorModel:
+        """The model of :meth:`to_bytes` (versions 1 and 2). O(n · d² + P)."""
         header, arrays = load_checkpoint_bytes(data, cls._FORMAT, cls._VERSION, source)
         return cls._from_parts(header, arrays, source)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ObservableOperatorModel:
+        """The model saved by :meth:`save` (versions 1 and 2). O(n · d² + P)."""
         header, arrays = read_checkpoint(path, cls._FORMAT, cls._VERSION)
         return cls._from_parts(header, arrays, str(path))
 
@@ -351,6 +558,14 @@ class ObservableOperatorModel:
     def _from_parts(cls, header, arrays, source) -> ObservableOperatorModel:
         try:
             symbols = header["symbols"]
+            backoff = None
+            if header.get("backoff") is not None:
+                from streamspec.backoff import Backoff
+
+                prefix = "backoff_"
+                backoff = Backoff.from_parts(
+                    header["backoff"], {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+                )
             model = cls(
                 arrays["b1"],
                 arrays["binf"],
@@ -359,6 +574,7 @@ class ObservableOperatorModel:
                 window=header["window"],
                 min_proba=header["min_proba"],
                 symbols=None if symbols is None else [decode_value(s) for s in symbols],
+                backoff=backoff,
             )
             if "R" in arrays:
                 from streamspec.mestimator import MFactors
@@ -371,7 +587,8 @@ class ObservableOperatorModel:
     def __repr__(self) -> str:
         return (
             f"ObservableOperatorModel(n_symbols={self.n_symbols}, dim={self.dim}, "
-            f"filter={self.filter!r}, window={self.window})"
+            f"filter={self.filter!r}, window={self.window}"
+            + (", backoff" if self.backoff is not None else "") + ")"
         )
 
 
@@ -380,3 +597,10 @@ def _safe_norm(z, fallback):
     z = np.asarray(z, dtype=np.float64)
     fb = np.where(fallback > 0, fallback, 1.0)
     return np.where(z > 1e-12 * fb, z, fb)
+
+
+def _clip_normalise(q: np.ndarray) -> np.ndarray:
+    """Rows clipped at 0 and renormalised (uniform where nothing is left)."""
+    q = np.clip(q, 0.0, None)
+    s = q.sum(axis=-1, keepdims=True)
+    return np.where(s > 0, q / np.where(s > 0, s, 1.0), 1.0 / q.shape[-1])

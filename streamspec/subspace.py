@@ -17,7 +17,8 @@ from streamspec.triples import Triples
 __all__ = ["top_singular", "project_triples", "DENSE_SVD_MAX"]
 
 DENSE_SVD_MAX = 1000  # alphabets up to this size use a dense SVD (exact, bit-stable)
-_BLOCK = 1 << 16  # pairs (x2, x3) per block of project_triples: bounds its scratch memory
+_BLOCK_ENTRIES = 1 << 22  # floats of scratch per block of project_triples
+_GEMM_MIN_PAIRS = 32  # symbols with at least this many pairs (x2, x3) use one BLAS product each
 
 
 def top_singular(
@@ -62,44 +63,92 @@ def top_singular(
 
 
 def project_triples(triples: Triples, left: np.ndarray, right: np.ndarray,
-                    weights: np.ndarray | None = None) -> np.ndarray:
+                    weights: np.ndarray | None = None, middle: np.ndarray | None = None) -> np.ndarray:
     """``out[x] = leftᵀ P3x1[x] right`` for every symbol x, shape (n, a, b).
 
     ``P3x1[x][i, j] = Pr(x3 = i, x2 = x, x1 = j)``; ``left`` is (n, a), ``right`` is
-    (n, b). Computed from the distinct triples only: the (x1) side is summed per
-    pair (x2, x3) with one sparse product, O(nnz · b), then each pair adds
-    ``left[x3] ⊗ (pair sum)`` to its x2, O(P · a · b) for P distinct pairs, in blocks
-    so that scratch memory stays O(block · a · b). Memory of the result: O(n · a · b).
-    ``weights`` replaces the triples' weights (same order), e.g. residual-weighted
-    counts; the result is still divided by the triples' total.
+    (n, b). Computed from the distinct triples only, in two sparse products:
+
+    1. the (x1) side is summed per distinct pair (x2, x3):
+       ``Z[p] = Σ_{x1} w(x1, p) right[x1]``, O(nnz · b);
+    2. each pair p adds ``left[x3_p] ⊗ Z[p]`` to ``out[x2_p]``, O(P · a · b) for P
+       distinct pairs: for a symbol with many pairs, one BLAS product
+       ``left[x3 of its pairs]ᵀ Z[its pairs]``; for the others, a sparse matrix with
+       rows ``(x2, i)`` and one entry ``left[x3_p, i]`` per pair and row, times Z, in
+       blocks of symbols so that the scratch stays under ~2²² floats.
+
+    Time O(nnz · b + P · a · b), memory O(n · a · b) for the result plus
+    O(P · b) and ~2²² floats of scratch; nothing of size n² is formed. Exact (the same sums
+    as the dense ``einsum``, in another order). ``weights`` replaces the triples'
+    weights (same order), e.g. residual-weighted counts; the result is still
+    divided by the triples' total. ``middle`` (sorted symbol indices) restricts the
+    result to those middle symbols: shape (len(middle), a, b), in that order, and the
+    cost to their triples.
 
     Examples
     --------
     >>> t = Triples.from_arrays(2, x1=[0, 1], x2=[1, 1], x3=[0, 0])
     >>> project_triples(t, np.eye(2), np.eye(2))[1].tolist()   # P3x1[1]
     [[0.5, 0.5], [0.0, 0.0]]
+    >>> project_triples(t, np.eye(2), np.eye(2), middle=np.array([1])).shape
+    (1, 2, 2)
     """
-    n = triples.n
     left = np.asarray(left, dtype=np.float64)
     right = np.asarray(right, dtype=np.float64)
     a, b = left.shape[1], right.shape[1]
-    out = np.zeros((n, a, b))
-    if triples.nnz == 0:
-        return out
     w = triples.weights if weights is None else np.asarray(weights, dtype=np.float64)
-    w = w / triples.total
+    w = w / triples.total if triples.nnz else w
     x1, x2, x3 = triples.x1, triples.x2, triples.x3
-    pair = triples.codes >> 21  # (x2, x3) packed; codes are sorted, so pairs are grouped
-    starts = np.flatnonzero(np.concatenate(([True], pair[1:] != pair[:-1])))
-    pair_id = np.cumsum(np.concatenate(([False], pair[1:] != pair[:-1])))
+    n_cols = triples.n
+    if middle is not None:
+        middle = np.asarray(middle, dtype=np.int64)
+        keep = np.isin(x2, middle)
+        # local row of each kept triple; the map is increasing, so the order stays sorted
+        x1, x3, w = x1[keep], x3[keep], w[keep]
+        x2 = np.searchsorted(middle, x2[keep])
+        n = middle.size
+    else:
+        n = triples.n
+    out = np.zeros((n, a, b))
+    if x1.size == 0:
+        return out
+    pair = (x2 << 21) | x3  # (x2, x3) packed; triples are sorted, so pairs are grouped
+    new_pair = np.concatenate(([True], pair[1:] != pair[:-1]))
+    starts = np.flatnonzero(new_pair)
+    pair_id = np.cumsum(new_pair) - 1
     n_pairs = starts.size
-    A = sp.csr_matrix((w, (pair_id, x1)), shape=(n_pairs, n))
+    A = sp.csr_matrix((w, (pair_id, x1)), shape=(n_pairs, n_cols))
     Z = A @ right  # (P, b): sum over x1 of w · right[x1], per pair
     px2, px3 = x2[starts], x3[starts]
-    for lo in range(0, n_pairs, _BLOCK):
-        hi = min(n_pairs, lo + _BLOCK)
-        outer = left[px3[lo:hi], :, None] * Z[lo:hi, None, :]  # (block, a, b)
-        # pairs are sorted by x2: sum the runs of equal x2 at once
-        seg = np.flatnonzero(np.concatenate(([True], px2[lo + 1 : hi] != px2[lo : hi - 1])))
-        out[px2[lo:hi][seg]] += np.add.reduceat(outer, seg, axis=0)
+    # symbols with many pairs: one BLAS product each, out[x] = left[x3 of its pairs]ᵀ Z[its pairs]
+    bounds = np.searchsorted(px2, np.arange(n + 1))
+    sizes = np.diff(bounds)
+    heavy = np.flatnonzero(sizes >= _GEMM_MIN_PAIRS)
+    for x in heavy.tolist():
+        lo, hi = bounds[x], bounds[x + 1]
+        np.matmul(left[px3[lo:hi]].T, Z[lo:hi], out=out[x])
+    # the other symbols: each of their pairs p adds left[x3_p] ⊗ Z[p] to out[x2_p], as one
+    # sparse product per block of symbols (a column per pair, with its a entries in the rows
+    # (local x2, i): CSC form needs no sort); a block's result has ≤ ~2²² floats
+    light = np.flatnonzero((sizes > 0) & (sizes < _GEMM_MIN_PAIRS))
+    if light.size == 0:
+        return out
+    keep = np.repeat(sizes < _GEMM_MIN_PAIRS, sizes)
+    px2l, px3l, Zl = px2[keep], px3[keep], Z[keep]
+    per_block = max(1, _BLOCK_ENTRIES // max(a * b, a * _GEMM_MIN_PAIRS, 1))
+    ia = np.arange(a)
+    for s_lo in range(0, light.size, per_block):
+        syms = light[s_lo : s_lo + per_block]
+        lo, hi = np.searchsorted(px2l, [syms[0], syms[-1] + 1])
+        local = np.searchsorted(syms, px2l[lo:hi])
+        rows = (local[:, None] * a + ia).ravel()
+        indptr = np.arange(0, (hi - lo) * a + 1, a)
+        S = sp.csc_matrix((left[px3l[lo:hi]].ravel(), rows, indptr), shape=(syms.size * a, hi - lo))
+        out[syms] = (S @ Zl[lo:hi]).reshape(syms.size, a, b)
     return out
+
+
+def _project_reference(triples: Triples, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """The dense definition of :func:`project_triples` (tests only; O(n³) memory)."""
+    c3 = triples.to_dense() / triples.total
+    return np.einsum("ia,xij,jb->xab", left, c3.transpose(0, 1, 2), right, optimize=True)

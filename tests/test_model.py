@@ -101,7 +101,9 @@ def test_save_load_and_bytes_round_trip(tmp_path, hmm_and_acc):
     again = ObservableOperatorModel.from_bytes(model.to_bytes())
     np.testing.assert_allclose(again.predict_proba_next([1, 2]), model.predict_proba_next([1, 2]), rtol=1e-13)
     data = bytearray(model.to_bytes())
-    data[len(data) // 2] ^= 0x55
+    at = bytes(data).find(model.B.tobytes())  # corrupt the operators themselves
+    assert at > 0
+    data[at + model.B.nbytes // 2] ^= 0x55
     with pytest.raises(CheckpointError):
         ObservableOperatorModel.from_bytes(bytes(data))
 
@@ -179,3 +181,69 @@ def test_saved_m_estimator_model_keeps_its_factors_for_warm_starts(tmp_path, hmm
     assert len(warm.loss_history_) == 1 and np.isfinite(warm.factors_.loss)
     assert not hasattr(ObservableOperatorModel.from_bytes(
         SpectralEstimator(rank=2).fit(acc).to_bytes()), "factors")
+
+
+def test_large_alphabets_predict_in_bounded_chunks(monkeypatch):
+    import streamspec.model as model_module
+
+    rng = np.random.default_rng(0)
+    n, d = 5000, 3
+    B = rng.random((n, d, d)) / n
+    model = ObservableOperatorModel(rng.random(d), np.ones(d), B, window=2, min_proba=1e-7)
+    assert model._chunk() * n <= 2**22 and model._chunk() < 4096
+    seq = rng.integers(0, n, size=2000)  # several chunks
+    for m in (model, model.with_filter("recursive")):
+        P = m.predictive_sequence(seq)
+        for t in (0, 1, 2, 838, 839, 1999):
+            np.testing.assert_allclose(P[t], m.predict_proba_next(seq[:t]), rtol=1e-12)
+        np.testing.assert_allclose(m.proba_sequence(seq), P[np.arange(seq.size), seq], rtol=1e-13)
+        assert m.log_proba(seq) == pytest.approx(np.log(P[np.arange(seq.size), seq]).sum(), rel=1e-12)
+        assert m.accuracy([seq]) == np.mean(P.argmax(axis=1) == seq)
+    # no scratch of (4096, n) floats: every product of states with C is of a bounded chunk
+    seen = []
+    cls = model_module.ObservableOperatorModel
+    rows_chunk, proba_of = cls._rows_chunk, cls._proba_of
+
+    def spy_rows(self, V, lasts):
+        seen.append(V.shape[0])
+        return rows_chunk(self, V, lasts)
+
+    def spy_proba(self, V, lasts, nexts):
+        seen.append(V.shape[0])
+        return proba_of(self, V, lasts, nexts)
+
+    monkeypatch.setattr(cls, "_rows_chunk", spy_rows)
+    monkeypatch.setattr(cls, "_proba_of", spy_proba)
+    model.log_loss([seq])
+    model.predictive_sequence(seq)
+    model.predict_from_state(np.ones((3000, d)))
+    assert len(seen) >= 3 * 3 and max(seen) * n <= 2**22
+
+
+@pytest.mark.parametrize("order", [0, 1, 2])
+def test_ngram_baseline_matches_its_definition_and_stays_sparse(order):
+    rng = np.random.default_rng(order)
+    n, alpha = 4, 0.3
+    train = [rng.integers(0, n, size=s) for s in (200, 1, 3)]
+    test = rng.integers(0, n, size=30)
+    model = NGramModel(n, order=order, alpha=alpha).fit(train)
+    from collections import Counter
+
+    grams = [Counter() for _ in range(order + 1)]
+    for x in train:
+        for o in range(order + 1):
+            for t in range(len(x) - o):
+                grams[o][tuple(x[t : t + o + 1])] += 1
+    expected = 0.0
+    for t in range(len(test)):
+        ctx = tuple(test[max(0, t - order) : t])
+        o = len(ctx)
+        c_ctx = sum(c for g, c in grams[o].items() if g[:o] == ctx)
+        expected -= np.log((grams[o][(*ctx, test[t])] + alpha) / (c_ctx + alpha * n))
+    assert model.log_loss([test]) == pytest.approx(expected / len(test), rel=1e-12)
+    p = model.predict_proba_next(test[:5])
+    assert abs(p.sum() - 1) < 1e-12
+    # a large alphabet: memory follows the n-grams seen, not n^(order+1)
+    big = NGramModel(100_000, order=order).fit([rng.integers(0, 100_000, size=5000)])
+    assert sum(c.size for c in big.counts_) <= 5000 * (order + 1)
+    assert np.isfinite(big.log_loss([rng.integers(0, 100_000, size=100)]))
