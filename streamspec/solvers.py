@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["solve_groups", "lasso_groups", "conjugate_gradient", "fista"]
+__all__ = ["solve_groups", "lasso_groups", "conjugate_gradient", "fista", "gls_operators"]
 
 
 def solve_groups(H: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -148,3 +148,28 @@ def fista(
         if change <= tol * max(float(np.abs(x).max()), 1e-300):
             break
     return x
+
+
+def gls_operators(A: np.ndarray, M: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """GLS solutions ``B̃_x = A_x Y_x (M Y_x)⁻¹`` of ``min_B tr((A_x - B M) W_x (A_x - B M)ᵀ)``.
+
+    ``A`` is (b, k, k'), ``M`` (k, k'), ``Y[x] = W_x Mᵀ`` (b, k', k), so that the
+    normal equations ``(A_x - B M) W_x Mᵀ = 0`` read ``B (M Y_x) = A_x Y_x``. One
+    k × k solve per symbol: O(b · k² k'). ``M Y_x`` is symmetric positive definite
+    whenever M has full row rank and W_x is positive definite; otherwise (P21 of
+    rank below k) the pseudo-inverse of ``M Y_x`` is used.
+
+    Examples
+    --------
+    >>> M = np.array([[2.0, 0.0, 0.0]]); A = np.array([[[4.0, 1.0, 1.0]]])
+    >>> gls_operators(A, M, np.broadcast_to(M.T, (1, 3, 1))).tolist()   # W = I: A Mᵀ (M Mᵀ)⁻¹
+    [[[2.0]]]
+    """
+    P = A @ Y  # (b, k, k)
+    H = M @ Y  # (b, k, k)
+    try:
+        return np.linalg.solve(H, P.transpose(0, 2, 1)).transpose(0, 2, 1)
+    except np.linalg.LinAlgError:
+        # why: M is rank deficient when P21 has rank < k (tiny samples); the
+        # pseudo-inverse then gives θ_spec's choice, A_x M⁺ under W = I
+        return P @ np.linalg.pinv(H, hermitian=True)

@@ -33,6 +33,15 @@ three documented knobs, all in units of τ = the mean diagonal entry:
 moments with τ·I, and a relative ``ridge`` ε·τ on the diagonal. Finally W is
 multiplied by τ, so that W = I whenever the second moments are proportional to
 the identity and the L1 penalty means the same thing under every weighting.
+
+Projected formulation (:class:`ProjectedWeighting`, :func:`projected_weighting`).
+The conditions of symbol x are a k × k' matrix; their covariance is taken
+Kronecker-factored, ``Σ^(i) ⊗ Σ_x``, and only the k' × k' factor ``Σ_x`` matters
+to the GLS solution. Costs with nnz distinct triples and P distinct (x2, x1)
+pairs: ``"identity"`` free; ``"diagonal"`` O(nnz · k + P · k'); ``"per_symbol"``
+O(nnz · k + P · k'² + n · k'³) per re-estimation, memory O(nnz + n · k') plus
+one block of ``Σ_x`` at a time. ``"exact"`` couples the symbols and has no
+projected counterpart.
 """
 
 from __future__ import annotations
@@ -43,7 +52,15 @@ import numpy as np
 
 from streamspec.moments import moment_variance_factors
 
-__all__ = ["Weighting", "WEIGHTINGS", "build_weighting"]
+__all__ = [
+    "Weighting",
+    "WEIGHTINGS",
+    "build_weighting",
+    "PROJECTED_WEIGHTINGS",
+    "ProjectedWeighting",
+    "projected_weighting",
+    "resolve_projected_shrinkage",
+]
 
 WEIGHTINGS = ("identity", "diagonal", "per_symbol", "exact")
 
@@ -210,3 +227,190 @@ def build_weighting(
     core[:, n:, n:] = ((lam * D * D).sum(axis=2) - g)[:, :, None] * eye
     K = np.linalg.inv(core)
     return Weighting(mode, lam=lam, B=np.ascontiguousarray(B), D=D, K=K, scale=tau)
+
+
+# ---------------------------------------------------------------------------
+# The projected formulation: per-symbol j-side factors Σ_x (k' × k')
+# ---------------------------------------------------------------------------
+
+PROJECTED_WEIGHTINGS = ("identity", "diagonal", "per_symbol")
+_SCRATCH = 1 << 22  # floats of scratch (32 MiB) a block of Σ_x may take
+
+
+SHRINK_TO_ONE = 1e-3  # "auto": a symbol whose shrinkage is within this of 1 gets exactly 1
+
+
+def resolve_projected_shrinkage(
+    shrinkage: float | str, n_middle: np.ndarray, n_conditions: int
+) -> np.ndarray:
+    """Per-symbol shrinkage ``s_x`` of the projected weighting; ``"auto"`` is ``10 / (10 + N_x / k'²)``.
+
+    The analogue of :func:`resolve_shrinkage` (one half when the matrix being
+    estimated has 10 counts per cell): ``Σ_x`` is k' × k' and is estimated from the
+    ``N_x`` triples whose middle symbol is x, so a rare symbol's factor (low rank,
+    or built from a handful of samples) is shrunk almost entirely to ``τ_x I``,
+    i.e. to θ_spec's W = I, and a frequent one is used nearly as estimated. Under
+    ``"auto"`` a shrinkage above ``1 - 10⁻³`` (fewer than k'²/100 samples for k'²
+    cells) is rounded to exactly 1: such a symbol's operator is θ_spec's, which the
+    estimator then gets in closed form, so on a large alphabet only the frequent
+    symbols cost a weighted solve.
+
+    Examples
+    --------
+    >>> resolve_projected_shrinkage("auto", np.array([0.0, 3.0, 4000.0]), 20).round(3).tolist()
+    [1.0, 1.0, 0.5]
+    """
+    n_middle = np.asarray(n_middle, dtype=np.float64)
+    if isinstance(shrinkage, str) and shrinkage == "auto":
+        s = 10.0 / (10.0 + n_middle / n_conditions**2)
+        return np.where(s > 1.0 - SHRINK_TO_ONE, 1.0, s)
+    s = resolve_shrinkage(shrinkage, 1, 1.0)
+    return np.full(n_middle.shape, s)
+
+
+@dataclass(frozen=True)
+class ProjectedWeighting:
+    """Kronecker-factored weighting ``W_x = τ (Σ^(i) ⊗ Σ_x)⁻¹`` of the projected conditions.
+
+    The projected moment conditions of symbol x are the k × k' matrix
+    ``G_x = A_x - B̃_x M`` (see :class:`streamspec.mestimator.MEstimator`); the
+    per-sample moment is ``a_t q_{x1}ᵀ`` with ``a_t = u_{x3} - B̃_x u_x`` for the
+    triples whose middle symbol is x (the cross-symbol samples, x2 ≠ x, have
+    ``a_t = -B̃_x u_{x2}``: relative size O(Pr(x)), dropped). With a Kronecker
+    covariance ``Σ^(i) ⊗ Σ_x`` the GLS solution only depends on the j-side factor
+
+        Σ_x = (1/N) Σ_{t: x2 = x} w_t ‖u_{x3} - B̃_x u_x‖² q_{x1} q_{x1}ᵀ,
+
+    which is stored lazily as the sparse residual-weighted pair counts
+    ``C[x, x1] = (1/N) Σ_{x3} c(x1, x, x3) ‖u_{x3} - B̃_x u_x‖²`` plus Q: O(pairs)
+    memory. Blocks of ``Σ_x`` are built on demand (:meth:`factor`) from those pair
+    sums, O(pairs · k'²) time for all symbols ("per_symbol"), O(pairs · k') for
+    the diagonal, and shrunk to ``(1 - s_x) Σ_x + (s_x + ridge) τ_x I`` with
+    ``τ_x = tr(Σ_x) / k'``. ``τ`` (the mean of ``τ_x`` over the observed symbols)
+    scales W so that the loss has the units of the identity weighting's.
+    """
+
+    mode: str
+    Q: np.ndarray | None = None
+    C: object | None = None  # scipy.sparse csr (n, n): C[x2, x1]
+    shrink: np.ndarray | None = None  # s_x, (n,)
+    tau_x: np.ndarray | None = None  # (n,)
+    tau: float = 1.0
+    ridge: float = 0.0
+
+    def factor(self, lo: int, hi: int) -> np.ndarray:
+        """Shrunk ``Σ_x`` for symbols ``lo..hi-1``: (b, k', k') ("per_symbol") or (b, k') diagonals."""
+        return self.factor_of(np.arange(lo, hi))
+
+    def factor_of(self, symbols: np.ndarray) -> np.ndarray:
+        """Shrunk ``Σ_x`` for the given symbols: (b, k', k') ("per_symbol") or (b, k') diagonals.
+
+        O(pairs of those symbols · k'²) ("per_symbol") or O(pairs · k') (diagonal).
+        """
+        symbols = np.asarray(symbols, dtype=np.int64)
+        kp = self.Q.shape[1]
+        b = symbols.size
+        tau_x = self.tau_x[symbols]
+        s = self.shrink[symbols]
+        live = tau_x > 0
+        C = self.C[symbols]
+        if self.mode == "diagonal":
+            d = np.asarray(C @ (self.Q**2))
+            out = (1 - s)[:, None] * d + ((s + self.ridge) * tau_x)[:, None]
+            out[~live] = 1.0
+            return out
+        out = np.zeros((b, kp, kp))
+        indptr, indices, data = C.indptr, C.indices, C.data
+        p1 = int(indptr[-1])
+        rows = np.repeat(np.arange(b), np.diff(indptr))
+        step = max(1, _SCRATCH // (kp * kp))
+        for a in range(0, p1, step):  # blocks of (x2, x1) pairs: scratch O(step · k'²)
+            z = min(p1, a + step)
+            q = self.Q[indices[a:z]]
+            outer = (q * data[a:z, None])[:, :, None] * q[:, None, :]
+            r = rows[a:z]
+            seg = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))
+            out[r[seg]] += np.add.reduceat(outer, seg, axis=0)
+        # rare symbols (few distinct x1) never come here in the estimator: it applies
+        # their Σ_x⁻¹ by Woodbury (streamspec.mestimator._sigma_groups)
+        out *= (1 - s)[:, None, None]
+        idx = np.arange(kp)
+        out[:, idx, idx] += ((s + self.ridge) * tau_x)[:, None]
+        out[~live] = np.eye(kp)
+        return out
+
+    def solve(self, lo: int, hi: int, R: np.ndarray, factor: np.ndarray | None = None) -> np.ndarray:
+        """``Σ_x⁻¹ R[x]`` for symbols lo..hi-1, R of shape (b, k', m) (unscaled by τ)."""
+        if self.mode == "identity":
+            return R
+        F = self.factor(lo, hi) if factor is None else factor
+        if self.mode == "diagonal":
+            return R / F[:, :, None]
+        return np.linalg.solve(F, R)
+
+
+def projected_weighting(
+    mode: str,
+    triples,
+    U: np.ndarray,
+    Q: np.ndarray,
+    B: np.ndarray | None,
+    shrinkage: float | str = "auto",
+    ridge: float = 1e-6,
+) -> ProjectedWeighting:
+    """The weighting ``mode`` of the projected conditions at operators ``B[x]`` (k × k each).
+
+    ``triples`` is a :class:`~streamspec.triples.Triples`, U (n, k) and Q (n, k') the
+    bases of the conditions. Costs: O(nnz · k) for the residual norms (one per
+    distinct pair (x2, x3)), O(nnz) for the pair sums ``C[x2, x1]``, O(n) for the
+    per-symbol scales; memory O(nnz + n · k'). Nothing of size n² is formed.
+
+    Examples
+    --------
+    A symbol whose samples all have the same residual gets ``Σ_x ∝ Σ_j Pr(x, j) q_j q_jᵀ``:
+
+    >>> from streamspec.triples import Triples
+    >>> t = Triples.from_arrays(2, x1=[0, 1, 1], x2=[0, 0, 0], x3=[1, 1, 1])
+    >>> W = projected_weighting("per_symbol", t, np.eye(2), np.eye(2), np.zeros((2, 2, 2)), shrinkage=0.0,
+    ...                         ridge=0.0)
+    >>> (W.factor(0, 1)[0] * 3).round(6).tolist()
+    [[1.0, 0.0], [0.0, 2.0]]
+    """
+    import scipy.sparse as sp
+
+    if mode not in PROJECTED_WEIGHTINGS:
+        raise ValueError(
+            f"weighting must be one of {PROJECTED_WEIGHTINGS} in the projected formulation, got {mode!r} "
+            "('exact' couples all symbols: use formulation='dense')"
+        )
+    if mode == "identity":
+        return ProjectedWeighting(mode)
+    if B is None:
+        raise ValueError(f"the {mode!r} weighting needs the operators B")
+    if not ridge >= 0:
+        raise ValueError(f"ridge must be >= 0, got {ridge!r}")
+    n, kp = triples.n, Q.shape[1]
+    N = triples.total
+    x1, x2, x3 = triples.x1, triples.x2, triples.x3
+    # residual norm per distinct (x2, x3) pair: ‖u_{x3} - B̃_{x2} u_{x2}‖²
+    pair = triples.codes >> 21
+    new = np.concatenate(([True], pair[1:] != pair[:-1]))
+    starts = np.flatnonzero(new)
+    pid = np.cumsum(new) - 1
+    px2, px3 = x2[starts], x3[starts]
+    res = np.empty(starts.size)
+    step = max(1, _SCRATCH // max(1, U.shape[1] ** 2))
+    for a in range(0, starts.size, step):
+        z = min(starts.size, a + step)
+        r = U[px3[a:z]] - np.einsum("pab,pb->pa", B[px2[a:z]], U[px2[a:z]])
+        res[a:z] = (r * r).sum(axis=1)
+    w = triples.weights * res[pid] / N
+    C = sp.csr_matrix((w, (x2, x1)), shape=(n, n))
+    C.sum_duplicates()
+    C.sort_indices()
+    n_middle = np.bincount(x2, weights=triples.weights, minlength=n)
+    shrink = resolve_projected_shrinkage(shrinkage, n_middle, kp)
+    tau_x = np.asarray(C @ (Q**2).sum(axis=1)).ravel() / kp
+    live = tau_x > 0
+    tau = float(tau_x[live].mean()) if live.any() else 1.0
+    return ProjectedWeighting(mode, Q=Q, C=C, shrink=shrink, tau_x=tau_x, tau=tau, ridge=float(ridge))

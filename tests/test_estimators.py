@@ -22,7 +22,8 @@ def test_proposition_1_full_rank_identity_equals_spectral(seed, factorization):
     hmm = HMM.random(4, 4, random_state=seed)
     acc = accumulate(hmm.sample(3000, random_state=seed), 4)
     spec = SpectralEstimator(rank=4).fit(acc)
-    mest = MEstimator(rank=4, weighting="identity", factorization=factorization).fit(acc)
+    mest = MEstimator(rank=4, weighting="identity", factorization=factorization,
+                      formulation="dense").fit(acc)
     seqs = np.random.default_rng(seed).integers(0, 4, size=(100, 5))
     a, b = spec.joint_proba_many(seqs), mest.joint_proba_many(seqs)
     assert np.abs(a - b).max() <= 1e-8 * np.abs(a).max()
@@ -88,8 +89,9 @@ def joint_error(model, hmm, seqs):
 
 @pytest.mark.parametrize(
     "estimator",
-    [SpectralEstimator(rank=3), MEstimator(rank=3), MEstimator(rank=3, weighting="per_symbol")],
-    ids=["spectral", "mestimator-exact", "mestimator-per-symbol"],
+    [SpectralEstimator(rank=3), MEstimator(rank=3), MEstimator(rank=3, weighting="exact"),
+     MEstimator(rank=3, weighting="per_symbol", formulation="dense")],
+    ids=["spectral", "mestimator-default", "mestimator-dense-exact", "mestimator-dense-per-symbol"],
 )
 def test_consistency_error_shrinks_with_data(estimator):
     hmm = HMM.random(3, 4, random_state=3)
@@ -106,7 +108,7 @@ def test_l1_gives_exact_zeros_and_more_of_them_as_penalty_grows():
     acc = accumulate(hmm.sample(20000, random_state=1), 6)
     zeros = []
     for penalty in (0.0, 0.01, 0.1, 1.0):
-        model = MEstimator(rank=3, penalty=penalty, weighting="identity").fit(acc)
+        model = MEstimator(rank=3, penalty=penalty, weighting="identity", formulation="dense").fit(acc)
         zeros.append(int((model.factors.R == 0).sum()))
     assert zeros[0] == 0
     assert zeros[-1] > 0 and zeros == sorted(zeros)
@@ -128,19 +130,20 @@ def test_loss_never_increases_with_weighting_fixed(weighting, factorization):
     assert np.isfinite(est.factors_.loss)
 
 
-def test_warm_start_reaches_cold_loss_and_handles_new_symbols():
+@pytest.mark.parametrize("formulation", ["auto", "dense"])
+def test_warm_start_reaches_cold_loss_and_handles_new_symbols(formulation):
     hmm = HMM.random(3, 5, random_state=4)
     seq = hmm.sample(40000, random_state=5)
     first = MomentAccumulator()
     first.learn_many(seq[:20000][seq[:20000] < 4])  # symbol 4 not seen yet
-    est = MEstimator(rank=3)
+    est = MEstimator(rank=3, formulation=formulation)
     previous = est.fit(first)
     assert previous.n_symbols == 4
     acc = MomentAccumulator()
     acc.learn_many(seq)
-    cold = MEstimator(rank=3)
+    cold = MEstimator(rank=3, formulation=formulation)
     cold.fit(acc)
-    warm = MEstimator(rank=3, max_outer=1)
+    warm = MEstimator(rank=3, max_outer=1, formulation=formulation)
     model = warm.fit(acc, init=previous)
     assert model.n_symbols == 5
     assert warm.factors_.loss <= cold.factors_.loss * 1.05
@@ -167,6 +170,9 @@ def test_rank_auto_and_restarts_are_reproducible():
         (MEstimator(rank=2, factorization="free"), "factorization must be one of"),
         (MEstimator(rank=2, penalty=-1), "penalty"),
         (MEstimator(rank=2, n_restarts=-1), "n_restarts"),
+        (MEstimator(rank=2, formulation="sparse"), "formulation must be one of"),
+        (MEstimator(rank=2, formulation="projected", weighting="exact"), "formulation='dense'"),
+        (MEstimator(rank=2, n_conditions=0), "n_conditions"),
     ],
 )
 def test_bad_estimator_parameters(estimator, message):
