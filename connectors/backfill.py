@@ -420,7 +420,9 @@ def _count_chars_block(
     fixed.learn_many(idx, key=fmt.key)
     _, _, header, arrays = fixed.to_checkpoint()
     header = dict(header, n_symbols=None, labels=[encode_value(s) for s in new_labels])
-    arrays = dict(arrays, c3=arrays["c3"][:n, :n, :n])
+    if "c3" in arrays:  # a dense (version 1) accumulator
+        arrays = dict(arrays, c3=arrays["c3"][:n, :n, :n])
+    # sparse counts (version 2) are indexed like the labels already: only the header changes
     return MomentAccumulator.from_checkpoint(header, arrays), len(symbols), int(ends.size)
 
 
@@ -677,6 +679,10 @@ def run_backfill_from_args(args: argparse.Namespace, fmt: RecordFormat) -> Momen
     mode = getattr(args, "mode", None) or "sliding"
     if mode != "sliding":
         raise ValueError(f"--dask/--workers count in sliding mode only, not --mode {mode}")
+    if getattr(args, "max_symbols", None) is not None:
+        raise ValueError("--dask/--workers count chunks independently: they cannot be combined "
+                         "with --max-symbols (which symbols fit the cap depends on the order); "
+                         "count serially")
     workers = getattr(args, "workers", None)
     if workers is not None and workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")

@@ -27,7 +27,47 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DaemonConfig", "load_toml"]
+__all__ = ["DaemonConfig", "load_toml", "mestimator_params", "ESTIMATOR_SETTINGS"]
+
+ESTIMATOR_SETTINGS = {  # setting of the CLI and the daemon -> parameter of MEstimator
+    "rank": "rank",
+    "penalty": "penalty",
+    "weighting": "weighting",
+    "sweeps": "max_sweeps",
+    "outer": "max_outer",
+    "formulation": "formulation",
+}
+_WARM_SWEEPS = 3  # sweeps of a warm-started refit when ``sweeps`` is not given
+
+
+def mestimator_params(**settings: Any) -> dict[str, Any]:
+    """MEstimator keyword arguments of the given estimator settings; ``None`` means its default.
+
+    The one place where the CLI (``streamspec learn``) and the daemon turn their
+    settings into estimator parameters: unset settings are left out, so that
+    :class:`~streamspec.mestimator.MEstimator`'s own defaults apply, whatever they
+    are. Settings MEstimator does not take (e.g. ``formulation`` on an older one)
+    are left out too. O(1).
+
+    Examples
+    --------
+    >>> mestimator_params(rank=3, weighting=None, sweeps=4)
+    {'rank': 3, 'max_sweeps': 4}
+    """
+    import inspect
+
+    from streamspec.mestimator import MEstimator
+
+    accepted = inspect.signature(MEstimator.__init__).parameters
+    out = {}
+    for name, value in settings.items():
+        if name not in ESTIMATOR_SETTINGS:
+            raise ValueError(f"unknown estimator setting {name!r}")
+        param = ESTIMATOR_SETTINGS[name]
+        if value is not None and param in accepted:
+            out[param] = value
+    return out
+
 
 _MODES = ("sliding", "sequences")
 _BACKENDS = ("local", "kafka")
@@ -58,9 +98,15 @@ class DaemonConfig:
         (reason ``unknown-symbol``). ``None`` (default): the alphabet grows.
     mode
         Accumulator mode, ``"sliding"`` or ``"sequences"``.
-    rank, penalty, weighting, sweeps, outer
+    max_symbols
+        Cap of every partition's alphabet (``None``: unbounded). Once full, new labels
+        are counted as the reserved symbol ``"<other>"``, so that the counts stay
+        bounded on open vocabularies (see :class:`~streamspec.MomentAccumulator`).
+    rank, penalty, weighting, sweeps, outer, formulation
         Settings of the :class:`~streamspec.mestimator.MEstimator` refits
-        (``sweeps`` is ``max_sweeps``, ``outer`` is ``max_outer``).
+        (``sweeps`` is ``max_sweeps``, ``outer`` is ``max_outer``); ``None`` (the
+        default) leaves MEstimator's own default (:func:`mestimator_params`). Warm
+        refits run ``sweeps`` sweeps (3 when unset).
     refit_every
         Refit after this many new records (0: never by count).
     refit_interval
@@ -133,11 +179,13 @@ class DaemonConfig:
     format: Mapping[str, Any] = field(default_factory=dict)
     alphabet: tuple | None = None
     mode: str = "sliding"
-    rank: int | str = 2
-    penalty: float = 0.0
-    weighting: str = "per_symbol"
-    sweeps: int = 5
-    outer: int = 2
+    max_symbols: int | None = None
+    rank: int | str | None = None
+    penalty: float | None = None
+    weighting: str | None = None
+    sweeps: int | None = None
+    outer: int | None = None
+    formulation: str | None = None
     refit_every: int = 20_000
     refit_interval: float | None = None
     min_triples: int = 100
@@ -173,19 +221,30 @@ class DaemonConfig:
         if not isinstance(self.format, Mapping):
             raise ValueError(f"format must be a table of options, got {self.format!r}")
         object.__setattr__(self, "format", dict(self.format))
-        if not (self.rank == "auto" or (isinstance(self.rank, int) and self.rank >= 1)):
+        if not (self.rank is None or self.rank == "auto"
+                or (isinstance(self.rank, int) and not isinstance(self.rank, bool)
+                    and self.rank >= 1)):
             raise ValueError(f"rank must be a positive integer or 'auto', got {self.rank!r}")
         for name in ("refit_every", "checkpoint_every", "min_triples"):
             if _bad_int(getattr(self, name), minimum=0):
                 raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
+        for name in ("sweeps", "outer", "max_symbols"):
+            if getattr(self, name) is not None and _bad_int(getattr(self, name), minimum=1):
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.weighting is not None and not isinstance(self.weighting, str):
+            raise ValueError(f"weighting must be a string, got {self.weighting!r}")
+        if self.formulation is not None and not isinstance(self.formulation, str):
+            raise ValueError(f"formulation must be a string, got {self.formulation!r}")
         for name in (
-            "sweeps", "outer", "poll_timeout_ms", "max_poll_records", "session_timeout_ms",
+            "poll_timeout_ms", "max_poll_records", "session_timeout_ms",
             "heartbeat_interval_ms", "max_poll_interval_ms",
         ):
             if _bad_int(getattr(self, name), minimum=1):
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         for name in ("checkpoint_interval", "retry_backoff_max", "status_interval", "penalty"):
             v = getattr(self, name)
+            if v is None and name == "penalty":
+                continue
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
                 raise ValueError(f"{name} must be a number >= 0, got {v!r}")
         if isinstance(self.refit_duty, bool) or not isinstance(self.refit_duty, int | float) or (
@@ -199,6 +258,11 @@ class DaemonConfig:
                              f"got {self.refit_interval!r}")
         if self.metrics_port is not None and _bad_int(self.metrics_port, minimum=0):
             raise ValueError(f"metrics_port must be a port number, got {self.metrics_port!r}")
+
+    @property
+    def warm_sweeps(self) -> int:
+        """Sweeps of a warm-started refit: ``sweeps``, or 3 when unset."""
+        return self.sweeps if self.sweeps is not None else _WARM_SWEEPS
 
     @property
     def dead_letter_topic_name(self) -> str | None:

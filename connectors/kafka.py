@@ -29,6 +29,21 @@ to the dead-letter topic with headers ``reason``, ``detail``, ``source-topic``,
 ``source-partition`` and ``source-offset``, counted in the partition's
 checkpoint, and skipped.
 
+State failures are not poison
+-----------------------------
+A *valid* record whose learning fails because the state cannot grow (a
+``MemoryError``, or an alphabet that is full) is never a dead letter: the record
+is not at fault. Every record is learned all or nothing (the accumulator undoes a
+failed call; a message of several symbols is undone as a whole), so the daemon
+stops cleanly instead: it logs ``event=fatal reason=state-failure``, checkpoints
+every partition at its last consistent state (the failed record's partition at
+the failed record's offset, so it is read again on restart), commits no further,
+and :meth:`ConsumerDaemon.run` returns :data:`EXIT_STATE_FAILURE` (3). The same
+happens if a checkpoint cannot be written or would not read back (the last good
+one is kept). Bound the state with ``max_symbols`` (``--max-symbols``): counts
+take 16 bytes per distinct triple, and the status line (``counts_mb=``) and the
+metrics (``streamspec_counts_bytes``) show how much.
+
 Model snapshots
 ---------------
 With ``models_topic`` set, every refitted model is published as one message:
@@ -85,7 +100,7 @@ from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaError, MessageSizeTooLargeError
 from kafka.structs import OffsetAndMetadata
 
-from connectors.config import DaemonConfig
+from connectors.config import DaemonConfig, mestimator_params
 from connectors.metrics import DaemonMetrics, MetricsServer
 from connectors.model_topic import REFITTER_PARTITION, ModelRecord, NewestModel, encode_model
 from connectors.predictions import StreamPredictor
@@ -109,7 +124,8 @@ from streamspec.mestimator import MEstimator
 from streamspec.model import ObservableOperatorModel
 from streamspec.refitter import Refitter
 
-__all__ = ["ConsumerDaemon", "MODEL_SNAPSHOT_HEADERS"]
+__all__ = ["ConsumerDaemon", "MODEL_SNAPSHOT_HEADERS", "EXIT_STATE_FAILURE", "learn_record",
+           "StateFailure"]
 
 log = logging.getLogger("streamspec.daemon")
 
@@ -122,6 +138,55 @@ _CACHED_VALUE_BYTES = 64  # only short values are cached
 _DETAIL_MAX = 300  # characters of a parse error kept in the dead-letter header
 _LOG_EVERY_DEAD = 1000  # after the first 10 of a reason, log one dead letter in this many
 _SEND_TIMEOUT = 30.0  # seconds to wait for the broker to acknowledge a state snapshot
+EXIT_STATE_FAILURE = 3
+"""Exit status of a daemon stopped because its state could not grow or be checkpointed."""
+
+
+class StateFailure(Exception):
+    """The daemon's state could not grow (memory, a full alphabet) or be made durable."""
+
+
+def is_state_failure(exc: BaseException) -> bool:
+    """Whether ``exc``, raised while learning a valid record, means the state cannot grow."""
+    if isinstance(exc, MemoryError | StateFailure):
+        return True
+    return isinstance(exc, ValueError) and "alphabet is full" in str(exc)
+
+
+def learn_record(acc: MomentAccumulator, records) -> int:
+    """Learn the parsed records of one message into ``acc``, all or nothing; the symbols learned.
+
+    A message of one symbol is one ``learn_one`` (all or nothing by itself). A
+    message of several symbols, or with an end of sequence, is undone as a whole if
+    any step raises: the accumulator's per-call undo records are replayed in reverse
+    order, so a message is never half-learned. O(1) per symbol.
+    """
+    if len(records) == 1 and not records[0].end:
+        r = records[0]
+        if r.symbol is None:
+            return 0
+        acc.learn_one(r.symbol, r.key)
+        return 1
+    snapshot = getattr(acc, "_snapshot", None)
+    labels = acc._alphabet._labels if snapshot is not None else None
+    undo = []
+    learned = 0
+    try:
+        for r in records:
+            if r.symbol is not None:
+                if snapshot is not None:
+                    undo.append(snapshot(r.key, len(labels)))
+                acc.learn_one(r.symbol, r.key)
+                learned += 1
+            if r.end:
+                if snapshot is not None:
+                    undo.append(snapshot(r.key, len(labels)))
+                acc.end(r.key)
+    except BaseException:
+        for snap in reversed(undo):
+            acc._restore(snap)
+        raise
+    return learned
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -166,7 +231,11 @@ class ConsumerDaemon:
     -----
     :meth:`run` blocks until :meth:`stop` is called (from any thread, or by
     SIGTERM/SIGINT when ``install_signals=True``), then checkpoints, commits,
-    closes and returns 0.
+    closes and returns 0. After a state failure (see the module docstring: memory
+    exhausted while learning a valid record, a full alphabet, a checkpoint that
+    cannot be written) it stops by itself the same way, with the failed record's
+    partition checkpointed before that record, and returns
+    :data:`EXIT_STATE_FAILURE`; :attr:`fatal` says why.
     """
 
     def __init__(self, config: DaemonConfig):
@@ -216,7 +285,7 @@ class ConsumerDaemon:
             self._estimator(),
             refit_every=config.refit_every or None,
             refit_interval=config.refit_interval,
-            sweeps=config.sweeps,
+            sweeps=config.warm_sweeps,
             background=True,
             prepare=self._save_model,  # in the refit thread: no fsync in the poll loop
         )
@@ -226,6 +295,7 @@ class ConsumerDaemon:
         if self.model is not None and config.predictions_topic:
             self._predictor = StreamPredictor(self.model, version=0)
         self._metrics_server: MetricsServer | None = None
+        self.fatal: str | None = None  # why the daemon stopped on a state failure
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -258,7 +328,7 @@ class ConsumerDaemon:
             self._loop()
         finally:
             self._shutdown()
-        return 0
+        return EXIT_STATE_FAILURE if self.fatal is not None else 0
 
     @property
     def metrics_port(self) -> int | None:
@@ -393,6 +463,10 @@ class ConsumerDaemon:
                 with self._lock:
                     for tp, messages in batch.items():
                         self._consume(tp, messages)
+                        if self.fatal is not None:
+                            break  # the other partitions' messages stay unread: offsets say so
+            if self.fatal is not None:
+                break
             if self._pending:
                 self._restore_pending()
             self._after_batch()
@@ -482,6 +556,11 @@ class ConsumerDaemon:
                     except (KafkaError, TimeoutError) as exc:  # the last snapshot stays the truth
                         log.warning("event=snapshot-failed partition=%s-%d error=%r",
                                     tp.topic, tp.partition, str(exc))
+                    except (MemoryError, OSError, CheckpointError) as exc:
+                        log.error("event=checkpoint-failed partition=%s-%d error=%r "
+                                  "action=keep-previous", tp.topic, tp.partition,
+                                  f"{type(exc).__name__}: {exc}")
+                        self._fail(f"checkpoint failed: {type(exc).__name__}: {exc}")
                     self._dirty.discard(tp)
                 self._uncommitted.pop(tp, None)
                 log.info(
@@ -576,7 +655,10 @@ class ConsumerDaemon:
             f.get(timeout=_SEND_TIMEOUT)  # acknowledged by the broker (acks=all)
 
     def _new_accumulator(self) -> MomentAccumulator:
-        return MomentAccumulator(mode=self.config.mode)
+        cfg = self.config
+        if cfg.max_symbols is None:
+            return MomentAccumulator(mode=cfg.mode)
+        return MomentAccumulator(mode=cfg.mode, max_symbols=cfg.max_symbols)
 
     # ------------------------------------------------------------------ records
 
@@ -616,13 +698,11 @@ class ConsumerDaemon:
                     state.offset = m.offset + 1
                     continue
             try:
-                for r in records:
-                    if r.symbol is not None:
-                        acc.learn_one(r.symbol, r.key)
-                        learned += 1
-                    if r.end:
-                        acc.end(r.key)
+                learned += learn_record(acc, records)
             except Exception as exc:  # deterministic, so a replay does exactly the same
+                if is_state_failure(exc):  # the record is valid: stop, never a dead letter
+                    self._fail(f"{type(exc).__name__}: {exc}", tp, m.offset)
+                    break
                 self._dead_letter(state, m, "unprocessable", f"{type(exc).__name__}: {exc}")
             if predictor is not None:  # outputs only: they never change what is counted
                 self._predict_all(predictor, m, records)
@@ -633,6 +713,27 @@ class ConsumerDaemon:
         self._new_since_fit += learned
         self._since_checkpoint += len(messages)
         self._dirty.add(tp)
+
+    def _fail(self, error: str, tp: TopicPartition | None = None, offset: int | None = None) -> None:
+        """Stop on a state failure: log it once; the shutdown checkpoints the consistent states."""
+        if self.fatal is None:
+            self.fatal = error
+            where = "" if tp is None else f" partition={tp.topic}-{tp.partition} offset={offset}"
+            log.critical(
+                "event=fatal reason=state-failure%s error=%r counts_mb=%.1f action=stop "
+                "(checkpoint the last consistent state, commit nothing past it, exit %d)",
+                where, error[:_DETAIL_MAX], self.counts_bytes() / 1e6, EXIT_STATE_FAILURE,
+            )
+        self.stop()
+
+    def counts_bytes(self) -> int:
+        """Memory taken by the counts of the assigned partitions (``acc.memory_bytes()`` summed).
+
+        O(symbols + streams) per partition: called for status lines and metrics only.
+        """
+        with self._lock:
+            accs = [s.acc for s in self.states.values()]
+        return int(sum(a.memory_bytes() for a in accs))
 
     def _dead_letter(self, state: PartitionState, m, reason: str, detail: str) -> None:
         state.dead_letters[reason] += 1
@@ -704,7 +805,11 @@ class ConsumerDaemon:
                 return  # keep refits to a fraction of the time; the symbols keep counting
         n_new, self._new_since_fit = self._new_since_fit, 0
         with self._lock:
-            self._refitter.observe(n_new, _PartitionsView(self))
+            try:
+                self._refitter.observe(n_new, _PartitionsView(self))
+            except MemoryError as exc:  # the snapshot for the refit: the counts are intact
+                log.error("event=refit-skipped error=%r counts_mb=%.1f",
+                          f"MemoryError: {exc}", self.counts_bytes() / 1e6)
 
     def _maybe_refit_global(self) -> None:
         """Kafka backend, refitter only: refit on the global view when it changed (see the module doc)."""
@@ -848,6 +953,11 @@ class ConsumerDaemon:
             except (KafkaError, TimeoutError) as exc:  # not durable: commit nothing, retry later
                 log.warning("event=snapshot-failed error=%r", str(exc))
                 return
+            except (MemoryError, OSError, CheckpointError) as exc:  # the last good one stays
+                log.error("event=checkpoint-failed error=%r action=keep-previous",
+                          f"{type(exc).__name__}: {exc}")
+                self._fail(f"checkpoint failed: {type(exc).__name__}: {exc}")
+                return
             for tp, state in dirty:
                 self._uncommitted[tp] = state.offset
                 self.metrics.checkpoints += 1
@@ -898,18 +1008,20 @@ class ConsumerDaemon:
         m = self.metrics
         log.info(
             "event=status rate=%.0f/s records=%d lag=%s partitions=%s refits=%d last_loss=%s "
-            "dead_letters=%d model_version=%d%s",
+            "dead_letters=%d model_version=%d symbols=%d counts_mb=%.1f%s",
             rate, m.records, "?" if lag is None else lag,
             ",".join(str(tp.partition) for tp in sorted(self.states)) or "-",
             m.refits, "nan" if math.isnan(m.last_loss) else f"{m.last_loss:.6g}",
-            sum(m.dead_letters.values()), self._model_version,
+            sum(m.dead_letters.values()), self._model_version, self._n_symbols(),
+            self.counts_bytes() / 1e6,
             f" refitter={int(self._is_refitter)} global_records={self._snapshots.records()}"
             if self._kafka_state else "",
         )
 
     def _render_metrics(self) -> str:
         lag = self.lag() if self._consumer is not None else None
-        gauges = {"partitions": len(self.states), "model_version": self._model_version}
+        gauges = {"partitions": len(self.states), "model_version": self._model_version,
+                  "counts_bytes": self.counts_bytes(), "symbols": self._n_symbols()}
         if self._kafka_state:
             gauges["refitter"] = int(self._is_refitter)
             gauges["global_records"] = self._snapshots.records()
@@ -917,15 +1029,20 @@ class ConsumerDaemon:
             gauges["lag"] = lag
         return self.metrics.prometheus(gauges)
 
+    def _n_symbols(self) -> int:
+        """Largest alphabet among the assigned partitions."""
+        with self._lock:
+            return max((s.acc.n for s in self.states.values()), default=0)
+
     # ------------------------------------------------------------------ model
 
     def _estimator(self) -> MEstimator:
+        """The refits' estimator: MEstimator's own defaults for every setting not given."""
         cfg = self.config
         kind = ProcessMEstimator if cfg.refit_process else MEstimator
-        return kind(
-            rank=cfg.rank, penalty=cfg.penalty, weighting=cfg.weighting,
-            max_sweeps=cfg.sweeps, max_outer=cfg.outer,
-        )
+        return kind(**mestimator_params(rank=cfg.rank, penalty=cfg.penalty,
+                                        weighting=cfg.weighting, sweeps=cfg.sweeps,
+                                        outer=cfg.outer, formulation=cfg.formulation))
 
     def _save_model(self, model: ObservableOperatorModel) -> None:
         if self._kafka_state:

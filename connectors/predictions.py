@@ -62,14 +62,18 @@ class StreamPredictor:
         self._histories.pop(key, None)
 
     def observe(self, key: Hashable, symbol: Hashable) -> dict[str, Any]:
-        """Append ``symbol`` to stream ``key``; the distribution of its next symbol."""
+        """Append ``symbol`` to stream ``key``; the distribution of its next symbol.
+
+        O(window · k² + n · k) for n symbols and rank k (the 20 most probable are listed).
+        """
         h = self._histories.get(key)
         if h is None:
             h = self._histories[key] = deque(maxlen=self._length)
         h.append(symbol)
         idx = [self._index[s] for s in h if s in self._index]
-        p = np.asarray(self.model.predict_proba_next(idx), dtype=np.float64)
-        order = np.argsort(-p, kind="stable")[:_MAX_LISTED]
+        p = np.asarray(self.model.predict_proba_next(np.asarray(idx, dtype=np.int64)),
+                       dtype=np.float64)
+        order = _top(p, _MAX_LISTED)
         return {
             "key": key,
             "history": [self._labels[i] for i in idx],
@@ -77,6 +81,16 @@ class StreamPredictor:
             "top": self._labels[int(order[0])],
             "model_version": self.version,
         }
+
+
+def _top(p: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest entries of ``p``, largest first (ties: lower index). O(n + k log k)."""
+    if p.size <= k:
+        return np.argsort(-p, kind="stable")
+    kth = -np.partition(-p, k - 1)[k - 1]  # the k-th largest value
+    above = np.flatnonzero(p > kth)
+    part = np.concatenate([above, np.flatnonzero(p == kth)[: k - above.size]])
+    return part[np.lexsort((part, -p[part]))]
 
 
 def _jsonable(label: Hashable) -> str | int | float | bool | None:

@@ -4,8 +4,10 @@ A refit in a thread of the daemon competes with the poll loop for the Python
 interpreter lock: with the exact weighting a fit is seconds of mostly-Python
 work, and the consume rate dropped to a third (see ``docs/benchmarks.md``).
 :class:`ProcessMEstimator` is a drop-in :class:`~streamspec.mestimator.MEstimator`
-for :class:`~streamspec.refitter.Refitter`: its ``fit`` sends the counts (not the
-stream tails) and the warm-start factors to one long-lived worker process
+for :class:`~streamspec.refitter.Refitter`: its ``fit`` sends the sparse counts (a
+:class:`~streamspec.triples.Triples`: 16 bytes per distinct triple, never the
+dense n³ array; not the stream tails) with the symbol labels, the estimator's
+constructor parameters and the warm-start factors to one long-lived worker process
 (``spawn``-started, so no thread state is forked), waits there for the result,
 and copies back the fitted attributes. The caller's thread blocks, but it holds
 no lock while it waits: the poll loop runs at full speed. The worker runs at a
@@ -21,8 +23,8 @@ Examples
 >>> acc = MomentAccumulator()
 >>> acc.learn_many("abcabcabcaabbcc" * 20)
 >>> model = ProcessMEstimator(rank=2, max_sweeps=2).fit(acc)
->>> model.symbols, model.factors.R.shape
-(['a', 'b', 'c'], (3, 3, 2))
+>>> model.symbols, model.n_symbols, model.factors is not None
+(['a', 'b', 'c'], 3, True)
 >>> shutdown_worker()
 """
 
@@ -38,9 +40,9 @@ from concurrent.futures.process import BrokenProcessPool
 
 from streamspec.mestimator import MEstimator, _factors_of
 from streamspec.model import ObservableOperatorModel
-from streamspec.spectral import counts_of
+from streamspec.triples import Triples
 
-__all__ = ["ProcessMEstimator", "shutdown_worker", "start_worker"]
+__all__ = ["ProcessMEstimator", "shutdown_worker", "start_worker", "sparse_counts"]
 
 _pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -111,9 +113,35 @@ def _params(est: MEstimator) -> dict:
     return {n: getattr(est, n) for n in names if n != "self" and hasattr(est, n)}
 
 
-def _fit_in_worker(params: dict, c3, labels, init):
+def sparse_counts(data) -> tuple[Triples, list | None]:
+    """``(triples, labels)`` of an accumulator (or of a :class:`Triples`), never densified.
+
+    ``labels`` is ``None`` for integer alphabets. O(distinct triples); the triples are
+    rebuilt without their cached unpacked indices, so that only codes and weights are
+    pickled to the worker.
+    """
+    if isinstance(data, Triples):
+        t, labels = data, None
+    else:
+        try:
+            from streamspec.spectral import triples_of
+        except ImportError:  # an older spectral module
+            triples_of = None
+        if triples_of is not None:
+            t, labels = triples_of(data)
+        else:
+            t = data.triples()
+            labels = data.symbols if getattr(data, "n_symbols", None) is None else None
+    if not t.total > 0:
+        raise ValueError(
+            "cannot fit on an empty accumulator: no triple counted yet (each stream needs 3 symbols)"
+        )
+    return Triples(t.n, t.codes, t.weights), (list(labels) if labels is not None else None)
+
+
+def _fit_in_worker(params: dict, triples: Triples, labels, init):
     est = MEstimator(**params)
-    model = est.fit(c3, init=init)
+    model = est.fit(triples, init=init)
     if labels is not None:
         model.symbols = list(labels)
     attrs = {name: getattr(est, name) for name in _FITTED if hasattr(est, name)}
@@ -124,13 +152,17 @@ class ProcessMEstimator(MEstimator):
     """:class:`~streamspec.mestimator.MEstimator` fitting in a worker process (same parameters)."""
 
     def fit(self, data, init=None) -> ObservableOperatorModel:
-        """Fit in the worker process; same arguments and result as ``MEstimator.fit``."""
+        """Fit in the worker process; same arguments and result as ``MEstimator.fit``.
+
+        Sends O(distinct triples + n·k²) bytes to the worker and back; the fit costs
+        what ``MEstimator.fit`` costs on sparse counts.
+        """
         self._validate()
-        c3, labels = counts_of(data)
+        triples, labels = sparse_counts(data)
         factors = _factors_of(init)
         for attempt in range(2):
             try:
-                future = _submit(_fit_in_worker, _params(self), c3, labels, factors)
+                future = _submit(_fit_in_worker, _params(self), triples, labels, factors)
                 model, attrs = future.result()
                 break
             except BrokenProcessPool:  # the worker died (e.g. killed): start a new one

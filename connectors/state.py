@@ -35,6 +35,7 @@ Examples
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -44,9 +45,15 @@ from pathlib import Path
 from typing import Any
 
 from streamspec.accumulator import MomentAccumulator
-from streamspec.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from streamspec.checkpoint import (
+    CheckpointError,
+    dump_checkpoint,
+    load_checkpoint_bytes,
+    read_checkpoint,
+)
 
-__all__ = ["PartitionState", "SourceState", "StateStore", "merge_accumulators"]
+__all__ = ["PartitionState", "SourceState", "StateStore", "merge_accumulators",
+           "write_verified", "dump_verified"]
 
 _PARTITION_FORMAT = "streamspec.PartitionState"
 _SOURCE_FORMAT = "streamspec.SourceState"
@@ -58,12 +65,49 @@ def _split_acc(acc: MomentAccumulator) -> tuple[dict, dict]:
     return {"format": kind, "version": version, **header}, arrays
 
 
+def dump_verified(kind: str, header: dict, arrays: dict, read_back) -> bytes:
+    """The checkpoint bytes of ``(header, arrays)``, decoded once by ``read_back`` before use.
+
+    ``read_back(header, arrays, source)`` must rebuild the object (and raise
+    ``CheckpointError`` if it cannot): a checkpoint that would not load is never
+    written, so it can never replace the last good one. Time O(size) twice.
+    """
+    data = dump_checkpoint(kind, _VERSION, header, arrays)
+    back_header, back_arrays = load_checkpoint_bytes(data, kind, _VERSION, "new checkpoint")
+    read_back(back_header, back_arrays, "new checkpoint (read back before writing)")
+    return data
+
+
+def write_verified(path: str | os.PathLike, data: bytes) -> Path:
+    """Write checkpoint bytes atomically: temporary file, fsync, rename, fsync of the folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
 def _join_acc(header: dict, arrays: dict, source: str) -> MomentAccumulator:
     acc_header = dict(header)
     if acc_header.pop("format", None) != MomentAccumulator._FORMAT:
         raise CheckpointError(f"{source}: the accumulator part has a foreign format")
-    if acc_header.pop("version", None) != MomentAccumulator._VERSION:
-        raise CheckpointError(f"{source}: unsupported accumulator version")
+    version = acc_header.pop("version", None)
+    if not isinstance(version, int) or not 1 <= version <= MomentAccumulator._VERSION:
+        raise CheckpointError(f"{source}: unsupported accumulator version {version!r}")
     return MomentAccumulator.from_checkpoint(acc_header, arrays, source=source)
 
 
@@ -158,7 +202,11 @@ class SourceState:
     errors: Counter = field(default_factory=Counter)
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write atomically (temporary file, fsync, rename)."""
+        """Write atomically (temporary file, fsync, rename), once it is known to read back.
+
+        O(distinct triples + streams); the new file replaces the old one only after
+        it decoded (:func:`dump_verified`), else ``CheckpointError`` and the old one stays.
+        """
         acc_header, arrays = _split_acc(self.acc)
         header = {
             "positions": self.positions,
@@ -166,7 +214,9 @@ class SourceState:
             "errors": dict(self.errors),
             "accumulator": acc_header,
         }
-        return write_checkpoint(path, _SOURCE_FORMAT, _VERSION, header, arrays)
+        data = dump_verified(_SOURCE_FORMAT, header, arrays,
+                             lambda h, a, src: _join_acc(h["accumulator"], a, src))
+        return write_verified(path, data)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SourceState:
@@ -212,12 +262,18 @@ class StateStore:
         return self.topic_dir(topic) / "model.ckpt"
 
     def save(self, state: PartitionState) -> Path:
-        """Write the partition's checkpoint atomically; return its path."""
+        """Write the partition's checkpoint atomically; return its path.
+
+        The new checkpoint is decoded before it replaces the old one: one that would
+        not read back raises ``CheckpointError`` and the last good one stays.
+        O(distinct triples + streams).
+        """
         state.owner = self.owner or state.owner
         header, arrays = state.checkpoint_parts()
+        data = dump_verified(_PARTITION_FORMAT, header, arrays, PartitionState.from_parts)
         state.written_at = header["written_at"]
         path = self.path(state.topic, state.partition)
-        return write_checkpoint(path, _PARTITION_FORMAT, _VERSION, header, arrays)
+        return write_verified(path, data)
 
     def load(self, topic: str, partition: int) -> PartitionState | None:
         """The partition's checkpoint, or ``None`` if it has none.
@@ -275,7 +331,11 @@ def merge_accumulators(
         return MomentAccumulator()
     present = set().union(*(a.symbols for a in accs))
     first = accs[0]
-    seed = MomentAccumulator(first.n_symbols, first.mode, first.forgetting)
+    cap = getattr(first, "max_symbols", None)
+    if cap is None:
+        seed = MomentAccumulator(first.n_symbols, first.mode, first.forgetting)
+    else:
+        seed = MomentAccumulator(first.n_symbols, first.mode, first.forgetting, max_symbols=cap)
     if order is not None and first.n_symbols is None:
         seed.alphabet.add_labels([s for s in order if s in present])
     return reduce(lambda x, y: x.merge(y), accs, seed)

@@ -68,9 +68,9 @@ from dataclasses import dataclass, field
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
-from connectors.state import PartitionState, merge_accumulators
+from connectors.state import PartitionState, dump_verified, merge_accumulators
 from streamspec.accumulator import MomentAccumulator
-from streamspec.checkpoint import CheckpointError, dump_checkpoint, load_checkpoint_bytes
+from streamspec.checkpoint import CheckpointError, load_checkpoint_bytes
 
 __all__ = [
     "STATE_FORMAT",
@@ -109,11 +109,15 @@ def encode_snapshot(state: PartitionState, owner: str = "") -> tuple[bytes, byte
         The partition's state (its accumulator is flushed, not changed).
     owner
         Client id of the writing daemon (informational).
+
+    Raises ``CheckpointError`` if the encoded snapshot would not decode (it is read
+    back once before being returned). O(distinct triples + streams).
     """
     state.owner = owner or state.owner
     header, arrays = state.checkpoint_parts()
     state.written_at = header["written_at"]
-    value = dump_checkpoint(STATE_FORMAT, _STATE_VERSION, header, arrays)
+    # decoded once before it is sent: a snapshot that would not read back is never published
+    value = dump_verified(STATE_FORMAT, header, arrays, PartitionState.from_parts)
     headers = [
         ("format", _FORMAT_HEADER),
         ("source-topic", state.topic.encode()),

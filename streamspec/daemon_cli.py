@@ -1,9 +1,11 @@
-"""Subcommands ``consume``, ``learn``, ``predict`` and ``inspect`` of the ``streamspec`` CLI.
+"""Subcommands ``consume``, ``learn``, ``predict``, ``inspect`` and ``decode`` of the ``streamspec`` CLI.
 
 ``consume`` runs the Kafka daemon (:mod:`connectors.kafka`), ``learn`` learns
-from files in one pass or following them (:mod:`connectors.files`), ``predict``
-prints next-symbol distributions of a saved model, and ``inspect`` describes any
-streamspec checkpoint or state folder. The ``connectors`` package (and with it
+from files in one pass or following them (:mod:`connectors.files`; with
+``--states K`` also a K-state hidden Markov model, saved as ``MODEL.hmm``),
+``predict`` prints next-symbol distributions of a saved model, ``inspect``
+describes any streamspec checkpoint or state folder, and ``decode`` labels the
+symbols of a file with the hidden states of a saved HMM. The ``connectors`` package (and with it
 kafka-python) is imported only when a command runs, so that ``streamspec``
 imports without it.
 
@@ -34,11 +36,12 @@ _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def register(subparsers) -> None:
-    """Add ``consume``, ``learn``, ``predict`` and ``inspect`` to the CLI's subparsers."""
+    """Add ``consume``, ``learn``, ``predict``, ``inspect`` and ``decode`` to the CLI's subparsers."""
     _register_consume(subparsers)
     _register_learn(subparsers)
     _register_predict(subparsers)
     _register_inspect(subparsers)
+    _register_decode(subparsers)
 
 
 # ---------------------------------------------------------------------------- shared options
@@ -77,20 +80,47 @@ _FILE_FORMAT = ("encoding", "keep", "end_each_line", "delimiter", "key_field", "
                 "time_field", "end_field", "lowercase", "int_symbols", "max_bytes")
 
 
+def estimator_default(name: str) -> Any:
+    """The default of MEstimator's parameter ``name`` (the single source of every default)."""
+    import inspect
+
+    from streamspec.mestimator import MEstimator
+
+    param = inspect.signature(MEstimator.__init__).parameters.get(name)
+    return None if param is None else param.default
+
+
 def _estimator_options(p: argparse.ArgumentParser, defaults: bool) -> None:
-    g = p.add_argument_group("estimator")
-    g.add_argument("--rank", type=_rank, default=2 if defaults else None,
-                   help="rank k of the model, or 'auto' (default 2)")
-    g.add_argument("--penalty", type=float, default=0.0 if defaults else None,
-                   help="L1 penalty λ (default 0)")
-    g.add_argument("--weighting", choices=["exact", "per_symbol", "diagonal", "identity"],
-                   default="per_symbol" if defaults else None,
-                   help="moment weighting (default per_symbol, as MEstimator)")
-    g.add_argument("--sweeps", type=int, default=5 if defaults else None,
-                   help="alternating sweeps per fit (default 5)")
+    # every estimator setting defaults to None: MEstimator's own default (connectors.config
+    # .mestimator_params), so that the CLI and the daemon follow the estimator, in one place
+    g = p.add_argument_group("estimator (unset: MEstimator's own defaults)")
+    g.add_argument("--rank", type=_rank,
+                   help="rank k of the model, or 'auto' (default: MEstimator's)")
+    g.add_argument("--penalty", type=float, help="L1 penalty λ (default: MEstimator's)")
+    g.add_argument("--weighting", metavar="W",
+                   help="moment weighting: exact, per_symbol, diagonal, identity, ... "
+                        "(default: MEstimator's)")
+    g.add_argument("--formulation", metavar="F",
+                   help="MEstimator formulation, e.g. projected (linear in the alphabet) or "
+                        "dense (default: MEstimator's)")
+    g.add_argument("--sweeps", type=int,
+                   help="alternating sweeps per fit (default: MEstimator's max_sweeps)")
     g.add_argument("--mode", choices=["sliding", "sequences"],
                    default="sliding" if defaults else None,
                    help="count every triple (sliding, default) or each sequence's first")
+    g.add_argument("--max-symbols", type=_positive_int, metavar="N",
+                   help="cap the alphabet at N symbols: later new symbols are counted as "
+                        "'<other>' (bounds memory on open vocabularies; default: no cap)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {v}")
+    return v
 
 
 def _rank(text: str) -> int | str:
@@ -196,7 +226,8 @@ _CONSUME_SETTINGS = (
     "bootstrap", "topic", "group", "state_dir", "client_id", "dead_letter_topic",
     "predictions_topic", "models_topic", "session_timeout_ms", "heartbeat_interval_ms",
     "max_poll_interval_ms", "poll_timeout_ms", "max_poll_records", "rank", "penalty",
-    "weighting", "sweeps", "mode", "refit_every", "refit_interval", "min_triples",
+    "weighting", "formulation", "sweeps", "mode", "max_symbols",
+    "refit_every", "refit_interval", "min_triples",
     "refit_duty", "refit_process",
     "checkpoint_every", "checkpoint_interval", "status_interval", "metrics_port",
     "state_backend", "state_topic",
@@ -253,6 +284,10 @@ def _register_learn(subparsers) -> None:
     _estimator_options(p, defaults=True)
     g = p.add_argument_group("output")
     g.add_argument("--out", metavar="MODEL", help="save the fitted model here")
+    g.add_argument("--states", type=_positive_int, metavar="K",
+                   help="also fit a hidden Markov model with K hidden states on the same counts "
+                        "(method of moments + EM) and save it as MODEL.hmm next to --out "
+                        "(read it with inspect and decode)")
     g.add_argument("--counts", metavar="FILE", help="save the accumulator here")
     g.add_argument("--no-fit", action="store_true", help="only count, do not fit")
     g = p.add_argument_group("resuming and following")
@@ -335,7 +370,6 @@ def _learn(args) -> int:
     from connectors.files import FileSource
     from connectors.records import format_from_options
     from connectors.state import SourceState
-    from streamspec.accumulator import MomentAccumulator
     from streamspec.checkpoint import CheckpointError
 
     try:
@@ -357,7 +391,7 @@ def _learn(args) -> int:
         if args.counts:
             acc.save(args.counts)
         return 0 if args.no_fit else _fit_and_save(args, acc, log)
-    state = SourceState(acc=MomentAccumulator(mode=args.mode))
+    state = SourceState(acc=_new_accumulator(args))
     if args.state and os.path.exists(args.state):
         try:
             state = SourceState.load(args.state)
@@ -366,6 +400,10 @@ def _learn(args) -> int:
             return 1
         logging.getLogger("streamspec.learn").info(
             "event=resume state=%s records=%d", args.state, state.records)
+        if getattr(state.acc, "max_symbols", None) != args.max_symbols:
+            logging.getLogger("streamspec.learn").warning(
+                "event=max-symbols-ignored state_max_symbols=%s flag=%s (the state's cap stays)",
+                getattr(state.acc, "max_symbols", None), args.max_symbols)
     try:
         source = FileSource(
             args.files, fmt, follow=args.follow, poll_interval=args.poll_interval,
@@ -428,8 +466,8 @@ def _learn(args) -> int:
     checkpoint(source.position() if finished else None)
     progress.update(state.records, state.positions, final=True)
     log = logging.getLogger("streamspec.learn")
-    log.info("event=counted records=%d triples=%d symbols=%d malformed=%d", state.records,
-             int(acc.n_triples), acc.n, source.errors)
+    log.info("event=counted records=%d triples=%d symbols=%d malformed=%d counts_mb=%.1f",
+             state.records, int(acc.n_triples), acc.n, source.errors, acc.memory_bytes() / 1e6)
     if args.counts:
         acc.save(args.counts)
     if stop["signal"] is not None:
@@ -440,23 +478,87 @@ def _learn(args) -> int:
     return _fit_and_save(args, acc, log)
 
 
+def _new_accumulator(args):
+    from streamspec.accumulator import MomentAccumulator
+
+    if getattr(args, "max_symbols", None) is None:
+        return MomentAccumulator(mode=args.mode)
+    return MomentAccumulator(mode=args.mode, max_symbols=args.max_symbols)
+
+
 def _fit_and_save(args, acc, log: logging.Logger) -> int:
-    """Fit θ_M on the counts with the command's settings and save it if asked."""
+    """Fit θ_M on the counts with the command's settings and save it if asked.
+
+    Unset settings take MEstimator's own defaults (:func:`connectors.config.mestimator_params`);
+    an integer rank is clamped to the alphabet size (below it for large alphabets,
+    where the sparse SVD needs k < n).
+    """
     if not acc.n_triples:
         print("streamspec learn: no triple counted (every stream needs 3 symbols)",
               file=sys.stderr)
         return 1
+    states = getattr(args, "states", None)
+    if states is not None and states > acc.n:
+        print(f"streamspec learn: --states {states} is more than the {acc.n} symbols counted: "
+              "the hidden states of a discrete HMM cannot be told apart from fewer symbols",
+              file=sys.stderr)
+        return 1
+    from connectors.config import mestimator_params
     from streamspec.mestimator import MEstimator
+    from streamspec.subspace import DENSE_SVD_MAX
 
-    rank = args.rank if args.rank == "auto" else min(args.rank, acc.n)
+    rank = args.rank if args.rank is not None else estimator_default("rank")
+    if isinstance(rank, int):
+        rank = max(1, min(rank, acc.n if acc.n <= DENSE_SVD_MAX else acc.n - 1))
+    params = mestimator_params(rank=rank, penalty=args.penalty, weighting=args.weighting,
+                               sweeps=args.sweeps, formulation=getattr(args, "formulation", None))
     t0 = time.perf_counter()
-    model = MEstimator(rank=rank, penalty=args.penalty, weighting=args.weighting,
-                       max_sweeps=args.sweeps).fit(acc)
+    try:
+        model = MEstimator(**params).fit(acc)
+    except (ValueError, MemoryError) as exc:  # bad settings, or counts too large to fit
+        print(f"streamspec learn: cannot fit: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     loss = getattr(getattr(model, "factors", None), "loss", math.nan)
-    log.info("event=fitted rank=%s seconds=%.2f loss=%.6g", rank, time.perf_counter() - t0, loss)
+    log.info("event=fitted rank=%s symbols=%d seconds=%.2f loss=%.6g", rank, model.n_symbols,
+             time.perf_counter() - t0, loss)
     if args.out:
         model.save(args.out)
         log.info("event=saved model=%s", args.out)
+    if getattr(args, "states", None):
+        return _fit_and_save_hmm(args, acc, log)
+    return 0
+
+
+HMM_SUFFIX = ".hmm"  # learn --states K --out M: the HMM is saved as M.hmm
+
+
+def hmm_path(model_path: str | os.PathLike) -> str:
+    """Where ``learn --states K --out MODEL`` saves the HMM: ``MODEL.hmm``."""
+    return os.fspath(model_path) + HMM_SUFFIX
+
+
+def _fit_and_save_hmm(args, acc, log: logging.Logger) -> int:
+    """``learn --states K``: fit an :class:`~streamspec.HMMEstimator` on the counts, save ``MODEL.hmm``.
+
+    Cost: the top-K SVD of the sparse P31 plus O(nnz · K²) per EM iteration (50 at
+    most) for nnz distinct triples; nothing depends on the length of the files.
+    """
+    from streamspec.hmm_estimator import HMMEstimator
+
+    t0 = time.perf_counter()
+    try:
+        est = HMMEstimator(n_states=args.states, random_state=0)
+        hmm = est.fit(acc)
+    except (ValueError, np.linalg.LinAlgError, MemoryError) as exc:
+        print(f"streamspec learn: cannot fit a {args.states}-state HMM: {exc}", file=sys.stderr)
+        return 1
+    log.info("event=fitted-hmm states=%d symbols=%d seconds=%.2f iterations=%d "
+             "triple_loglik=%.6g", hmm.n_states, hmm.n_symbols, time.perf_counter() - t0,
+             est.n_iter_, est.log_likelihood_history_[-1])
+    if args.out:
+        path = hmm_path(args.out)
+        hmm.save(path)
+        log.info("event=saved hmm=%s", path)
     return 0
 
 
@@ -526,12 +628,19 @@ def _register_predict(subparsers) -> None:
                    help="histories (default: read lines of standard input)")
     p.add_argument("--encoding", choices=["tokens", "chars"], default="tokens",
                    help="how a history is split into symbols (default tokens)")
-    p.add_argument("--top", type=int, default=0, metavar="K",
-                   help="list only the K most probable symbols (default: all)")
+    p.add_argument("--top", type=int, default=None, metavar="K",
+                   help=f"list only the K most probable symbols (0: all; default: all for up "
+                        f"to {_LIST_ALL_MAX} symbols, else the {_TOP_DEFAULT} most probable)")
     p.set_defaults(func=_predict)
 
 
+_LIST_ALL_MAX = 100  # predict: alphabets up to this size are listed whole by default
+_TOP_DEFAULT = 20  # predict: symbols listed by default for larger alphabets
+_LISTED_SYMBOLS = 50  # inspect: symbols listed (the count is always given)
+
+
 def _predict(args) -> int:
+    """One JSON line per history. O(window·k² + n·k + n log n) per history for n symbols, rank k."""
     from streamspec.checkpoint import CheckpointError
     from streamspec.model import ObservableOperatorModel
 
@@ -547,10 +656,12 @@ def _predict(args) -> int:
         symbols = list(line) if args.encoding == "chars" else line.split()
         known = [index[s] for s in symbols if s in index]
         unknown = [s for s in symbols if s not in index]
-        p = model.predict_proba_next(known)
+        p = model.predict_proba_next(np.asarray(known, dtype=np.int64))
         order = np.argsort(-p, kind="stable")
-        if args.top > 0:
-            order = order[: args.top]
+        top = args.top if args.top is not None else (
+            0 if len(labels) <= _LIST_ALL_MAX else _TOP_DEFAULT)
+        if top > 0:
+            order = order[:top]
         out = {
             "history": symbols,
             "next": {str(labels[i]): round(float(p[i]), 6) for i in order},
@@ -579,11 +690,22 @@ def _register_inspect(subparsers) -> None:
     )
     p.add_argument("path", metavar="CKPT", help="a checkpoint file or a state folder")
     p.add_argument("--json", action="store_true", help="print one JSON object per checkpoint")
+    p.add_argument("--top", type=_positive_int, default=_TOP_EMISSIONS, metavar="K",
+                   help=f"HMM (learn --states ... --out MODEL: MODEL.hmm): the K most probable "
+                        f"symbols of each hidden state (default {_TOP_EMISSIONS})")
     p.set_defaults(func=_inspect)
 
 
-def describe_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """A summary of any streamspec checkpoint file (``CheckpointError`` if it is none)."""
+_TOP_EMISSIONS = 5  # inspect: symbols listed per hidden state of an HMM by default
+
+
+def describe_checkpoint(path: str | os.PathLike, top: int = _TOP_EMISSIONS) -> dict[str, Any]:
+    """A summary of any streamspec checkpoint file (``CheckpointError`` if it is none).
+
+    For a :class:`~streamspec.HiddenMarkovModel`: its sizes, ``startprob``, ``transmat``
+    (rows: from-state) and, per state, its ``top`` most probable symbols
+    (``emissions``: a list per state of ``[symbol, probability]``), O(m² + m·n).
+    """
     from streamspec.checkpoint import CheckpointError
 
     path = Path(path)
@@ -600,8 +722,12 @@ def describe_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         from streamspec.model import ObservableOperatorModel
 
         m = ObservableOperatorModel.from_bytes(data, source=str(path))
-        out.update(symbols=m.symbols, n_symbols=m.n_symbols, dim=m.dim, filter=m.filter,
-                   window=m.window)
+        out.update(symbols=_listed(m.symbols), n_symbols=m.n_symbols, rank=m.dim, dim=m.dim,
+                   filter=m.filter, window=m.window,
+                   model_mb=round(sum(a.nbytes for a in (m.b1, m.binf, m.B)) / 1e6, 3),
+                   backoff=getattr(m, "backoff", None) is not None)
+    elif kind == "streamspec.HiddenMarkovModel":
+        out.update(_describe_hmm(path, top))
     elif kind == "streamspec.MomentAccumulator":
         from streamspec.accumulator import MomentAccumulator
 
@@ -625,35 +751,208 @@ def describe_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return out
 
 
+def _describe_hmm(path: Path, top: int) -> dict[str, Any]:
+    """Sizes, start probabilities, transitions and top emissions of a saved HMM. O(m² + m·n)."""
+    from streamspec.hidden_markov_model import HiddenMarkovModel
+
+    hmm = HiddenMarkovModel.load(path)
+    labels = hmm.symbols if hmm.symbols is not None else list(range(hmm.n_symbols))
+    k = min(top, hmm.n_symbols)
+    emissions = []
+    for row in hmm.emissionprob_:
+        best = np.argpartition(-row, k - 1)[:k] if k < len(row) else np.arange(len(row))
+        best = best[np.argsort(-row[best], kind="stable")]
+        emissions.append([[labels[i], round(float(row[i]), 6)] for i in best.tolist()])
+    return {"n_states": hmm.n_states, "n_symbols": hmm.n_symbols, "symbols": _listed(hmm.symbols),
+            "startprob": [round(float(v), 6) for v in hmm.startprob_],
+            "transmat": [[round(float(v), 6) for v in row] for row in hmm.transmat_],
+            "emissions": emissions}
+
+
+def _print_hmm(info: dict[str, Any]) -> None:
+    """The text form of an HMM's summary: matrices as aligned rows, one line per state."""
+    for key in ("bytes", "n_states", "n_symbols", "symbols"):
+        print(f"  {key}: {info[key]}")
+    m = info["n_states"]
+    print("  startprob: " + "  ".join(f"{v:.4f}" for v in info["startprob"]))
+    print(f"  transmat ({m}x{m}, row: from state, column: to state):")
+    print("    from\\to " + "".join(f"{j:>9d}" for j in range(m)))
+    for i, row in enumerate(info["transmat"]):
+        print(f"    {i:>7d} " + "".join(f"{v:9.4f}" for v in row))
+    print("  emissions (most probable symbols of each state):")
+    for i, pairs in enumerate(info["emissions"]):
+        print(f"    state {i}: " + ", ".join(f"{s!s} {p:.4f}" for s, p in pairs))
+
+
+def _listed(symbols):
+    """The first symbols of a (possibly huge) alphabet, for display; ``None`` stays ``None``."""
+    if symbols is None or len(symbols) <= _LISTED_SYMBOLS:
+        return symbols
+    return [*symbols[:_LISTED_SYMBOLS], f"... ({len(symbols) - _LISTED_SYMBOLS:,} more)"]
+
+
 def _describe_acc(acc) -> dict[str, Any]:
+    """Summary of an accumulator: sizes and the memory its counts take. O(n + distinct triples)."""
+    triples = acc.triples()
     return {"mode": acc.mode, "n_triples": acc.n_triples, "n_symbols": acc.n,
-            "symbols": acc.symbols, "streams": len(acc.keys)}
+            "max_symbols": getattr(acc, "max_symbols", None),
+            "distinct_triples": triples.nnz,
+            "counts_mb": round(acc.memory_bytes() / 1e6, 3),
+            "symbols": _listed(acc.symbols), "streams": len(acc.keys)}
 
 
 def _inspect(args) -> int:
     from streamspec.checkpoint import CheckpointError
 
     path = Path(args.path)
-    files = sorted(path.rglob("*.ckpt")) if path.is_dir() else [path]
+    files = sorted([*path.rglob("*.ckpt"), *path.rglob("*" + HMM_SUFFIX)]) if path.is_dir() else [path]
     if not files:
         print(f"streamspec inspect: no checkpoint under {path}", file=sys.stderr)
         return 1
     status = 0
     for f in files:
         try:
-            info = describe_checkpoint(f)
+            info = describe_checkpoint(f, top=args.top)
         except CheckpointError as exc:
             print(f"streamspec inspect: {exc}", file=sys.stderr)
             status = 1
             continue
         if args.json:
             print(json.dumps(info, default=str))
+        elif info["format"] == "streamspec.HiddenMarkovModel":
+            print(f"{info['path']}: {info['format']} v{info['version']}")
+            _print_hmm(info)
         else:
             print(f"{info['path']}: {info['format']} v{info['version']}")
             for key, value in info.items():
                 if key not in ("path", "format", "version"):
                     print(f"  {key}: {value}")
     return status
+
+
+# ---------------------------------------------------------------------------- decode
+
+
+def _register_decode(subparsers) -> None:
+    p = subparsers.add_parser(
+        "decode",
+        help="label every symbol of a file with its most likely hidden state (saved HMM)",
+        description=(
+            "Read the symbols of text files (the same record format options as learn) and "
+            "print one line per symbol, tab-separated: the symbol and the hidden state of the "
+            "most likely state path (Viterbi) of its sequence; with --posterior, instead of "
+            "the state, the smoothed posterior Pr(state | whole sequence) of every state. A "
+            "sequence is a stream key's symbols up to its end marker (--end-each-line: a "
+            "line); with --key-field the key is printed first. Lines are printed in file "
+            "order. The model is an HMM checkpoint: learn --states K --out MODEL saves it "
+            "as MODEL.hmm."
+        ),
+        epilog="example: streamspec learn log.txt --encoding tokens --states 3 --out m.ckpt && "
+               "streamspec decode --model m.ckpt.hmm log.txt --encoding tokens",
+    )
+    p.add_argument("--model", required=True, metavar="HMM",
+                   help="an HMM checkpoint (learn --states K --out MODEL writes MODEL.hmm)")
+    p.add_argument("files", nargs="+", metavar="FILE", help="text files (.gz allowed)")
+    p.add_argument("--posterior", action="store_true",
+                   help="print the smoothed posterior of every state instead of the Viterbi state")
+    _format_options(p, kafka=False)
+    p.set_defaults(func=_decode)
+
+
+def _cell(value: Any) -> str:
+    """A symbol or key as one tab-separated cell (tabs and line breaks escaped)."""
+    return str(value).replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace(
+        "\r", "\\r")
+
+
+def _decode(args) -> int:
+    """Print the Viterbi state (or the smoothed posteriors) of every symbol of the files.
+
+    Cost: O(T · m²) time and O(T · m) memory for T symbols and m states (every
+    sequence is kept in memory until it is decoded), plus one lookup per symbol.
+    Exit status 1, with a message on stderr, for a missing or invalid model or file,
+    a symbol the model does not know, or no symbol at all; 2 for bad format options.
+    """
+    from connectors.files import FileSource
+    from connectors.records import format_from_options
+    from streamspec.checkpoint import CheckpointError
+    from streamspec.hidden_markov_model import HiddenMarkovModel
+
+    name = "streamspec decode"
+    try:
+        fmt = format_from_options(**_format_from_args(args, _FILE_FORMAT))
+    except ValueError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        hmm = HiddenMarkovModel.load(args.model)
+    except (CheckpointError, OSError) as exc:
+        print(f"{name}: {exc} (an HMM checkpoint is written by learn --states K --out MODEL "
+              f"as MODEL{HMM_SUFFIX})", file=sys.stderr)
+        return 1
+    labels = hmm.symbols if hmm.symbols is not None else list(range(hmm.n_symbols))
+    index = {s: i for i, s in enumerate(labels)}
+    symbols: list = []  # every symbol record, in file order
+    keys: list = []
+    open_seq: dict[Any, list[int]] = {}  # key -> positions (in symbols) of its open sequence
+    sequences: list[list[int]] = []
+    try:
+        source = FileSource(args.files, fmt)
+        for rec, pos in source:
+            if rec.symbol is not None:
+                if rec.symbol not in index:
+                    print(f"{name}: {pos.path}, line {pos.line}: symbol {rec.symbol!r} is not one of "
+                          f"the model's {hmm.n_symbols} symbols (is --encoding the one used by "
+                          f"learn?)", file=sys.stderr)
+                    return 1
+                open_seq.setdefault(rec.key, []).append(len(symbols))
+                symbols.append(index[rec.symbol])
+                keys.append(rec.key)
+            if rec.end and rec.key in open_seq:
+                sequences.append(open_seq.pop(rec.key))
+    except (OSError, ValueError) as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 1
+    sequences.extend(open_seq.values())
+    if source.errors:
+        print(f"{name}: skipped {source.errors} malformed line(s): "
+              f"{dict(source.errors_by_reason)}", file=sys.stderr)
+    if not symbols:
+        print(f"{name}: no symbol read from {', '.join(args.files)}", file=sys.stderr)
+        return 1
+    x = np.asarray(symbols, dtype=np.int64)
+    m = hmm.n_states
+    out = np.empty((len(x), m)) if args.posterior else np.empty(len(x), dtype=np.int64)
+    raw = HiddenMarkovModel(hmm.startprob_, hmm.transmat_, hmm.emissionprob_)  # indices in
+    for seq in sequences:
+        at = np.asarray(seq, dtype=np.int64)
+        try:
+            out[at] = raw.predict_proba(x[at]) if args.posterior else raw.decode(x[at])[1]
+        except ValueError as exc:
+            print(f"{name}: {exc}", file=sys.stderr)
+            return 1
+    with_key = args.key_field is not None
+    lines = []
+    try:
+        for t, i in enumerate(symbols):
+            cells = [_cell(keys[t])] if with_key else []
+            cells.append(_cell(labels[i]))
+            if args.posterior:
+                cells.extend(f"{v:.6f}" for v in out[t])
+            else:
+                cells.append(str(int(out[t])))
+            lines.append("\t".join(cells))
+            if len(lines) >= 10_000:
+                sys.stdout.write("\n".join(lines) + "\n")
+                lines.clear()
+        if lines:
+            sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. | head: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+        os.close(devnull)
+    return 0
 
 
 # ---------------------------------------------------------------------------- standalone

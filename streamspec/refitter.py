@@ -102,7 +102,8 @@ class Refitter:
         Alternating-minimisation sweeps of a warm refit (a small bound).
     background
         ``False`` (default): fits run inside :meth:`observe`, deterministically.
-        ``True``: :meth:`observe` copies the accumulator (a snapshot, O(n³)) and a single
+        ``True``: :meth:`observe` copies the accumulator (a snapshot of its sparse counts
+        and stream tails: O(distinct triples + streams), never an n³ array) and a single
         worker thread fits on it; the new model replaces the old one by a single attribute
         assignment, so readers see the old model or the new one, never a mix. A trigger
         that fires while a fit is running is coalesced: the symbols keep counting and the
@@ -128,6 +129,9 @@ class Refitter:
 
     Notes
     -----
+    Nothing here densifies the counts: the estimator receives the accumulator (or its
+    snapshot) and reads its sparse triples (``MomentAccumulator.triples()``).
+
     Thread safety: :meth:`observe` reads the accumulator, so it must be called by the
     thread that writes the accumulator, or under the same lock. The worker only ever
     touches its private snapshot. Fitting errors never propagate out of the worker (nor

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import math
 import threading
+import warnings
+from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
@@ -12,19 +14,69 @@ import numpy as np
 from river import base
 
 from streamspec.accumulator import MomentAccumulator
-from streamspec.mestimator import MEstimator, select_rank_by_spectrum
+from streamspec.hmm_estimator import HMMEstimator
+from streamspec.mestimator import MEstimator
 from streamspec.refitter import Refitter, _init_params
 from streamspec.spectral import SpectralEstimator
+from streamspec.subspace import DENSE_SVD_MAX, top_singular
+from streamspec.triples import Triples
 
-__all__ = ["SpectralHMM", "PredictionTable", "RankSelector", "RankScores"]
+__all__ = ["SpectralHMM", "PredictionTable", "RankSelector", "RankScores", "ROW_CACHE_FLOATS"]
 
 _BITS = 20  # bits per symbol in a context code: alphabets up to 2**20 - 1 symbols
 _MAX_SYMBOLS = (1 << _BITS) - 1
 _EAGER_MAX = 2_000_000  # probabilities precomputed per model swap at most (floats)
+ROW_CACHE_FLOATS = 1 << 22  # lazily computed rows kept per prediction table (floats: 32 MiB)
+MODEL_FLOATS_MAX = 1 << 24  # rank="auto": candidate ranks k with n·k² above this are skipped
 _TIME_CHECK = 256  # with refit_interval: symbols between two looks at the clock
 _BUILD_LOCK = threading.Lock()  # the first calls from several threads build the state once
 RANK_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 _SCORE_EVERY = 4  # rank="auto": one symbol in this many is scored under each candidate
+
+
+class _LRU:
+    """A cache of per-context entries bounded by the floats they hold (thread-safe).
+
+    Each entry is stored with its cost in floats; once the total passes ``capacity``
+    the least recently used entries are dropped. O(1) per operation.
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity = int(capacity)
+        self.size = 0
+        self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable):
+        with self._lock:
+            item = self._data.get(key)
+            if item is None:
+                return None
+            self._data.move_to_end(key)
+            return item[0]
+
+    def put(self, key: Hashable, value, cost: int) -> None:
+        with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self.size -= old[1]
+            self._data[key] = (value, cost)
+            self.size += cost
+            while self.size > self.capacity and len(self._data) > 1:
+                _, (_, c) = self._data.popitem(last=False)
+                self.size -= c
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
 
 class PredictionTable:
@@ -33,10 +85,17 @@ class PredictionTable:
     A context is the last ``window`` (or fewer) symbol indices of a stream, encoded as
     ``Σ (x + 1) << 20·age`` (the newest symbol in the low bits, 0 = no symbol), so the
     code of the last ℓ symbols is ``code & ((1 << 20ℓ) - 1)``. Predictions of all
-    contexts are computed at once, vectorised, when that takes at most 2·10⁶ floats;
-    longer ones are computed on first use and cached. A context holding a symbol the
-    model has not seen falls back to its longest suffix of known symbols (the empty
-    context: the model's stationary prediction).
+    contexts of a length are computed at once, vectorised, when that takes at most
+    ``_EAGER_MAX`` (2·10⁶) floats (:attr:`rows`; with 26 symbols and window 2, all of
+    them). Longer contexts, and every context of a large alphabet, are computed on
+    first use, O(window·k² + n·k) for rank k, and kept in a least-recently-used cache
+    bounded by :data:`ROW_CACHE_FLOATS` (2²² floats, 32 MiB) in total: a row or a row
+    of log probabilities costs n floats, a ``{label: probability}`` dict 8 per entry.
+    So the table never holds n^(w+1) floats, whatever the alphabet. A context holding
+    a symbol the model has not seen falls back to its longest suffix of known symbols
+    (the empty context: the model's stationary prediction). When the model has a
+    Kneser–Ney backoff (``model.backoff``), each prediction is given the context's last
+    symbol (``predict_from_state(state, last)``).
 
     Parameters
     ----------
@@ -45,6 +104,8 @@ class PredictionTable:
         used through its window filter with this ``window``.
     window
         Number of past symbols a prediction depends on.
+    cache_floats
+        Capacity of the cache of lazily computed rows (default :data:`ROW_CACHE_FLOATS`).
 
     Examples
     --------
@@ -58,23 +119,31 @@ class PredictionTable:
 
     """
 
-    def __init__(self, model, window: int = 2):
+    def __init__(self, model, window: int = 2, cache_floats: int | None = None):
         if model.filter != "window" or model.window != window:
             model = model.with_filter("window", window)
         self.model = model
         self.window = window
         self.n = model.n_symbols
         self.labels = list(model.symbols) if model.symbols is not None else list(range(self.n))
-        self.rows: dict[int, np.ndarray] = {}
-        self.argmax: dict[int, Hashable] = {}
-        self.dicts: dict[int, dict] = {}
-        self.logrows: dict[int, list[float]] = {}
+        self.backoff = getattr(model, "backoff", None) is not None
+        self.rows: dict[int, np.ndarray] = {}  # the eagerly computed rows (bounded)
+        self.argmax: dict[int, Hashable] = {}  # their argmax
+        self.dicts: dict[int, dict] = {}  # kept empty: dicts live in the bounded cache
+        self.logrows: dict[int, list[float]] = {}  # fill_logrows: eager contexts only
         self.log_floor = -math.log(max(model.min_proba, 1e-300))
         self.rank = getattr(model, "selected_rank", None)
         self.candidates: list[tuple[int, PredictionTable]] = []  # filled by prepare_table
         self._mask = (1 << (_BITS * window)) - 1
         self._blocks: list[tuple[list[int], np.ndarray]] = []  # the eagerly computed rows
+        capacity = ROW_CACHE_FLOATS if cache_floats is None else cache_floats
+        self._cache = _LRU(max(int(capacity), 8 * self.n))  # room for one row at least
         self._eager()
+
+    @property
+    def cached_floats(self) -> int:
+        """Floats held by the cache of lazily computed rows (at most its capacity)."""
+        return self._cache.size
 
     def fill_logrows(self) -> None:
         """Compute :meth:`logrow` for every eagerly computed context at once."""
@@ -98,6 +167,19 @@ class PredictionTable:
             code >>= _BITS
         return out[::-1]
 
+    def _predict(self, states: np.ndarray, last: np.ndarray | None) -> np.ndarray:
+        """Rows of predictions from ``states`` (c, d); ``last``: each one's last symbol (or None)."""
+        m = self.model
+        if not self.backoff:
+            return m.predict_from_state(states)
+        if last is None:
+            return m.predict_from_state(states, None)
+        try:
+            return m.predict_from_state(states, last)
+        except (TypeError, ValueError):  # a backoff taking one last symbol at a time
+            return np.stack([m.predict_from_state(s, int(x)) for s, x in zip(states, last,
+                                                                             strict=True)])
+
     def _eager(self) -> None:
         m = self.model
         n = self.n
@@ -105,14 +187,16 @@ class PredictionTable:
         codes = np.zeros(1, dtype=np.int64 if _BITS * self.window < 63 else object)
         size = n
         for length in range(self.window + 1):
+            last = None
             if length > 0:
                 if size * n * n > _EAGER_MAX:
                     break  # longer contexts: computed on first use
                 states = m.extend_states(states)
                 digits = np.arange(1, n + 1, dtype=codes.dtype)
                 codes = ((codes[:, None] << _BITS) | digits[None, :]).reshape(-1)
+                last = np.tile(np.arange(n), size // n)
                 size *= n
-            P = m.predict_from_state(states)
+            P = self._predict(states, last)
             keys = codes.tolist()
             self._blocks.append((keys, P))
             self.rows.update(zip(keys, P, strict=True))
@@ -120,48 +204,71 @@ class PredictionTable:
             labels = self.labels
             self.argmax.update(zip(keys, (labels[b] for b in best), strict=True))
 
-    def row_of(self, code: int) -> np.ndarray:
-        """Predicted probabilities (indices of the model) after context ``code``."""
-        row = self.rows.get(code)
-        if row is not None:
-            return row
+    def _known_suffix(self, code: int) -> tuple[int, list[int]]:
+        """The code of the longest suffix of known symbols, and those symbols (oldest first)."""
         digits = self.decode(code)
         known = 0
         for i in reversed(digits):
             if i >= self.n:
                 break
             known += 1
-        suffix = code & ((1 << (_BITS * known)) - 1)
+        return code & ((1 << (_BITS * known)) - 1), digits[len(digits) - known :]
+
+    def row_of(self, code: int) -> np.ndarray:
+        """Predicted probabilities (indices of the model) after context ``code``.
+
+        Eager rows are a lookup; others cost O(window·k² + n·k) on first use and are
+        then cached (bounded, least recently used first out).
+        """
+        row = self.rows.get(code)
+        if row is not None:
+            return row
+        entry = self._cache.get(("row", code))
+        if entry is not None:
+            return entry
+        suffix, digits = self._known_suffix(code)
         row = self.rows.get(suffix)
         if row is None:
-            row = self.model.predict_proba_next(np.asarray(digits[len(digits) - known :]))
-            self.rows[suffix] = row
-        self.rows[code] = row  # dict assignments are atomic: safe for concurrent readers
+            row = self._cache.get(("row", suffix))
+        if row is None:
+            state = self.model.state_for(np.asarray(digits, dtype=np.int64))
+            last = np.asarray(digits[-1:], dtype=np.int64) if digits else None
+            row = self._predict(state[None, :], last)[0]
+            self._cache.put(("row", suffix), row, self.n)
+        if suffix != code:
+            self._cache.put(("row", code), row, 1)  # the same array: only a reference
         return row
 
     def argmax_of(self, code: int) -> Hashable:
         """The most probable next label after context ``code``."""
         y = self.argmax.get(code)
         if y is None:
-            y = self.labels[int(self.row_of(code).argmax())]
-            self.argmax[code] = y
+            y = self._cache.get(("argmax", code))
+            if y is None:
+                y = self.labels[int(self.row_of(code).argmax())]
+                self._cache.put(("argmax", code), y, 1)
         return y
 
-    def logrow(self, code: int) -> list[float]:
-        """``-log p`` of each symbol (model indices) after context ``code``, cached."""
+    def logrow(self, code: int):
+        """``-log p`` of each symbol (model indices) after context ``code``, cached.
+
+        A list for the eager contexts (:meth:`fill_logrows`), else an array of n floats.
+        """
         lr = self.logrows.get(code)
         if lr is None:
-            lr = [-math.log(v) if v > 0 else self.log_floor for v in self.row_of(code).tolist()]
-            self.logrows[code] = lr
+            lr = self._cache.get(("log", code))
+            if lr is None:
+                lr = -np.log(np.maximum(self.row_of(code), 1e-300))
+                self._cache.put(("log", code), lr, self.n)
         return lr
 
     def proba_of(self, code: int, labels: list, floor: float) -> dict:
         """``{label: probability}`` over ``labels`` (a superset of the model's, in order).
 
         Labels the model has not seen get probability ``floor`` before renormalising.
-        Cached per code for one alphabet size.
+        Cached per code for one alphabet size (8 floats per entry of the cache). O(n).
         """
-        d = self.dicts.get(code)
+        d = self._cache.get(("dict", code))
         if d is not None and len(d) == len(labels):
             return d
         vals = self.row_of(code).tolist()
@@ -171,7 +278,7 @@ class PredictionTable:
             s = sum(vals)
             vals = [v / s for v in vals]
         d = dict(zip(labels, vals, strict=True))
-        self.dicts[code] = d
+        self._cache.put(("dict", code), d, 8 * len(d))
         return d
 
 
@@ -255,24 +362,79 @@ class RankSelector:
         self.scores = scores
 
     def fit(self, data):
+        """Fit the candidate ranks near the current choice; returns the chosen one's model.
+
+        Costs one fit per candidate (2-5), plus, for the first fit, a truncated SVD of
+        the sparse P21 (O(nnz · k) per iteration). Ranks k with n·k² above
+        :data:`MODEL_FLOATS_MAX` floats are left out of the grid (a model holds n·k²).
+        """
         n = data.n
-        grid = sorted({min(int(r), n) for r in self.ranks})
+        cap = n if n <= DENSE_SVD_MAX else n - 1  # a truncated SVD needs k < n
+        grid = sorted({min(int(r), cap) for r in self.ranks})
+        fits = [r for r in grid if n * r * r <= MODEL_FLOATS_MAX]
+        grid = fits or grid[:1]
         choice = self.scores.choose() if self.scores is not None else None
         if choice is None:
-            k = select_rank_by_spectrum(data.P21, data.n_triples)
+            k = spectrum_rank(triples_of_data(data), max(grid))
             choice = min(grid, key=lambda r: (abs(r - k), r))
-        choice = min(choice, n)
+        choice = min(choice, max(grid))
         near = sorted({r for r in grid if choice / 2 <= r <= choice * 2} | {choice})
         models = {}
         for r in near:
             params = _init_params(self.estimator)
             params["rank"] = r
+            floor = params.get("min_proba")
+            if isinstance(floor, float | int) and floor >= 1.0 / n:
+                params["min_proba"] = 0.5 / n  # as the Refitter does: a model needs min_proba < 1/n
             models[r] = type(self.estimator)(**params).fit(data)
         model = models[choice]
         model.candidates = models
         model.selected_rank = choice
         self.rank = choice
         return model
+
+
+def triples_of_data(data) -> Triples:
+    """The sparse triple counts of an accumulator (or of a :class:`Triples`), never dense.
+
+    Uses :func:`streamspec.spectral.triples_of` when it exists, else ``data.triples()``.
+    O(distinct triples).
+    """
+    if isinstance(data, Triples):
+        return data
+    try:
+        from streamspec.spectral import triples_of
+    except ImportError:  # an older spectral module
+        triples_of = None
+    if triples_of is not None:
+        return triples_of(data)[0]
+    if hasattr(data, "triples"):
+        return data.triples()
+    return Triples.from_dense(np.asarray(data.counts()))
+
+
+def spectrum_rank(triples: Triples, kmax: int) -> int:
+    """Number of singular values of P21 above the noise level ``N^(-1/2)``, at most ``kmax``.
+
+    P21 stays sparse: up to :data:`~streamspec.subspace.DENSE_SVD_MAX` symbols all its
+    singular values are computed (O(n³)), above it only the top ``kmax`` (a truncated
+    SVD, O(nnz · kmax) per iteration, O(n · kmax) memory).
+
+    Examples
+    --------
+    >>> t = Triples.from_arrays(3, x1=[0, 1, 2] * 30, x2=[1, 2, 0] * 30, x3=[2, 0, 1] * 30)
+    >>> spectrum_rank(t, 3)
+    3
+    """
+    total = triples.total
+    if not total > 0:
+        raise ValueError("cannot choose a rank from empty counts")
+    P21 = triples.P21()
+    if triples.n <= DENSE_SVD_MAX:
+        sv = np.linalg.svd(P21.toarray(), compute_uv=False)
+    else:
+        sv = top_singular(P21, max(1, min(kmax, triples.n - 1)))[1]
+    return max(1, min(int(kmax), int((sv > 1.0 / np.sqrt(total)).sum())))
 
 
 class _Prepare:
@@ -283,6 +445,84 @@ class _Prepare:
 
     def __call__(self, model) -> PredictionTable:
         return prepare_table(model, self.window)
+
+
+class _LastFit:
+    """The models of the last successful fit of a :class:`_WithHMM` (shared by its copies)."""
+
+    def __init__(self):
+        self.model = None
+        self.hmm = None
+        self.error: str | None = None
+
+
+class _WithHMM:
+    """The refitter's estimator when ``n_states`` is set: the operator model plus an HMM.
+
+    Each fit first fits ``estimator`` exactly as :class:`~streamspec.Refitter` would
+    (a fresh copy, rank and floor clamped, warm-started from the previous model when
+    the estimator supports it), then an :class:`~streamspec.HMMEstimator` with
+    ``n_states`` states (``random_state=0``) on the same counts, warm-started from the
+    previous HMM. The HMM is attached to the returned model as ``model.hmm``, so that
+    the refitter swaps both in at once. A failed HMM fit (e.g. fewer symbols than
+    states) keeps the previous HMM and is recorded in ``last.error``; the operator
+    model is kept either way. Cost: the estimator's fit plus
+    O(nnz · n_states² · n_iter) for nnz distinct triples.
+
+    The refitter rebuilds this object from its constructor parameters for every fit;
+    ``last`` (shared by those copies) carries the previous models between fits, which
+    the refitter runs one at a time.
+    """
+
+    def __init__(self, estimator, n_states: int, sweeps: int = 3, last: _LastFit | None = None):
+        self.estimator = estimator
+        self.n_states = n_states
+        self.sweeps = sweeps
+        self.last = last if last is not None else _LastFit()
+
+    def fit(self, data):
+        last = self.last
+        prev = last.model
+        inner = Refitter(self.estimator, refit_every=None, sweeps=self.sweeps)
+        est, warm = inner._estimator_for(data.n, prev)
+        model = est.fit(data, init=prev) if warm else est.fit(data)
+        self.rank = getattr(est, "rank", None)
+        self.loss_history_ = getattr(est, "loss_history_", None)
+        hmm = last.hmm
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                init = hmm if hmm is not None and hmm.n_states == self.n_states else None
+                hmm = HMMEstimator(n_states=self.n_states, random_state=0).fit(data, init=init)
+            last.error = None
+        except (ValueError, np.linalg.LinAlgError, FloatingPointError) as exc:
+            last.error = f"{type(exc).__name__}: {exc}"
+        model.hmm = hmm
+        last.model, last.hmm = model, hmm
+        return model
+
+
+class _HMMState:
+    """Arrays of an HMM for the per-symbol forward step: ``T`` (m, m) and ``E`` = Oᵀ (n, m)."""
+
+    def __init__(self, hmm):
+        self.hmm = hmm
+        self.T = np.ascontiguousarray(hmm.transmat_)
+        self.E = np.ascontiguousarray(hmm.emissionprob_.T)
+        self.start = hmm.startprob_.copy()
+        self.n = hmm.n_symbols
+        self.m = hmm.n_states
+
+    def step(self, alpha: np.ndarray | None, i: int) -> np.ndarray:
+        """Forward recursion ``α ← (α T) ∘ O[:, i]`` normalised (O(m²)); symbol ``i`` unknown
+        to the HMM (index ≥ n): no emission factor. ``alpha=None``: a stream's first symbol."""
+        a = self.start if alpha is None else alpha @ self.T
+        if i < self.n:
+            b = a * self.E[i]
+            s = b.sum()
+            if s > 0:
+                return b / s
+        return a / a.sum()
 
 
 class SpectralHMM(base.Classifier):
@@ -335,6 +575,24 @@ class SpectralHMM(base.Classifier):
     forgetting
         Forgetting factor of the counts, in (0, 1] (1: plain counts); see
         :class:`~streamspec.MomentAccumulator`.
+    max_symbols
+        Cap of the alphabet (``None``: unbounded). Once ``max_symbols`` labels are
+        known, new ones are counted, and predicted, as the reserved label ``"<other>"``
+        (``streamspec.accumulator.OTHER``): memory stays bounded on open vocabularies.
+    n_states
+        ``None`` (default): no hidden-state model. An integer m: every refit also fits
+        an :class:`~streamspec.HMMEstimator` with m states (``random_state=0``) on the
+        same counts, warm-started from the previous HMM (O(nnz · m² · iterations) per
+        refit for nnz distinct triples, in the same thread as the refit), and every
+        stream keeps its filtered state vector (m floats, updated by the forward
+        recursion in O(m²) per learned symbol): see :meth:`predict_state_one` and
+        :attr:`hmm`. A refit whose HMM fit fails (e.g. fewer symbols than states)
+        keeps the previous HMM.
+    predictor
+        ``"window"`` (default): predictions of the operator model from the last
+        ``window`` symbols (a table lookup). ``"hmm"`` (needs ``n_states``): the HMM's
+        next-symbol distribution from the stream's filtered state, ``(α T) O``,
+        O(m² + n·m) per call; until the first HMM fit, the window predictions.
 
     Attributes
     ----------
@@ -348,6 +606,12 @@ class SpectralHMM(base.Classifier):
 
     Notes
     -----
+    With ``n_states``, a stream's state vector is started from the HMM's
+    ``startprob_`` at its first symbol after the first HMM fit (symbols learned before
+    that fit are not replayed) and kept across refits (warm starts keep the order of
+    the states). A symbol the HMM has not seen (new since its fit) moves the state
+    by the transition only, without an emission factor.
+
     Before the first fit (fewer than ``refit_every`` symbols, or no triple yet), the
     predictions are the frequencies of the symbols seen so far (before any symbol:
     an empty dict, so :meth:`predict_one` returns ``None``). Symbols that appear after
@@ -356,7 +620,12 @@ class SpectralHMM(base.Classifier):
 
     Prediction is a dictionary lookup: when a model is swapped in, the prediction and
     its argmax are computed for every context of ``window`` symbols (or lazily for large
-    alphabets), and each stream only keeps an integer code of its last symbols.
+    alphabets, in a cache bounded by :data:`ROW_CACHE_FLOATS`; see
+    :class:`PredictionTable`), and each stream only keeps an integer code of its last
+    symbols. Memory: the counts are sparse (16 bytes per distinct triple), a model of
+    rank k holds n·k² floats, and ``rank="auto"`` skips ranks above
+    :data:`MODEL_FLOATS_MAX` floats per model; nothing of size n² or n³ is formed.
+    :meth:`predict_proba_one` returns a dict over all n labels, O(n) per call.
 
     Defaults, measured by progressive validation (from symbol 20,000, refits every
     10⁴ symbols; ``min_proba=1e-3`` unless said otherwise):
@@ -407,6 +676,9 @@ class SpectralHMM(base.Classifier):
         key: str | None = None,
         min_proba: float = 1e-3,
         forgetting: float = 1.0,
+        max_symbols: int | None = None,
+        n_states: int | None = None,
+        predictor: str = "window",
     ):
         self.rank = rank
         self.estimator = estimator
@@ -418,6 +690,9 @@ class SpectralHMM(base.Classifier):
         self.key = key
         self.min_proba = min_proba
         self.forgetting = forgetting
+        self.max_symbols = max_symbols
+        self.n_states = n_states
+        self.predictor = predictor
         self._built = False
 
     # ------------------------------------------------------------------ state
@@ -432,7 +707,17 @@ class SpectralHMM(base.Classifier):
         w = self.window
         if isinstance(w, bool) or not isinstance(w, int) or w < 0:
             raise ValueError(f"window must be a non-negative integer, got {w!r}")
-        self._acc = MomentAccumulator(forgetting=self.forgetting)
+        m = self.n_states
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ValueError(f"n_states must be a positive integer or None, got {m!r}")
+        if self.predictor not in ("window", "hmm"):
+            raise ValueError(f"predictor must be 'window' or 'hmm', got {self.predictor!r}")
+        if self.predictor == "hmm" and m is None:
+            raise ValueError("predictor='hmm' needs n_states")
+        if self.max_symbols is None:
+            self._acc = MomentAccumulator(forgetting=self.forgetting)
+        else:
+            self._acc = MomentAccumulator(forgetting=self.forgetting, max_symbols=self.max_symbols)
         self._scores = RankScores()
         self._refitter = Refitter(
             self._make_estimator(),
@@ -451,6 +736,8 @@ class SpectralHMM(base.Classifier):
         self._countdown = self._next_countdown()
         self._unreported = 0
         self._tick = _SCORE_EVERY - 1  # rank="auto": the first symbol after a fit is scored
+        self._alpha: dict[Hashable, np.ndarray] = {}  # n_states: filtered state of each stream
+        self._hs: _HMMState | None = None  # the arrays of the HMM the states follow
         self._built = True
 
     def _make_estimator(self):
@@ -472,7 +759,11 @@ class SpectralHMM(base.Classifier):
             raise ValueError(f"estimator must be 'spectral', 'm' or an estimator, got {est!r}")
         else:
             est = copy.deepcopy(est)
-        return RankSelector(est, RANK_GRID, self._scores) if auto else est
+        if auto:
+            est = RankSelector(est, RANK_GRID, self._scores)
+        if self.n_states is not None:
+            est = _WithHMM(est, self.n_states, self.sweeps)
+        return est
 
     def _next_countdown(self) -> int:
         n = self._refitter.until_due()
@@ -491,6 +782,12 @@ class SpectralHMM(base.Classifier):
     @property
     def model(self):
         return self.refitter.model
+
+    @property
+    def hmm(self):
+        """The current :class:`~streamspec.HiddenMarkovModel` (``None`` without ``n_states``
+        or before its first fit)."""
+        return getattr(self.refitter.model, "hmm", None)
 
     @property
     def rank_(self) -> int | None:
@@ -529,8 +826,8 @@ class SpectralHMM(base.Classifier):
         key = x.get(self.key) if self.key is not None else None
         with self._lock:
             i = self._acc.learn_one(y, key)
-            if i == len(self._freq):
-                self._new_label(y, i)
+            if i == len(self._freq):  # a new label (or, at the cap, the label "<other>")
+                self._new_label(y if self.max_symbols is None else self._acc.symbols[i], i)
             code = self._ctx.get(key, 0)
             table = self._refitter._current.prepared
             if table is not None and table.candidates:
@@ -539,6 +836,8 @@ class SpectralHMM(base.Classifier):
                     self._tick = 0
                     self._score(table, code, i)
             self._ctx[key] = ((code << _BITS) | (i + 1)) & self._mask
+            if self.n_states is not None:
+                self._advance_state(key, i)
             f = self._freq
             f[i] += 1
             if f[i] > f[self._best]:
@@ -562,6 +861,22 @@ class SpectralHMM(base.Classifier):
                 lr = cand.logrow(code)
             loss[j] += lr[i] if i < len(lr) else cand.log_floor
         sc.count += 1
+
+    def _hmm_state(self) -> _HMMState | None:
+        """The forward-step arrays of the current HMM (rebuilt when a refit swaps it)."""
+        hmm = getattr(self._refitter._current.model, "hmm", None)
+        if hmm is None:
+            return None
+        hs = self._hs
+        if hs is None or hs.hmm is not hmm:
+            hs = self._hs = _HMMState(hmm)
+        return hs
+
+    def _advance_state(self, key: Hashable, i: int) -> None:
+        """One forward step of stream ``key``'s filtered state with symbol index ``i``. O(m²)."""
+        hs = self._hmm_state()
+        if hs is not None:
+            self._alpha[key] = hs.step(self._alpha.get(key), i)
 
     def _new_label(self, y: Hashable, i: int) -> None:
         if i >= _MAX_SYMBOLS:
@@ -588,15 +903,74 @@ class SpectralHMM(base.Classifier):
             return
         with self._lock:
             self._ctx.pop(key, None)
+            self._alpha.pop(key, None)
             self._acc.end(key)
 
     # ------------------------------------------------------------------ predicting
 
+    def predict_state_one(self, x: dict) -> dict[int, float]:
+        """Filtered posterior ``Pr(h_t = h | the stream's symbols)`` over the hidden states.
+
+        The state vector of the stream of ``x`` after its last learned symbol, as
+        ``{state: probability}`` (states ``0..n_states-1`` of :attr:`hmm`); a stream
+        without a symbol since the first HMM fit gets the HMM's ``startprob_``. ``{}``
+        without ``n_states`` or before the first HMM fit. O(m).
+
+        Examples
+        --------
+        >>> model = SpectralHMM(rank=2, refit_every=200, n_states=2)
+        >>> model.predict_state_one({})
+        {}
+        >>> for t in range(400):
+        ...     model.learn_one({}, ("ab" if (t // 20) % 2 == 0 else "cd")[t % 2])
+        >>> model.hmm
+        HiddenMarkovModel(n_states=2, n_symbols=4, labelled)
+        >>> post = model.predict_state_one({})
+        >>> sorted(post), round(sum(post.values()), 9)
+        ([0, 1], 1.0)
+        """
+        if not self._built or self.n_states is None:
+            return {}
+        hs = self._hmm_state()
+        if hs is None:
+            return {}
+        key = x.get(self.key) if self.key is not None else None
+        alpha = self._alpha.get(key)
+        if alpha is None:
+            alpha = hs.start
+        return dict(enumerate(alpha.tolist()))
+
+    def _predict_hmm(self, key: Hashable) -> dict[Hashable, float] | None:
+        """``predictor="hmm"``: ``(α T) O`` over all labels, ``None`` before an HMM. O(m² + n·m).
+
+        Every probability is floored at ``min(min_proba, 0.5 / n)`` (labels that
+        appeared after the HMM's fit: that floor), then renormalised.
+        """
+        hs = self._hmm_state()
+        if hs is None:
+            return None
+        alpha = self._alpha.get(key)
+        state = hs.start if alpha is None else alpha @ hs.T
+        labels = self._labels[: len(self._freq)]
+        floor = min(self.min_proba, 0.5 / max(len(labels), 1))
+        p = np.full(len(labels), floor)
+        p[: hs.n] = np.maximum(hs.E @ state, floor)
+        p /= p.sum()
+        return dict(zip(labels, p.tolist(), strict=True))
+
     def predict_proba_one(self, x: dict, **kwargs: Any) -> dict[Hashable, float]:
-        """Distribution of the next symbol of the stream of ``x`` (``{}`` before any symbol)."""
+        """Distribution of the next symbol of the stream of ``x`` (``{}`` before any symbol).
+
+        ``predictor="window"``: a table lookup, O(n) to copy the dict;
+        ``predictor="hmm"``: O(m² + n·m) (see :meth:`_predict_hmm`).
+        """
         if not self._built:
             return {}
         key = x.get(self.key) if self.key is not None else None
+        if self.predictor == "hmm":
+            d = self._predict_hmm(key)
+            if d is not None:
+                return d
         table = self._refitter._current.prepared
         if table is None:
             f = list(self._freq)  # one atomic copy: consistent even under concurrent learning
@@ -615,6 +989,10 @@ class SpectralHMM(base.Classifier):
         """The most probable next symbol of the stream of ``x`` (``None`` before any symbol)."""
         if not self._built:
             return None
+        if self.predictor == "hmm":
+            d = self._predict_hmm(x.get(self.key) if self.key is not None else None)
+            if d is not None:
+                return max(d, key=d.get)
         table = self._refitter._current.prepared
         if table is None:
             return self._labels[self._best] if self._freq else None
@@ -630,6 +1008,7 @@ class SpectralHMM(base.Classifier):
         yield {"rank": 2, "refit_every": 50}  # several fits within each check's 200 samples
         yield {"refit_every": 50}  # the same with rank="auto"
         yield {"rank": 2, "refit_every": 50, "estimator": "m", "sweeps": 2}
+        yield {"rank": 2, "refit_every": 50, "n_states": 2, "predictor": "hmm"}
 
     def _unit_test_skips(self) -> set[str]:
         if self.background:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streamspec.model import ObservableOperatorModel
-from streamspec.spectral import counts_of
+from streamspec.triples import Triples
 
 __all__ = ["PredictorSelection", "select_predictor", "rank_grid", "DEFAULT_WINDOWS"]
 
@@ -57,6 +57,18 @@ def rank_grid(n: int, size: int = 6) -> list[int]:
     return [int(k) for k in grid]
 
 
+def _alphabet_size(train) -> int:
+    """n of an accumulator, of :class:`Triples` or of dense counts, without densifying. O(1)."""
+    if isinstance(train, Triples):
+        return train.n
+    if hasattr(train, "n") and hasattr(train, "symbols"):
+        return int(train.n)
+    c3 = np.asarray(train)
+    if c3.ndim != 3 or len(set(c3.shape)) != 1:
+        raise ValueError(f"counts must have shape (n, n, n), got {c3.shape}")
+    return int(c3.shape[0])
+
+
 def select_predictor(
     estimator,
     train,
@@ -72,7 +84,8 @@ def select_predictor(
     estimator
         A SpectralEstimator or MEstimator; it is copied, never modified.
     train
-        A MomentAccumulator (or counts) to fit on.
+        A MomentAccumulator (or counts) to fit on; it is never densified here (each
+        fit reads it as its estimator does).
     validation
         Held-out sequences of symbol indices.
     ranks
@@ -81,6 +94,9 @@ def select_predictor(
         Windows of the window filter to try.
     recursive
         Also try the recursive filter.
+
+    Costs one fit per rank plus, per (rank, filter, window), a pass over the validation
+    symbols: O(T · (window · k² + n · k)) for T of them.
 
     Examples
     --------
@@ -94,8 +110,7 @@ def select_predictor(
     >>> best.log_loss == min(row["log_loss"] for row in best.table)
     True
     """
-    c3, _ = counts_of(train)
-    n = c3.shape[0]
+    n = _alphabet_size(train)
     ranks = list(ranks) if ranks is not None else rank_grid(n)
     if not ranks:
         raise ValueError("no rank to try")

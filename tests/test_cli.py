@@ -70,9 +70,10 @@ def test_commands_are_registered_in_the_cli():
     [
         ("consume", ["--bootstrap", "--topic", "--group", "--state-dir", "--rank", "--penalty",
                      "--refit-every", "--config", "--dead-letter-topic", "--metrics-port"]),
-        ("learn", ["FILE", "--out", "--state", "--follow", "--encoding", "--rank"]),
+        ("learn", ["FILE", "--out", "--state", "--follow", "--encoding", "--rank", "--states"]),
         ("predict", ["--model", "HISTORY", "--top"]),
-        ("inspect", ["CKPT", "--json"]),
+        ("inspect", ["CKPT", "--json", "--top"]),
+        ("decode", ["--model", "FILE", "--posterior", "--encoding", "MODEL.hmm"]),
     ],
 )
 def test_help_describes_every_command(command, flags, capsys):
@@ -233,10 +234,12 @@ def test_follow_mode_survives_sigkill_and_rotation(tmp_path):
     feeding = threading.Thread(target=writer)
     proc = _learner(data, state, log)
     feeding.start()
-    busy_kills, starts = 0, 1
+    busy_kills, base = 0, 0
 
-    def started():  # the learner has installed its signal handlers
-        return log.read_text().count("event=following") >= starts
+    def started():  # the last learner has installed its signal handlers
+        # (counted from the log as it was before that learner started: a learner killed
+        # while it was still importing never logs, so a running total would never be reached)
+        return log.read_text().count("event=following") > base
 
     try:
         for _ in range(6):
@@ -247,8 +250,8 @@ def test_follow_mode_survives_sigkill_and_rotation(tmp_path):
             busy_kills += not done.is_set()
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
+            base = log.read_text().count("event=following")
             proc = _learner(data, state, log)
-            starts += 1
         feeding.join()
         total = sum(len(line.split()) for line in lines)
         wait_until(lambda: _records(state) == total and started(), "every record", proc=proc)
@@ -263,3 +266,130 @@ def test_follow_mode_survives_sigkill_and_rotation(tmp_path):
     from connectors.state import SourceState
 
     assert by_label(SourceState.load(state).acc) == by_label(direct(lines))
+
+
+# ---------------------------------------------------------------------------- hidden states
+
+
+def sticky_file(path: Path, length: int = 4_000, seed: int = 0) -> tuple[list[str], np.ndarray]:
+    """Characters of a sticky 2-state HMM (state 0: a/b, state 1: c/d), 50 per line."""
+    from streamspec.hidden_markov_model import HiddenMarkovModel
+
+    truth = HiddenMarkovModel([0.5, 0.5], [[0.95, 0.05], [0.05, 0.95]],
+                              [[0.6, 0.4, 0.0, 0.0], [0.0, 0.0, 0.3, 0.7]], symbols=list("abcd"))
+    symbols, states = truth.sample(length, random_state=seed)
+    path.write_text("\n".join("".join(symbols[i:i + 50]) for i in range(0, length, 50)) + "\n")
+    return symbols, states
+
+
+def test_learn_states_inspect_and_decode(tmp_path, capsys):
+    from streamspec.hidden_markov_model import HiddenMarkovModel
+
+    data = tmp_path / "hmm.txt"
+    symbols, states = sticky_file(data)
+    model_path = tmp_path / "m.ckpt"
+    assert main(["learn", str(data), "--rank", "2", "--states", "2", "--out", str(model_path),
+                 "--progress", "never"]) == 0
+    assert ObservableOperatorModel.load(model_path).n_symbols == 4  # the operator model as before
+    hmm_path = tmp_path / "m.ckpt.hmm"
+    hmm = HiddenMarkovModel.load(hmm_path)
+    assert hmm.n_states == 2 and sorted(hmm.symbols) == list("abcd")
+    capsys.readouterr()
+
+    assert main(["inspect", str(hmm_path)]) == 0
+    text = capsys.readouterr().out
+    assert "streamspec.HiddenMarkovModel" in text and "transmat (2x2" in text
+    assert "startprob:" in text and "state 0:" in text and "state 1:" in text
+    rows = text.split("transmat")[1].splitlines()[2:4]  # the two rows after the header
+    assert [len(r.split()) for r in rows] == [3, 3]  # a state number and two probabilities
+    assert main(["inspect", str(hmm_path), "--json", "--top", "2"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert np.asarray(info["transmat"]).shape == (2, 2)
+    assert np.allclose(info["transmat"], hmm.transmat_, atol=1e-6)
+    assert [len(e) for e in info["emissions"]] == [2, 2]
+    tops = {frozenset(s for s, _ in e) for e in info["emissions"]}
+    assert tops == {frozenset("ab"), frozenset("cd")}  # each state's own symbols
+
+    assert main(["decode", "--model", str(hmm_path), str(data)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(symbols)
+    cells = [line.split("\t") for line in lines]
+    assert [c[0] for c in cells] == symbols
+    decoded = np.array([int(c[1]) for c in cells])
+    assert decoded.tolist() == hmm.decode(symbols)[1].tolist()
+    assert max((decoded == states).mean(), (decoded == 1 - states).mean()) >= 0.9
+
+    assert main(["decode", "--model", str(hmm_path), str(data), "--posterior"]) == 0
+    post = np.array([[float(v) for v in line.split("\t")[1:]]
+                     for line in capsys.readouterr().out.splitlines()])
+    assert post.shape == (len(symbols), 2)
+    assert np.allclose(post, hmm.predict_proba(symbols), atol=1e-6)
+
+
+def test_decode_splits_sequences_and_prints_keys(tmp_path, capsys):
+    from streamspec.hidden_markov_model import HiddenMarkovModel
+
+    data = tmp_path / "hmm.txt"
+    sticky_file(data, length=2_000, seed=1)
+    model_path = tmp_path / "m.ckpt"
+    assert main(["learn", str(data), "--states", "2", "--out", str(model_path),
+                 "--progress", "never"]) == 0
+    hmm = HiddenMarkovModel.load(str(model_path) + ".hmm")
+    lines = ["abab", "cdcc", "aacd"]
+    short = tmp_path / "short.txt"
+    short.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["decode", "--model", str(model_path) + ".hmm", str(short), "--end-each-line"]) == 0
+    got = [int(line.split("\t")[1]) for line in capsys.readouterr().out.splitlines()]
+    want = [h for line in lines for h in hmm.decode(list(line))[1].tolist()]
+    assert got == want
+
+    jsonl = tmp_path / "events.jsonl"
+    events = [("u1", "a"), ("u2", "c"), ("u1", "b"), ("u2", "d"), ("u1", "a"), ("u2", "c")]
+    jsonl.write_text("".join(json.dumps({"user": k, "s": s}) + "\n" for k, s in events))
+    assert main(["decode", "--model", str(model_path) + ".hmm", str(jsonl), "--encoding", "jsonl",
+                 "--key-field", "user", "--symbol-field", "s"]) == 0
+    cells = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [(c[0], c[1]) for c in cells] == events  # file order, the key first
+    u1 = hmm.decode(["a", "b", "a"])[1].tolist()
+    u2 = hmm.decode(["c", "d", "c"])[1].tolist()
+    assert [int(c[2]) for c in cells] == [u1[0], u2[0], u1[1], u2[1], u1[2], u2[2]]
+
+
+def test_hmm_commands_reject_bad_input_without_traceback(tmp_path, capsys):
+    data = tmp_path / "hmm.txt"
+    sticky_file(data, length=1_000)
+    model_path = tmp_path / "m.ckpt"
+    assert main(["learn", str(data), "--states", "5", "--out", str(model_path),
+                 "--progress", "never"]) == 1
+    err = capsys.readouterr().err
+    assert "--states 5" in err and "Traceback" not in err
+    assert not model_path.exists()
+    assert main(["learn", str(data), "--states", "2", "--out", str(model_path),
+                 "--progress", "never"]) == 0
+    hmm_path = str(model_path) + ".hmm"
+    capsys.readouterr()
+
+    bad = tmp_path / "bad.txt"
+    bad.write_text("abcd\nabxz\n")
+    assert main(["decode", "--model", hmm_path, str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "line 2" in err and "'x'" in err and "Traceback" not in err
+    assert main(["decode", "--model", str(model_path), str(data)]) == 1  # the operator model
+    assert "MODEL.hmm" in capsys.readouterr().err
+    assert main(["decode", "--model", str(tmp_path / "missing.hmm"), str(data)]) == 1
+    assert main(["decode", "--model", hmm_path, str(tmp_path / "missing.txt")]) == 1
+    assert "no such file" in capsys.readouterr().err
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert main(["decode", "--model", hmm_path, str(empty)]) == 1
+    assert "no symbol" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["learn", str(data), "--states", "0"])
+    assert exc.value.code == 2
+
+    # as a process: a clear message, a non-zero status, no traceback
+    proc = subprocess.run([sys.executable, "-m", "streamspec", "decode", "--model", hmm_path,
+                           str(bad)], capture_output=True, text=True, cwd=ROOT, timeout=WAIT)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("streamspec decode:")
