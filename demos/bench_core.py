@@ -1,4 +1,4 @@
-"""Benchmarks of the core library, measured side by side in one run (issue 2).
+"""Benchmarks of the core library, measured side by side in one run.
 
     python demos/bench_core.py [--quick] [--skip-em] [--skip-alice]
 

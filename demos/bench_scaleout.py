@@ -1,4 +1,4 @@
-"""Benchmark: aggregate throughput of 1, 2 and 3 daemons sharing one model through Kafka (issue 6).
+"""Benchmark: aggregate throughput of 1, 2 and 3 daemons sharing one model through Kafka.
 
 Starts a local broker, produces N keyed one-letter messages (Alice's letters as
 100 interleaved streams) to a 6-partition topic, then, for k = 1, 2, 3 (runs
