@@ -102,6 +102,11 @@ class DaemonConfig:
         Cap of every partition's alphabet (``None``: unbounded). Once full, new labels
         are counted as the reserved symbol ``"<other>"``, so that the counts stay
         bounded on open vocabularies (see :class:`~streamspec.MomentAccumulator`).
+    hmm_states
+        If set, every refit also fits a hidden Markov model with this many states on
+        the same counts (:class:`~streamspec.WithHMM`, warm-started from the previous
+        one), saved beside the model as ``<state_dir>/<topic>/model.ckpt.hmm`` and, with a
+        models topic, published after each model (:mod:`connectors.model_topic`).
     rank, penalty, weighting, sweeps, outer, formulation
         Settings of the :class:`~streamspec.mestimator.MEstimator` refits
         (``sweeps`` is ``max_sweeps``, ``outer`` is ``max_outer``); ``None`` (the
@@ -180,6 +185,7 @@ class DaemonConfig:
     alphabet: tuple | None = None
     mode: str = "sliding"
     max_symbols: int | None = None
+    hmm_states: int | None = None
     rank: int | str | None = None
     penalty: float | None = None
     weighting: str | None = None
@@ -228,7 +234,7 @@ class DaemonConfig:
         for name in ("refit_every", "checkpoint_every", "min_triples"):
             if _bad_int(getattr(self, name), minimum=0):
                 raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
-        for name in ("sweeps", "outer", "max_symbols"):
+        for name in ("sweeps", "outer", "max_symbols", "hmm_states"):
             if getattr(self, name) is not None and _bad_int(getattr(self, name), minimum=1):
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if self.weighting is not None and not isinstance(self.weighting, str):

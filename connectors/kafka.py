@@ -55,7 +55,11 @@ filter settings and a SHA-256 checksum; never a pickle), loaded back by
 the headers are ``format`` (``streamspec.ObservableOperatorModel/1``),
 ``model-version`` (the refit number of this daemon), ``records`` (symbols
 learned so far) and ``loss`` (the fit's final training loss). The same model is
-saved to ``<state_dir>/<topic>/model.ckpt``.
+saved to ``<state_dir>/<topic>/model.ckpt``. With ``hmm_states`` (``--states K``)
+each refit also fits a K-state HMM (:class:`~streamspec.WithHMM`), saved to
+``<state_dir>/<topic>/model.ckpt.hmm`` and published right after its model with
+the headers ``format`` (``streamspec.HiddenMarkovModel/1``), ``model-version``,
+``records`` and ``refitter`` (value :meth:`HiddenMarkovModel.to_bytes`).
 
 Predictions
 -----------
@@ -102,7 +106,14 @@ from kafka.structs import OffsetAndMetadata
 
 from connectors.config import DaemonConfig, mestimator_params
 from connectors.metrics import DaemonMetrics, MetricsServer
-from connectors.model_topic import REFITTER_PARTITION, ModelRecord, NewestModel, encode_model
+from connectors.model_topic import (
+    REFITTER_PARTITION,
+    ModelRecord,
+    NewestModel,
+    encode_hmm,
+    encode_model,
+    is_hmm_message,
+)
 from connectors.predictions import StreamPredictor
 from connectors.process_fit import ProcessMEstimator, shutdown_worker, start_worker
 from connectors.records import MalformedRecord, RecordFormat, format_from_options, parse_kafka
@@ -120,9 +131,11 @@ from connectors.state_topic import (
 )
 from streamspec.accumulator import MomentAccumulator
 from streamspec.checkpoint import CheckpointError
+from streamspec.hidden_markov_model import HiddenMarkovModel
 from streamspec.mestimator import MEstimator
 from streamspec.model import ObservableOperatorModel
 from streamspec.refitter import Refitter
+from streamspec.with_hmm import WithHMM
 
 __all__ = ["ConsumerDaemon", "MODEL_SNAPSHOT_HEADERS", "EXIT_STATE_FAILURE", "learn_record",
            "StateFailure"]
@@ -281,6 +294,7 @@ class ConsumerDaemon:
         self.model = None if self._kafka_state else self._load_model()
         self._fitted = self.model
         self._label_order = list(self.model.symbols or []) if self.model is not None else []
+        self._hmm_estimator: WithHMM | None = None
         self._refitter = Refitter(
             self._estimator(),
             refit_every=config.refit_every or None,
@@ -291,6 +305,8 @@ class ConsumerDaemon:
         )
         if self.model is not None:  # a restart warm-starts from the saved model's factors
             self._refitter.adopt(self.model)
+            if self._hmm_estimator is not None:  # and from the saved HMM
+                self._hmm_estimator.adopt(self.model, self._load_hmm())
         self._predictor: StreamPredictor | None = None
         if self.model is not None and config.predictions_topic:
             self._predictor = StreamPredictor(self.model, version=0)
@@ -425,6 +441,8 @@ class ConsumerDaemon:
                         m.partition, m.offset, str(exc))
 
     def _on_model_message(self, m) -> None:
+        if is_hmm_message(m.headers):
+            return  # the HMMs are for the topic's readers; daemons serve the operator model
         try:
             self._models.offer(ModelRecord.from_message(m.value, m.headers))
         except ValueError as exc:
@@ -615,8 +633,16 @@ class ConsumerDaemon:
     def _take_over_refits(self) -> None:
         """Become the refitter: continue the version sequence from the model topic's newest model."""
         newest = NewestModel()
+        newest_hmm: dict[int, HiddenMarkovModel] = {}
 
         def take(m) -> None:
+            if is_hmm_message(m.headers):
+                try:
+                    version = int(dict(m.headers)["model-version"])
+                    newest_hmm[version] = HiddenMarkovModel.from_bytes(m.value)
+                except (KeyError, ValueError):
+                    pass
+                return
             try:
                 newest.offer(ModelRecord.from_message(m.value, m.headers))
             except ValueError:
@@ -630,7 +656,10 @@ class ConsumerDaemon:
         if newest.record is not None:
             self._models.offer(newest.record)
             try:  # the new refitter warm-starts from the newest published model
-                self._refitter.adopt(ObservableOperatorModel.from_bytes(newest.record.value))
+                adopted = ObservableOperatorModel.from_bytes(newest.record.value)
+                self._refitter.adopt(adopted)
+                if self._hmm_estimator is not None:
+                    self._hmm_estimator.adopt(adopted, newest_hmm.get(newest.record.version))
             except ValueError as exc:
                 log.warning("event=takeover-model-unreadable error=%r", str(exc))
         self._next_version = max(self._next_version, self._models.version + 1)
@@ -873,6 +902,7 @@ class ConsumerDaemon:
             return
         record = self._refitter.records[-1] if self._refitter.records else None
         self.model = model
+        self._log_hmm_failure()
         self._fit_taken_at = time.monotonic()
         self._model_version += 1
         self.metrics.refits = self._refitter.n_fits
@@ -900,6 +930,12 @@ class ConsumerDaemon:
                 self.config.models_topic, key=self.client_id.encode(), value=model.to_bytes(),
                 headers=headers,
             )
+            hmm = getattr(model, "hmm", None)
+            if hmm is not None:
+                key, value, hmm_headers = encode_hmm(hmm, self._model_version,
+                                                     self.metrics.records, self.client_id)
+                self._producer.send(self.config.models_topic, key=key, value=value,
+                                    headers=hmm_headers)
 
     def _take_fitted_global(self) -> None:
         """Kafka backend: publish a model the refitter just fitted, with the next version."""
@@ -907,6 +943,7 @@ class ConsumerDaemon:
         if model is None or model is self._fitted:
             return
         self._fitted = model
+        self._log_hmm_failure()
         self._fit_taken_at = time.monotonic()
         self.metrics.refits = self._refitter.n_fits
         record = self._refitter.records[-1] if self._refitter.records else None
@@ -926,11 +963,30 @@ class ConsumerDaemon:
             log.warning("event=model-publish-failed version=%d error=%r", version, str(exc))
             return
         self._models.offer(ModelRecord(version, self._fit_records, value, self.client_id))
+        self._publish_hmm(model, version)
         log.info(
             "event=refit version=%d records=%d seconds=%.3f loss=%.6g warm=%s",
             version, self._fit_records, self.metrics.last_fit_seconds, self.metrics.last_loss,
             record.warm if record is not None else None,
         )
+
+    def _log_hmm_failure(self) -> None:
+        """With ``hmm_states``: say why the last refit kept the previous HMM (if it did)."""
+        if self._hmm_estimator is not None and self._hmm_estimator.error is not None:
+            log.warning("event=hmm-failed states=%d error=%r", self.config.hmm_states,
+                        self._hmm_estimator.error)
+
+    def _publish_hmm(self, model, version: int) -> None:
+        """Kafka backend: publish the HMM fitted with model ``version`` (if any) after it."""
+        hmm = getattr(model, "hmm", None)
+        if hmm is None:
+            return
+        key, value, headers = encode_hmm(hmm, version, self._fit_records, self.client_id)
+        try:
+            self._state_producer.send(self.config.model_topic_name, key=key, value=value,
+                                      headers=headers).get(timeout=_SEND_TIMEOUT)
+        except (KafkaError, TimeoutError) as exc:
+            log.warning("event=hmm-publish-failed version=%d error=%r", version, str(exc))
 
     def _flush_outputs(self) -> bool:
         if self._producer is None:
@@ -1036,21 +1092,43 @@ class ConsumerDaemon:
 
     # ------------------------------------------------------------------ model
 
-    def _estimator(self) -> MEstimator:
-        """The refits' estimator: MEstimator's own defaults for every setting not given."""
+    def _estimator(self) -> MEstimator | WithHMM:
+        """The refits' estimator: MEstimator's own defaults for every setting not given.
+
+        With ``hmm_states``, wrapped in :class:`~streamspec.WithHMM`: each refit also fits
+        an HMM with that many states on the same counts (in the refit thread; the
+        operator model's fit still runs in the worker process with ``refit_process``).
+        """
         cfg = self.config
         kind = ProcessMEstimator if cfg.refit_process else MEstimator
-        return kind(**mestimator_params(rank=cfg.rank, penalty=cfg.penalty,
-                                        weighting=cfg.weighting, sweeps=cfg.sweeps,
-                                        outer=cfg.outer, formulation=cfg.formulation))
+        est = kind(**mestimator_params(rank=cfg.rank, penalty=cfg.penalty,
+                                       weighting=cfg.weighting, sweeps=cfg.sweeps,
+                                       outer=cfg.outer, formulation=cfg.formulation))
+        if cfg.hmm_states is None:
+            return est
+        self._hmm_estimator = WithHMM(est, cfg.hmm_states, sweeps=cfg.warm_sweeps)
+        return self._hmm_estimator
 
     def _save_model(self, model: ObservableOperatorModel) -> None:
         if self._kafka_state:
             return  # the model topic holds the models
         try:
             model.save(self.store.model_path(self.config.topic))
+            hmm = getattr(model, "hmm", None)
+            if hmm is not None:
+                hmm.save(self.store.hmm_path(self.config.topic))
         except OSError as exc:
             log.warning("event=model-save-failed error=%r", str(exc))
+
+    def _load_hmm(self) -> HiddenMarkovModel | None:
+        path = self.store.hmm_path(self.config.topic)
+        if not path.exists():
+            return None
+        try:
+            return HiddenMarkovModel.load(path)
+        except CheckpointError as exc:
+            log.warning("event=hmm-unreadable path=%s error=%r", path, str(exc))
+            return None
 
     def _load_model(self) -> ObservableOperatorModel | None:
         path = self.store.model_path(self.config.topic)

@@ -22,6 +22,12 @@ Message layout
   ``model-version`` (1, 2, ... across refitters), ``records`` (symbols in the
   counts it was fitted on), ``loss`` and ``refitter`` (client id).
 
+With ``hmm_states`` set (``consume --states K``), each model is followed by its
+hidden Markov model: key ``b"hmm"``, value :meth:`HiddenMarkovModel.to_bytes`,
+headers ``format`` (``streamspec.HiddenMarkovModel/1``), ``model-version`` (the
+version of the operator model fitted on the same counts), ``records``, ``refitter``.
+Daemons skip these messages (:func:`is_hmm_message`); they are for the topic's readers.
+
 The newest model is the one with the largest version (ties: the later in the
 log), so a model published late by an evicted refitter never replaces a newer one.
 
@@ -36,6 +42,11 @@ Examples
 >>> newest = NewestModel()
 >>> newest.offer(rec), newest.offer(ModelRecord(2, 9, b"", "d0")), newest.version
 (True, False, 3)
+>>> from streamspec import HiddenMarkovModel
+>>> hmm = HiddenMarkovModel([1.0], [[1.0]], [[0.25, 0.75]], symbols=["t", "h"])
+>>> key, value, headers = encode_hmm(hmm, version=3, records=10, refitter="d1")
+>>> key, is_hmm_message(headers), HiddenMarkovModel.from_bytes(value).emissionprob_
+(b'hmm', True, array([[0.25, 0.75]]))
 """
 
 from __future__ import annotations
@@ -43,11 +54,14 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from streamspec.hidden_markov_model import HiddenMarkovModel
 from streamspec.model import ObservableOperatorModel
 
-__all__ = ["MODEL_FORMAT", "ModelRecord", "NewestModel", "encode_model", "REFITTER_PARTITION"]
+__all__ = ["HMM_FORMAT", "MODEL_FORMAT", "ModelRecord", "NewestModel", "encode_hmm",
+           "encode_model", "is_hmm_message", "REFITTER_PARTITION"]
 
 MODEL_FORMAT = b"streamspec.ObservableOperatorModel/1"
+HMM_FORMAT = b"streamspec.HiddenMarkovModel/1"
 REFITTER_PARTITION = 0
 """The owner of this source partition refits and publishes the models."""
 
@@ -64,6 +78,23 @@ def encode_model(
         ("refitter", refitter.encode()),
     ]
     return b"model", model.to_bytes(), headers
+
+
+def encode_hmm(hmm: HiddenMarkovModel, version: int, records: int, refitter: str
+               ) -> tuple[bytes, bytes, list]:
+    """``(key, value, headers)`` of the message of the HMM fitted with model ``version``."""
+    headers = [
+        ("format", HMM_FORMAT),
+        ("model-version", str(int(version)).encode()),
+        ("records", str(int(records)).encode()),
+        ("refitter", refitter.encode()),
+    ]
+    return b"hmm", hmm.to_bytes(), headers
+
+
+def is_hmm_message(headers) -> bool:
+    """Whether a model-topic message (its headers) holds an HMM rather than a model."""
+    return any(k == "format" and v == HMM_FORMAT for k, v in (headers or []))
 
 
 @dataclass(frozen=True)

@@ -261,6 +261,10 @@ class StateStore:
     def model_path(self, topic: str) -> Path:
         return self.topic_dir(topic) / "model.ckpt"
 
+    def hmm_path(self, topic: str) -> Path:
+        """Where the daemon keeps the HMM of its last refit (``hmm_states`` set)."""
+        return self.topic_dir(topic) / "model.ckpt.hmm"  # MODEL.hmm, as learn --states writes
+
     def save(self, state: PartitionState) -> Path:
         """Write the partition's checkpoint atomically; return its path.
 

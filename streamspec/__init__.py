@@ -13,6 +13,7 @@ from streamspec.refitter import Refitter
 from streamspec.river_model import SpectralHMM
 from streamspec.spectral import SpectralEstimator
 from streamspec.triples import DenseTooLarge, Triples
+from streamspec.with_hmm import WithHMM
 
 __all__ = [
     "HMM",
@@ -31,5 +32,6 @@ __all__ = [
     "SpectralEstimator",
     "SpectralHMM",
     "Triples",
+    "WithHMM",
 ]
 __version__ = "0.2.0"

@@ -178,6 +178,10 @@ def _register_consume(subparsers) -> None:
     g.add_argument("--models-topic", metavar="T",
                    help="publish every refitted model here (kafka backend: the shared model "
                         "topic, default T.models)")
+    g.add_argument("--states", dest="hmm_states", type=_positive_int, metavar="K",
+                   help="with every refit also fit a K-state hidden Markov model on the same "
+                        "counts: saved as DIR/T/model.ckpt.hmm and published after each model on "
+                        "the models topic")
     g.add_argument("--state-backend", choices=["local", "kafka"],
                    help="where partition state lives: checkpoint files in --state-dir (local, "
                         "default) or snapshots in a state topic, restored on assignment, with "
@@ -226,7 +230,7 @@ _CONSUME_SETTINGS = (
     "bootstrap", "topic", "group", "state_dir", "client_id", "dead_letter_topic",
     "predictions_topic", "models_topic", "session_timeout_ms", "heartbeat_interval_ms",
     "max_poll_interval_ms", "poll_timeout_ms", "max_poll_records", "rank", "penalty",
-    "weighting", "formulation", "sweeps", "mode", "max_symbols",
+    "weighting", "formulation", "sweeps", "mode", "max_symbols", "hmm_states",
     "refit_every", "refit_interval", "min_triples",
     "refit_duty", "refit_process",
     "checkpoint_every", "checkpoint_interval", "status_interval", "metrics_port",

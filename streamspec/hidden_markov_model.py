@@ -29,7 +29,9 @@ import numpy as np
 from streamspec.checkpoint import (
     CheckpointError,
     decode_value,
+    dump_checkpoint,
     encode_value,
+    load_checkpoint_bytes,
     read_checkpoint,
     write_checkpoint,
 )
@@ -420,6 +422,16 @@ class HiddenMarkovModel:
         if (model.n_states, model.n_symbols) != (header.get("n_states"), header.get("n_symbols")):
             raise CheckpointError(f"{source}: arrays do not match the header's sizes")
         return model
+
+    def to_bytes(self) -> bytes:
+        """The model as checkpoint bytes (npz + JSON header, checksummed; no pickle). O(m · n)."""
+        return dump_checkpoint(*self.to_checkpoint())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str = "HMM") -> HiddenMarkovModel:
+        """The model of :meth:`to_bytes`; :class:`CheckpointError` on any defect. O(m · n)."""
+        header, arrays = load_checkpoint_bytes(data, _KIND, _VERSION, source)
+        return cls.from_checkpoint(header, arrays, source=source)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write a checksummed npz checkpoint (atomic; labels kept as JSON). O(m · n)."""

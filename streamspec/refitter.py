@@ -380,6 +380,7 @@ class Refitter:
         try:
             est, warm = self._estimator_for(data.n, prev)
             model = est.fit(data, init=prev) if warm else est.fit(data)
+            warm = getattr(est, "warm_", warm)  # an adapter that warm-starts by itself says so
             if self.prepare is not None:
                 prepared = self.prepare(model)
         except Exception as exc:  # noqa: BLE001 - recorded, the old model is kept

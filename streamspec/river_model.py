@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import math
 import threading
-import warnings
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
@@ -14,12 +13,12 @@ import numpy as np
 from river import base
 
 from streamspec.accumulator import MomentAccumulator
-from streamspec.hmm_estimator import HMMEstimator
 from streamspec.mestimator import MEstimator
 from streamspec.refitter import Refitter, _init_params
 from streamspec.spectral import SpectralEstimator
 from streamspec.subspace import DENSE_SVD_MAX, top_singular
 from streamspec.triples import Triples
+from streamspec.with_hmm import WithHMM
 
 __all__ = ["SpectralHMM", "PredictionTable", "RankSelector", "RankScores", "ROW_CACHE_FLOATS"]
 
@@ -447,61 +446,6 @@ class _Prepare:
         return prepare_table(model, self.window)
 
 
-class _LastFit:
-    """The models of the last successful fit of a :class:`_WithHMM` (shared by its copies)."""
-
-    def __init__(self):
-        self.model = None
-        self.hmm = None
-        self.error: str | None = None
-
-
-class _WithHMM:
-    """The refitter's estimator when ``n_states`` is set: the operator model plus an HMM.
-
-    Each fit first fits ``estimator`` exactly as :class:`~streamspec.Refitter` would
-    (a fresh copy, rank and floor clamped, warm-started from the previous model when
-    the estimator supports it), then an :class:`~streamspec.HMMEstimator` with
-    ``n_states`` states (``random_state=0``) on the same counts, warm-started from the
-    previous HMM. The HMM is attached to the returned model as ``model.hmm``, so that
-    the refitter swaps both in at once. A failed HMM fit (e.g. fewer symbols than
-    states) keeps the previous HMM and is recorded in ``last.error``; the operator
-    model is kept either way. Cost: the estimator's fit plus
-    O(nnz · n_states² · n_iter) for nnz distinct triples.
-
-    The refitter rebuilds this object from its constructor parameters for every fit;
-    ``last`` (shared by those copies) carries the previous models between fits, which
-    the refitter runs one at a time.
-    """
-
-    def __init__(self, estimator, n_states: int, sweeps: int = 3, last: _LastFit | None = None):
-        self.estimator = estimator
-        self.n_states = n_states
-        self.sweeps = sweeps
-        self.last = last if last is not None else _LastFit()
-
-    def fit(self, data):
-        last = self.last
-        prev = last.model
-        inner = Refitter(self.estimator, refit_every=None, sweeps=self.sweeps)
-        est, warm = inner._estimator_for(data.n, prev)
-        model = est.fit(data, init=prev) if warm else est.fit(data)
-        self.rank = getattr(est, "rank", None)
-        self.loss_history_ = getattr(est, "loss_history_", None)
-        hmm = last.hmm
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                init = hmm if hmm is not None and hmm.n_states == self.n_states else None
-                hmm = HMMEstimator(n_states=self.n_states, random_state=0).fit(data, init=init)
-            last.error = None
-        except (ValueError, np.linalg.LinAlgError, FloatingPointError) as exc:
-            last.error = f"{type(exc).__name__}: {exc}"
-        model.hmm = hmm
-        last.model, last.hmm = model, hmm
-        return model
-
-
 class _HMMState:
     """Arrays of an HMM for the per-symbol forward step: ``T`` (m, m) and ``E`` = Oᵀ (n, m)."""
 
@@ -762,7 +706,7 @@ class SpectralHMM(base.Classifier):
         if auto:
             est = RankSelector(est, RANK_GRID, self._scores)
         if self.n_states is not None:
-            est = _WithHMM(est, self.n_states, self.sweeps)
+            est = WithHMM(est, self.n_states, self.sweeps)
         return est
 
     def _next_countdown(self) -> int:

@@ -29,6 +29,7 @@ from connectors.records import RecordFormat, parse_kafka  # noqa: E402
 from connectors.state import StateStore, merge_accumulators  # noqa: E402
 from streamspec.accumulator import MomentAccumulator  # noqa: E402
 from streamspec.hmm import HMM  # noqa: E402
+from streamspec.hmm_estimator import HMMEstimator  # noqa: E402
 from streamspec.model import ObservableOperatorModel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -258,6 +259,50 @@ def test_end_to_end_counts_equal_direct_accumulator(kafka_bootstrap, unique_name
     body = json.loads(preds[0].value)
     assert set(body["next"]) <= {"a", "b", "c", "d"}
     assert abs(sum(body["next"].values()) - 1) < 1e-4
+
+
+def test_states_option_fits_publishes_and_restores_an_hmm(kafka_bootstrap, unique_name,
+                                                          tmp_path, capsys):
+    from streamspec.cli import main as cli_main
+    from streamspec.hidden_markov_model import HiddenMarkovModel
+
+    topic, group = new_topic(kafka_bootstrap, unique_name, 2)
+    messages = keyed_streams(n_keys=6, length=400, seed=5)
+    ends = produce(kafka_bootstrap, topic, messages)
+    state = tmp_path / "state"
+    hmm_file = state / topic / "model.ckpt.hmm"
+    cfg = config(kafka_bootstrap, topic, group, state, hmm_states=2,
+                 models_topic=unique_name("-models"))
+    with DaemonThread(cfg) as daemon:
+        wait_until(lambda: checkpoint_offsets(state, topic) == ends, "checkpoints at the end")
+        wait_until(lambda: daemon.metrics.refits >= 1 and hmm_file.exists(), "a refit with an HMM")
+        wait_until(lambda: daemon._refitter.model.hmm is not None, "the HMM served")
+    saved = HiddenMarkovModel.load(hmm_file)
+    assert saved.n_states == 2 and sorted(saved.symbols) == ["a", "b", "c", "d"]
+    # published after its model, with the model's version
+    out = consume_all(kafka_bootstrap, cfg.models_topic, expected=2)
+    formats = [dict(m.headers)["format"] for m in out]
+    assert formats[:2] == [b"streamspec.ObservableOperatorModel/1",
+                           b"streamspec.HiddenMarkovModel/1"]
+    assert dict(out[0].headers)["model-version"] == dict(out[1].headers)["model-version"]
+    published = HiddenMarkovModel.from_bytes(out[1].value)
+    assert published.n_states == 2 and out[1].key == b"hmm"
+    # the fit is a fit: about as likely as a cold fit on the same counts
+    streams: dict[bytes, list[str]] = {}
+    for key, value in messages:
+        streams.setdefault(key, []).append(value.decode())
+    direct = HMMEstimator(n_states=2, random_state=0).fit(reference(messages))
+    ll_saved = sum(saved.score(x) for x in streams.values()) / len(messages)
+    ll_direct = sum(direct.score(x) for x in streams.values()) / len(messages)
+    assert abs(ll_saved - ll_direct) < 0.01
+    # a restart warm-starts the next HMM fit from the saved one
+    restarted = ConsumerDaemon(cfg)
+    assert restarted._hmm_estimator.last.hmm == saved
+    assert restarted._hmm_estimator.last.model is restarted.model is not None
+    # inspect on the state folder shows the matrices
+    assert cli_main(["inspect", str(state)]) == 0
+    text = capsys.readouterr().out
+    assert "streamspec.HiddenMarkovModel" in text and "transmat" in text
 
 
 def test_poison_messages_go_to_dead_letter_topic(kafka_bootstrap, unique_name, tmp_path):

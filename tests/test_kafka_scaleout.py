@@ -15,6 +15,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 kafka = pytest.importorskip("kafka")
@@ -35,7 +36,7 @@ from test_kafka_daemon import (  # noqa: E402
 )
 
 from connectors.config import DaemonConfig  # noqa: E402
-from connectors.model_topic import ModelRecord  # noqa: E402
+from connectors.model_topic import ModelRecord, is_hmm_message  # noqa: E402
 from connectors.state import PartitionState  # noqa: E402
 from connectors.state_topic import (  # noqa: E402
     LatestSnapshots,
@@ -45,6 +46,7 @@ from connectors.state_topic import (  # noqa: E402
     read_snapshots,
     read_topic,
 )
+from streamspec import HiddenMarkovModel, HMMEstimator  # noqa: E402
 
 WAIT = 120  # a generous bound on any wait (never an assertion on time)
 
@@ -55,7 +57,8 @@ WAIT = 120  # a generous bound on any wait (never an assertion on time)
 class Daemon:
     """One ``streamspec consume --state-backend kafka`` subprocess and its log."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str, name: str, tmp_path: Path):
+    def __init__(self, bootstrap: str, topic: str, group: str, name: str, tmp_path: Path,
+                 *extra: str):
         self.name = name
         self.log = tmp_path / f"{name}.log"
         cmd = [
@@ -66,7 +69,7 @@ class Daemon:
             "--session-timeout-ms", "2000",
             "--heartbeat-interval-ms", str(GROUP_SETTINGS["heartbeat_interval_ms"]),
             "--max-poll-interval-ms", str(GROUP_SETTINGS["max_poll_interval_ms"]),
-            "--poll-timeout-ms", "100", "--metrics-port", "0",
+            "--poll-timeout-ms", "100", "--metrics-port", "0", *extra,
         ]
         self.proc = spawn(cmd, self.log)
         self._port: int | None = None
@@ -112,8 +115,20 @@ class Daemon:
 
 def models_in_log_order(bootstrap: str, model_topic: str) -> list[ModelRecord]:
     out: list[ModelRecord] = []
-    read_topic(bootstrap, model_topic, lambda m: out.append(ModelRecord.from_message(m.value,
-                                                                                     m.headers)))
+    read_topic(bootstrap, model_topic, lambda m: None if is_hmm_message(m.headers) else
+               out.append(ModelRecord.from_message(m.value, m.headers)))
+    return out
+
+
+def hmms_by_version(bootstrap: str, model_topic: str) -> dict[int, HiddenMarkovModel]:
+    """The HMMs published on the model topic, by the version of their operator model."""
+    out: dict[int, HiddenMarkovModel] = {}
+
+    def take(m) -> None:
+        if is_hmm_message(m.headers):
+            out[int(dict(m.headers)["model-version"])] = HiddenMarkovModel.from_bytes(m.value)
+
+    read_topic(bootstrap, model_topic, take)
     return out
 
 
@@ -229,7 +244,8 @@ def test_three_daemons_share_one_exact_global_state_and_model(
     kafka_bootstrap, unique_name, tmp_path
 ):
     topic, group = new_topic(kafka_bootstrap, unique_name, 6)
-    daemons = [Daemon(kafka_bootstrap, topic, group, f"d{i}", tmp_path) for i in range(3)]
+    daemons = [Daemon(kafka_bootstrap, topic, group, f"d{i}", tmp_path, "--states", "2")
+               for i in range(3)]
     try:
         wait_for_split(daemons, 6)
         messages = keyed_streams(n_keys=18, length=300, seed=61)
@@ -251,8 +267,21 @@ def test_three_daemons_share_one_exact_global_state_and_model(
         refitter = daemons[[g["refitter"] for g in gauges].index(1)].name
         assert final.refitter == refitter == latest.get(0).owner
         assert all(g["global_records"] == len(messages) for g in gauges)
+        # --states 2: the refitter published, after each model, the HMM fitted on its counts
+        wait_until(lambda: final.version in hmms_by_version(kafka_bootstrap, f"{topic}.models"),
+                   f"the HMM of model version {final.version}")
+        hmm = hmms_by_version(kafka_bootstrap, f"{topic}.models")[final.version]
+        assert hmm.n_states == 2 and sorted(hmm.symbols) == ["a", "b", "c", "d"]
+        streams: dict[bytes, list[str]] = {}
+        for key, value in messages:
+            streams.setdefault(key, []).append(value.decode())
+        per_symbol = sum(hmm.score(s) for s in streams.values()) / len(messages)
+        direct = HMMEstimator(n_states=2, random_state=0).fit(reference(messages))
+        best = sum(direct.score(s) for s in streams.values()) / len(messages)
+        # as good as a cold fit on all the counts (it was warm-started from earlier ones)
+        assert per_symbol > np.log(0.25) + 0.05 and abs(per_symbol - best) < 0.01
         # nothing but Kafka holds the state: no checkpoint file anywhere
-        assert not list(tmp_path.rglob("*.ckpt"))
+        assert not list(tmp_path.rglob("*.ckpt")) and not list(tmp_path.rglob("*.hmm"))
     finally:
         codes = [d.stop() for d in daemons]
     assert codes == [0, 0, 0]

@@ -8,7 +8,15 @@ import threading
 import numpy as np
 import pytest
 
-from streamspec import HMM, MEstimator, MomentAccumulator, Refitter, SpectralEstimator
+from streamspec import (
+    HMM,
+    HMMEstimator,
+    MEstimator,
+    MomentAccumulator,
+    Refitter,
+    SpectralEstimator,
+    WithHMM,
+)
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +168,26 @@ def test_warm_refit_after_the_alphabet_grew():
     assert [rec.warm for rec in r.records] == [False, True]
     assert r.last_error is None
     assert r.model.n_symbols == 4 and r.model.symbols == acc.symbols
+
+
+def test_with_hmm_refits_are_warm_for_both_models(hmm_symbols):
+    """WithHMM warm-starts the operator model and the HMM; the refitter's records say so."""
+    template = WithHMM(MEstimator(rank=3, weighting="identity", max_sweeps=30), n_states=3)
+    acc = MomentAccumulator(n_symbols=8)
+    r = Refitter(template, refit_every=None, sweeps=2)
+    acc.learn_many(hmm_symbols[:20_000])
+    assert r.fit_now(acc)
+    first_hmm = r.model.hmm
+    acc.learn_many(hmm_symbols[20_000:])
+    assert r.fit_now(acc)
+    assert [rec.warm for rec in r.records] == [False, True]
+    assert r.records[1].sweeps <= 2  # the warm operator fit ran the refitter's sweeps only
+    assert r.model.hmm is not first_hmm and r.model.hmm.n_states == 3
+    assert template.last.hmm is r.model.hmm  # shared by the refitter's copies of the template
+    assert template.last.warm_hmm  # the HMM's refinement started from the previous HMM
+    # and got as far as a cold fit (moments + EM) on all the counts
+    cold = HMMEstimator(n_states=3, random_state=0).fit(acc)
+    assert r.model.hmm.score(hmm_symbols) >= cold.score(hmm_symbols) - 1e-3 * len(hmm_symbols)
 
 
 def test_spectral_refits_are_cold():
