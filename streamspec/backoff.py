@@ -19,7 +19,7 @@ mixture ``λ_b · p_hmm(·|window) + (1 − λ_b) · p_kn(·|last)``:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,6 +30,7 @@ __all__ = [
     "KneserNeyBigram",
     "Backoff",
     "fit_with_backoff",
+    "select_with_backoff",
     "fit_mixing_weights",
     "N_BUCKETS",
     "bucket_of_counts",
@@ -438,20 +439,65 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, holdout
     >>> model.backoff.lambdas.shape, bool((model.backoff.lambdas >= 0).all())
     ((16,), True)
     """
+    return select_with_backoff([fit], triples, holdout, random_state, max_contexts)[1]
+
+
+def select_with_backoff(fits: Sequence[Callable[[Triples], object]], triples: Triples,
+                        holdout: float = 0.1, random_state: int | None = 0,
+                        max_contexts: int = 2000) -> tuple[int, object, list[float]]:
+    """:func:`fit_with_backoff` for several candidate fits: the one best on the held-out counts.
+
+    Every candidate is fitted on the kept counts, gets its own λ_b, and is scored on
+    the same held-out contexts (the same draws: candidates are compared on equal
+    terms) by the mixed model's mean held-out log-likelihood per triple; the best
+    (the first on a tie) is refitted on all the counts. With one candidate this is
+    :func:`fit_with_backoff`, draw for draw.
+
+    Returns ``(index, model, scores)``: the chosen candidate's index, its model on all
+    the counts with the backoff attached, and every candidate's held-out score (nats
+    per triple, higher is better; ``nan`` for all when the split left a side empty,
+    and then the first candidate is chosen).
+
+    Time: one fit per candidate on the kept counts plus one on all of them, plus the
+    bigrams and O(max_contexts · n · k) scoring per candidate.
+
+    Examples
+    --------
+    >>> from streamspec import HMM, SpectralEstimator
+    >>> x = HMM.random(3, 6, random_state=0).sample(20_000, random_state=1)
+    >>> t = Triples.from_arrays(6, x[:-2], x[1:-1], x[2:])
+    >>> fits = [SpectralEstimator(rank=1, backoff=None).fit,
+    ...         SpectralEstimator(rank=3, backoff=None).fit]
+    >>> index, model, scores = select_with_backoff(fits, t)
+    >>> index, model.dim, scores[1] > scores[0]
+    (1, 3, True)
+    """
     if not 0.0 < holdout < 1.0:
         raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
     if int(max_contexts) < 1:
         raise ValueError(f"max_contexts must be a positive integer, got {max_contexts!r}")
+    fits = list(fits)
+    if not fits:
+        raise ValueError("select_with_backoff needs at least one candidate fit")
     rng = np.random.default_rng(random_state)
     kept, held = _thin(triples, holdout, rng)
-    lambdas = np.full(N_BUCKETS, 0.5)
+    lambdas = [np.full(N_BUCKETS, 0.5) for _ in fits]
+    scores = [float("nan")] * len(fits)
     if kept.total > 0 and held.total > 0:
-        lambdas = _held_out_lambdas(fit(kept), KneserNeyBigram.from_triples(kept), held,
-                                    int(max_contexts), rng)  # the model of kept is freed here
+        kn = KneserNeyBigram.from_triples(kept)
+        draws = rng.bit_generator.state  # every candidate scores the same drawn contexts
+        for i, fit in enumerate(fits):
+            rng.bit_generator.state = draws
+            # the model of the kept counts is freed after scoring
+            lambdas[i], scores[i] = _held_out_lambdas(fit(kept), kn, held, int(max_contexts), rng)
     del kept, held
-    final = fit(triples)
-    backoff = Backoff(KneserNeyBigram.from_triples(triples), lambdas)
-    return final.with_backoff(backoff)
+    best = 0
+    for i in range(1, len(fits)):
+        if scores[i] > scores[best]:
+            best = i
+    final = fits[best](triples)
+    backoff = Backoff(KneserNeyBigram.from_triples(triples), lambdas[best])
+    return best, final.with_backoff(backoff), scores
 
 
 def _thin(triples: Triples, fraction: float, rng: np.random.Generator) -> tuple[Triples, Triples]:
@@ -470,7 +516,9 @@ def _thin(triples: Triples, fraction: float, rng: np.random.Generator) -> tuple[
 
 
 def _held_out_lambdas(model, kn: KneserNeyBigram, held: Triples, max_contexts: int,
-                      rng: np.random.Generator) -> np.ndarray:
+                      rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """The λ_b of ``model`` mixed with ``kn`` on the held-out triples, and the mixed model's
+    mean held-out log-likelihood per triple (on the drawn contexts)."""
     n = held.n
     x1, x2, x3, w = held.x1, held.x2, held.x3, held.weights
     ctx = x1 * n + x2
@@ -490,7 +538,10 @@ def _held_out_lambdas(model, kn: KneserNeyBigram, held: Triples, max_contexts: i
     a = _hmm_probs(model, states, inv, x3)
     b = kn.proba_of(x2, x3)
     buckets = bucket_of_counts(kn.context_counts[x2])
-    return fit_mixing_weights(a, b, w, buckets)
+    lam = fit_mixing_weights(a, b, w, buckets)
+    mixed = lam[buckets] * a + (1.0 - lam[buckets]) * b
+    score = float(np.sum(w * np.log(mixed)) / w.sum())
+    return lam, score
 
 
 def _hmm_probs(model, states: np.ndarray, inv: np.ndarray, nexts: np.ndarray) -> np.ndarray:

@@ -234,6 +234,7 @@ def build_weighting(
 # ---------------------------------------------------------------------------
 
 PROJECTED_WEIGHTINGS = ("identity", "diagonal", "per_symbol")
+_GEMM_PAIRS = 32  # Σ_x of a symbol with this many (x2, x1) pairs or more: one matrix product
 _SCRATCH = 1 << 22  # floats of scratch (32 MiB) a block of Σ_x may take
 
 
@@ -321,13 +322,23 @@ class ProjectedWeighting:
             return out
         out = np.zeros((b, kp, kp))
         indptr, indices, data = C.indptr, C.indices, C.data
-        p1 = int(indptr[-1])
-        rows = np.repeat(np.arange(b), np.diff(indptr))
+        counts = np.diff(indptr)
+        # why: a symbol with many pairs gets one BLAS product Q_Jᵀ diag(C) Q_J (the same
+        # flops as summing outer products, ~20x faster); the others are summed in blocks
+        many = counts >= _GEMM_PAIRS
+        for r in np.flatnonzero(many).tolist():
+            lo, hi = indptr[r], indptr[r + 1]
+            q = self.Q[indices[lo:hi]]
+            out[r] = (q * data[lo:hi, None]).T @ q
+        keep = np.repeat(~many, counts)
+        rows = np.repeat(np.arange(b), counts)[keep]
+        cols, vals = indices[keep], data[keep]
+        p1 = rows.size
         step = max(1, _SCRATCH // (kp * kp))
         for a in range(0, p1, step):  # blocks of (x2, x1) pairs: scratch O(step · k'²)
             z = min(p1, a + step)
-            q = self.Q[indices[a:z]]
-            outer = (q * data[a:z, None])[:, :, None] * q[:, None, :]
+            q = self.Q[cols[a:z]]
+            outer = (q * vals[a:z, None])[:, :, None] * q[:, None, :]
             r = rows[a:z]
             seg = np.flatnonzero(np.concatenate(([True], r[1:] != r[:-1])))
             out[r[seg]] += np.add.reduceat(outer, seg, axis=0)

@@ -136,14 +136,14 @@ def test_warm_start_reaches_cold_loss_and_handles_new_symbols(formulation):
     seq = hmm.sample(40000, random_state=5)
     first = MomentAccumulator()
     first.learn_many(seq[:20000][seq[:20000] < 4])  # symbol 4 not seen yet
-    est = MEstimator(rank=3, formulation=formulation)
+    est = MEstimator(rank=3, formulation=formulation, backoff=None)
     previous = est.fit(first)
     assert previous.n_symbols == 4
     acc = MomentAccumulator()
     acc.learn_many(seq)
-    cold = MEstimator(rank=3, formulation=formulation)
+    cold = MEstimator(rank=3, formulation=formulation, backoff=None)
     cold.fit(acc)
-    warm = MEstimator(rank=3, max_outer=1, formulation=formulation)
+    warm = MEstimator(rank=3, max_outer=1, formulation=formulation, backoff=None)
     model = warm.fit(acc, init=previous)
     assert model.n_symbols == 5
     assert warm.factors_.loss <= cold.factors_.loss * 1.05

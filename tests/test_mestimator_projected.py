@@ -156,7 +156,7 @@ def test_gls_solution_satisfies_its_normal_equations_and_beats_theta_spec():
 def test_warm_start_reaches_the_same_solution_in_fewer_outer_iterations():
     hmm = HMM.random(4, 8, random_state=21)
     seq = hmm.sample(60000, random_state=22)
-    kw = dict(rank=3, max_outer=50, tol=1e-9)
+    kw = dict(rank=3, max_outer=50, tol=1e-9, backoff=None)  # the M-step mechanics alone
     cold = MEstimator(**kw)
     cold_model = cold.fit(accumulate(seq, 8))
     assert len(cold.loss_history_) < 50 and cold.rejected_ == []
@@ -179,18 +179,18 @@ def test_warm_start_on_a_grown_alphabet_and_through_a_checkpoint(tmp_path):
     seq = hmm.sample(40000, random_state=5)
     first = MomentAccumulator()
     first.learn_many(seq[:20000][seq[:20000] < 4])  # symbol 4 not seen yet
-    previous = MEstimator(rank=3).fit(first)
+    previous = MEstimator(rank=3, backoff=None).fit(first)
     assert previous.n_symbols == 4 and previous.factors.factorization == "projected"
     previous.save(tmp_path / "m.ckpt")
     loaded = ObservableOperatorModel.load(tmp_path / "m.ckpt")
     np.testing.assert_array_equal(loaded.factors.R, previous.factors.R)
     acc = MomentAccumulator()
     acc.learn_many(seq)
-    warm = MEstimator(rank=3, max_outer=1)
+    warm = MEstimator(rank=3, max_outer=1, backoff=None)
     model = warm.fit(acc, init=loaded)
     assert model.n_symbols == 5
     assert [len(h) for h in warm.loss_history_] == [2]  # a GLS step at the previous operators
-    cold = MEstimator(rank=3)
+    cold = MEstimator(rank=3, backoff=None)
     cold.fit(acc)
     assert warm.factors_.loss <= cold.factors_.loss * 1.05
 
@@ -397,3 +397,29 @@ def test_large_problem_path_weighs_only_frequent_symbols_and_gives_the_same_oper
     # the weighting really acted on the frequent symbols, and only on them
     assert np.abs(part.B[weighted] - spec.B[weighted]).max() > 1e-6
     np.testing.assert_allclose(part.B[rare], spec.B[rare], rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed, length, expected", [(0, 3000, "spectral"), (1, 30000, "m")])
+def test_backoff_returns_theta_spec_when_it_predicts_better_on_the_held_out_counts(
+    seed, length, expected
+):
+    """With the backoff, MEstimator scores θ_M and θ_spec on the same held-out counts and
+    keeps the better: never worse there than SpectralEstimator, which it then equals."""
+    x = HMM.random(3, 40, random_state=seed).sample(length, random_state=seed + 1)
+    t = Triples.from_arrays(40, x[:-2], x[1:-1], x[2:])
+    est = MEstimator(rank=3)
+    model = est.fit(t)
+    spec = SpectralEstimator(rank=3).fit(t)  # the same split, seed and backoff fit
+    theta_m, theta_spec = est.backoff_scores_
+    assert np.isfinite([theta_m, theta_spec]).all()
+    assert est.choice_ == expected
+    if expected == "spectral":
+        assert theta_spec > theta_m
+        np.testing.assert_allclose(model.B, spec.B, atol=1e-10)
+        np.testing.assert_allclose(model.backoff.lambdas, spec.backoff.lambdas, rtol=1e-9)
+        assert model.factors is not None  # fitted as the identity weighting: warm starts work
+    else:
+        assert theta_m >= theta_spec
+        assert np.abs(model.B - spec.B).max() > 1e-4  # θ_M itself, not θ_spec
+        plain = MEstimator(rank=3, backoff=None).fit(t)
+        np.testing.assert_allclose(model.B, plain.B, atol=1e-10)
