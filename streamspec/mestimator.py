@@ -435,10 +435,16 @@ class MEstimator:
         except ImportError as exc:  # pragma: no cover - depends on streamspec.backoff being present
             raise ValueError(f"backoff='auto' needs streamspec.backoff ({exc})") from None
         triples, labels = _triples_of(data)
-
+        if init is self:  # its fitted attributes are dropped below: keep what the warm start needs
+            init = self.factors_
         bases: dict = {}  # why: θ_M and θ_spec of the same counts share one truncated SVD
 
         def fit_with(est: MEstimator, t: Triples, start) -> ObservableOperatorModel:
+            # why: the candidates' earlier fits were scored already; their operators (n·k²
+            # floats each) are freed before this fit allocates its own
+            for e in (self, twin):
+                for name in ("model_", "factors_", "weighting_"):
+                    e.__dict__.pop(name, None)
             est.formulation_ = formulation
             if formulation == "projected":
                 return est._fit_projected(t, labels, start, bases)

@@ -77,8 +77,8 @@ def project_triples(triples: Triples, left: np.ndarray, right: np.ndarray,
        rows ``(x2, i)`` and one entry ``left[x3_p, i]`` per pair and row, times Z, in
        blocks of symbols so that the scratch stays under ~2²² floats.
 
-    Time O(nnz · b + P · a · b), memory O(n · a · b) for the result plus
-    O(P · b) and ~2²² floats of scratch; nothing of size n² is formed. Exact (the same sums
+    Time O(nnz · b + P · a · b), memory O(n · a · b) for the result plus O(nnz) and
+    ~2²² floats (or one symbol's pairs × b) of scratch; nothing of size n² is formed. Exact (the same sums
     as the dense ``einsum``, in another order). ``weights`` replaces the triples'
     weights (same order), e.g. residual-weighted counts; the result is still
     divided by the triples' total. ``middle`` (sorted symbol indices) restricts the
@@ -118,33 +118,39 @@ def project_triples(triples: Triples, left: np.ndarray, right: np.ndarray,
     pair_id = np.cumsum(new_pair) - 1
     n_pairs = starts.size
     A = sp.csr_matrix((w, (pair_id, x1)), shape=(n_pairs, n_cols))
-    Z = A @ right  # (P, b): sum over x1 of w · right[x1], per pair
     px2, px3 = x2[starts], x3[starts]
-    # symbols with many pairs: one BLAS product each, out[x] = left[x3 of its pairs]ᵀ Z[its pairs]
-    bounds = np.searchsorted(px2, np.arange(n + 1))
+    bounds = np.searchsorted(px2, np.arange(n + 1))  # pairs of symbol x: bounds[x]:bounds[x+1]
     sizes = np.diff(bounds)
-    heavy = np.flatnonzero(sizes >= _GEMM_MIN_PAIRS)
-    for x in heavy.tolist():
-        lo, hi = bounds[x], bounds[x + 1]
-        np.matmul(left[px3[lo:hi]].T, Z[lo:hi], out=out[x])
-    # the other symbols: each of their pairs p adds left[x3_p] ⊗ Z[p] to out[x2_p], as one
-    # sparse product per block of symbols (a column per pair, with its a entries in the rows
-    # (local x2, i): CSC form needs no sort); a block's result has ≤ ~2²² floats
-    light = np.flatnonzero((sizes > 0) & (sizes < _GEMM_MIN_PAIRS))
-    if light.size == 0:
-        return out
-    keep = np.repeat(sizes < _GEMM_MIN_PAIRS, sizes)
-    px2l, px3l, Zl = px2[keep], px3[keep], Z[keep]
-    per_block = max(1, _BLOCK_ENTRIES // max(a * b, a * _GEMM_MIN_PAIRS, 1))
+    light_pair = np.repeat(sizes < _GEMM_MIN_PAIRS, sizes)
+    # why chunks: Z = A @ right (the x1 side summed per pair, P × b floats) is formed for a
+    # run of consecutive symbols at a time, ≤ ~2²² floats (or one symbol's pairs), and so
+    # is the block of ``out`` the run's light symbols fill
+    cap_pairs = max(1, _BLOCK_ENTRIES // max(b, 1))
+    max_syms = max(1, _BLOCK_ENTRIES // max(a * b, a * _GEMM_MIN_PAIRS, 1))
     ia = np.arange(a)
-    for s_lo in range(0, light.size, per_block):
-        syms = light[s_lo : s_lo + per_block]
-        lo, hi = np.searchsorted(px2l, [syms[0], syms[-1] + 1])
-        local = np.searchsorted(syms, px2l[lo:hi])
-        rows = (local[:, None] * a + ia).ravel()
-        indptr = np.arange(0, (hi - lo) * a + 1, a)
-        S = sp.csc_matrix((left[px3l[lo:hi]].ravel(), rows, indptr), shape=(syms.size * a, hi - lo))
-        out[syms] = (S @ Zl[lo:hi]).reshape(syms.size, a, b)
+    x = 0
+    while x < n:
+        y = int(np.searchsorted(bounds, bounds[x] + cap_pairs, side="right")) - 1
+        y = min(max(y, x + 1), x + max_syms, n)
+        p0, p1 = int(bounds[x]), int(bounds[y])
+        if p1 > p0:
+            Z = A[p0:p1] @ right  # (pairs of the run, b)
+            # symbols with many pairs: one BLAS product each, out[s] = left[x3 of its pairs]ᵀ Z
+            for sym in (x + np.flatnonzero(sizes[x:y] >= _GEMM_MIN_PAIRS)).tolist():
+                lo, hi = int(bounds[sym]) - p0, int(bounds[sym + 1]) - p0
+                np.matmul(left[px3[p0 + lo : p0 + hi]].T, Z[lo:hi], out=out[sym])
+            # the others: each pair p adds left[x3_p] ⊗ Z[p] to out[x2_p], as one sparse
+            # product (a column per pair, its a entries in the rows (local x2, i): CSC, no sort)
+            lp = np.flatnonzero(light_pair[p0:p1])
+            if lp.size:
+                syms = np.unique(px2[p0 + lp])
+                local = np.searchsorted(syms, px2[p0 + lp])
+                rows = (local[:, None] * a + ia).ravel()
+                indptr = np.arange(0, lp.size * a + 1, a)
+                S = sp.csc_matrix((left[px3[p0 + lp]].ravel(), rows, indptr),
+                                  shape=(syms.size * a, lp.size))
+                out[syms] = (S @ Z[lp]).reshape(syms.size, a, b)
+        x = y
     return out
 
 

@@ -372,8 +372,8 @@ def projected_weighting(
     """The weighting ``mode`` of the projected conditions at operators ``B[x]`` (k × k each).
 
     ``triples`` is a :class:`~streamspec.triples.Triples`, U (n, k) and Q (n, k') the
-    bases of the conditions. Costs: O(nnz · k) for the residual norms (one per
-    distinct pair (x2, x3)), O(nnz) for the pair sums ``C[x2, x1]``, O(n) for the
+    bases of the conditions. Costs: O(n · k² + P · k) for the residual norms (one per
+    distinct pair (x2, x3), P pairs), O(nnz) for the pair sums ``C[x2, x1]``, O(n) for the
     per-symbol scales; memory O(nnz + n · k'). Nothing of size n² is formed.
 
     Examples
@@ -409,11 +409,13 @@ def projected_weighting(
     starts = np.flatnonzero(new)
     pid = np.cumsum(new) - 1
     px2, px3 = x2[starts], x3[starts]
+    # why: B̃_{x2} u_{x2} depends on x2 alone: n products, not one per pair
+    Bu = np.einsum("xab,xb->xa", B, U)
     res = np.empty(starts.size)
-    step = max(1, _SCRATCH // max(1, U.shape[1] ** 2))
+    step = max(1, _SCRATCH // max(1, U.shape[1]))
     for a in range(0, starts.size, step):
         z = min(starts.size, a + step)
-        r = U[px3[a:z]] - np.einsum("pab,pb->pa", B[px2[a:z]], U[px2[a:z]])
+        r = U[px3[a:z]] - Bu[px2[a:z]]
         res[a:z] = (r * r).sum(axis=1)
     w = triples.weights * res[pid] / N
     C = sp.csr_matrix((w, (x2, x1)), shape=(n, n))

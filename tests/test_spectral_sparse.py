@@ -80,6 +80,9 @@ def test_project_triples_in_many_blocks(monkeypatch):
     assert 0 < (np.diff(np.searchsorted(t.x2[np.unique(t.codes >> 21, return_index=True)[1]],
                                         np.arange(n + 1))) >= 38).sum() < n
     np.testing.assert_allclose(project_triples(t, left, right), whole, rtol=0, atol=1e-15)
+    monkeypatch.setattr(sub, "_BLOCK_ENTRIES", 200)  # runs of several symbols, of both kinds
+    np.testing.assert_allclose(project_triples(t, left, right), whole, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(whole, _project_reference(t, left, right), rtol=0, atol=1e-14)
 
 
 def test_triples_of_validates_like_counts_of():
