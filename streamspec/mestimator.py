@@ -173,7 +173,11 @@ class MEstimator:
         the extra k' - k conditions are what the weighting can trade off.
     max_outer
         Outer iterations (re-estimations of W) at most; 1 means W = I only (cold)
-        or one GLS step at the previous operators (warm).
+        or one GLS step at the previous operators (warm). ``None`` (default): 2 in
+        the projected formulation (two-step GMM: θ_spec, then one GLS step with W
+        estimated at θ_spec; a third iteration changed the held-out log loss by
+        < 1e-4 nats at n = 1,000 and 20,000 and the training criterion by 3e-5
+        relative at n = 10⁵, for 20% of the fit time), 3 in the dense one.
     max_sweeps
         Dense only: alternating sweeps (S-step then R-step) per outer iteration.
     tol
@@ -317,7 +321,7 @@ class MEstimator:
         penalty: float = 0.0,
         weighting: str = "per_symbol",
         factorization: str = "fixed",
-        max_outer: int = 3,
+        max_outer: int | None = None,
         max_sweeps: int = 10,
         tol: float = 1e-6,
         n_restarts: int = 0,
@@ -366,6 +370,8 @@ class MEstimator:
             raise ValueError(f"penalty must be a number >= 0, got {self.penalty!r}")
         for name in ("max_outer", "max_sweeps"):
             v = getattr(self, name)
+            if v is None and name == "max_outer":
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if isinstance(self.n_restarts, bool) or not isinstance(self.n_restarts, int) or self.n_restarts < 0:
@@ -396,6 +402,11 @@ class MEstimator:
         if self.factorization != "fixed":
             return f"factorization={self.factorization!r}"
         return ""
+
+    def _max_outer(self, projected: bool) -> int:
+        if self.max_outer is not None:
+            return self.max_outer
+        return 2 if projected else 3
 
     def _resolved_formulation(self) -> str:
         if self.formulation != "auto":
@@ -497,18 +508,25 @@ class MEstimator:
         M = U.T @ np.asarray(P21 @ Q)  # (k, k') = [Σ_k, 0] up to rounding
         b1 = U.T @ P1
         binf = np.linalg.pinv(np.asarray(P21.T @ U)) @ P1
-        # the W = I solution of every symbol, A_x Mᵀ(MMᵀ)⁻¹ = Uᵀ P3x1[x] (Q Mᵀ(MMᵀ)⁻¹):
-        # θ_spec's operators, one projection of the triples, O(nnz·k + pairs·k²)
-        base = project_triples(triples, U, Q @ np.linalg.pinv(M))
         active = self._weighted_symbols(triples, n, k, kp)
         # why: only symbols whose weighting differs from the identity need their k × k'
         # conditions A_x; the others keep θ_spec's operators (their own exact minimiser)
         A = project_triples(triples, U, Q, middle=active)
+        # the W = I solution of every symbol, A_x Mᵀ(MMᵀ)⁻¹ = Uᵀ P3x1[x] (Q Mᵀ(MMᵀ)⁻¹):
+        # θ_spec's operators; from A where it exists, else one projection of the other
+        # symbols' triples, O(nnz·k + pairs·k²)
+        M_pinv = np.linalg.pinv(M)
+        base = np.empty((n, k, k))
+        if active.size < n:
+            rest = np.setdiff1d(np.arange(n), active, assume_unique=True)
+            base[rest] = project_triples(triples, U, Q @ M_pinv, middle=rest)
+        for a in range(0, active.size, 4096):
+            base[active[a : a + 4096]] = A[a : a + 4096] @ M_pinv
         ops = self._projected_warm_ops(init, n, k, U)  # the operators W is estimated at
         history, rejected = [], []
         # why: the first cold iteration is Algorithm 1's W = I (θ_spec); with W = I the
         # solution does not depend on the operators, so further iterations change nothing
-        budget = 1 if self.weighting == "identity" else self.max_outer
+        budget = 1 if self.weighting == "identity" else self._max_outer(projected=True)
         for it in range(budget):
             if ops is None:
                 new, before, after = base[active], None, _identity_loss(A, M, base[active])
@@ -691,7 +709,7 @@ class MEstimator:
         W = W0 if W0 is not None else build_weighting("identity", self._c3)
         history = []
         B_old = None
-        outer_budget = self.max_outer if self.weighting != "identity" else 1
+        outer_budget = self._max_outer(projected=False) if self.weighting != "identity" else 1
         for outer in range(outer_budget):
             if outer > 0:
                 W = self._weighting_at(B_old)

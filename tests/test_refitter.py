@@ -276,14 +276,14 @@ def test_adopted_model_makes_the_next_fit_warm(tmp_path):
     hmm = HMM.random(3, 5, random_state=11)
     acc = MomentAccumulator(5)
     acc.learn_many(hmm.sample(20_000, random_state=12))
-    MEstimator(rank=3, backoff=None).fit(acc).save(tmp_path / "m.ckpt")  # an earlier process's model
-    restarted = Refitter(MEstimator(rank=3, backoff=None), refit_every=10, sweeps=2)
+    MEstimator(rank=3, backoff=None, max_outer=3).fit(acc).save(tmp_path / "m.ckpt")  # an earlier process's model
+    restarted = Refitter(MEstimator(rank=3, backoff=None, max_outer=3), refit_every=10, sweeps=2)
     restarted.adopt(ObservableOperatorModel.load(tmp_path / "m.ckpt"))
     assert restarted.model is not None and restarted.n_fits == 0
     acc.learn_many(hmm.sample(5_000, random_state=13))
     assert restarted.fit_now(acc)
     assert restarted.records[-1].warm and restarted.records[-1].error is None
-    cold = Refitter(MEstimator(rank=3, backoff=None), refit_every=10, sweeps=2)
+    cold = Refitter(MEstimator(rank=3, backoff=None, max_outer=3), refit_every=10, sweeps=2)
     cold.fit_now(acc)
     assert not cold.records[-1].warm
     assert restarted.records[-1].sweeps < cold.records[-1].sweeps
