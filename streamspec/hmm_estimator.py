@@ -132,7 +132,10 @@ def moment_estimate(
     L3 = U3[x3]  # (nnz, m): rows of U3 at x3
     R1 = U1[x1] @ Kinv  # (nnz, m): rows of U1 K⁻¹ at x1
 
-    # candidates η: pick the one whose Σ η_x B(x) has the largest smallest eigen-gap
+    # candidates η: pick the one whose Σ η_x B(x) has the largest smallest gap between the
+    # real parts of its eigenvalues, less their largest imaginary part. Why real parts: under
+    # noise a pair of close eigenvalues becomes a complex-conjugate pair, whose |λ_i - λ_j| is
+    # twice the imaginary part (large) but whose real parts, all we keep, are one state twice
     rng = np.random.default_rng(random_state)
     best = None
     for _ in range(_N_ETA):
@@ -143,8 +146,9 @@ def moment_estimate(
         # Σ_x η_x B(x) = U3ᵀ (Σ_x η_x P31,x) U1 K⁻¹, summed over the distinct triples
         Bm = (L3 * (w * eta[x2])[:, None]).T @ R1
         lam, V = np.linalg.eig(Bm)
-        gaps = np.abs(lam[:, None] - lam[None, :]) + np.diag(np.full(m, np.inf))
-        gap = float(gaps.min()) if m > 1 else 1.0
+        re = np.real(lam)
+        gaps = np.abs(re[:, None] - re[None, :]) + np.diag(np.full(m, np.inf))
+        gap = (float(gaps.min()) if m > 1 else 1.0) - float(np.abs(np.imag(lam)).max())
         scale = float(np.abs(lam).max()) or 1.0
         if best is None or gap / scale > best[0]:
             best = (gap / scale, V)
@@ -155,7 +159,7 @@ def moment_estimate(
     O = np.empty((n, m))
     for h in range(m):
         O[:, h] = np.bincount(x2, weights=np.real(terms[:, h]), minlength=n)
-    O = _normalise_columns(O)
+    O = _split_duplicates(_normalise_columns(O), rng)
     # M3 = U3 R, each column a distribution over x3 (its complex scale removed by its sum)
     M3 = U3 @ R
     M3 = M3 / M3.sum(axis=0, keepdims=True)
@@ -166,6 +170,18 @@ def moment_estimate(
     pi = np.clip(pi, 0.0, None)
     pi = pi / pi.sum() if pi.sum() > 0 else np.full(m, 1.0 / m)
     return pi, T, O
+
+
+def _split_duplicates(O: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Emission columns that equal an earlier one (a complex pair kept by its real part):
+    each such copy is perturbed (log-normal factors, σ = 0.5, seeded), so that the
+    refinement can pull the two states apart; EM cannot separate identical states."""
+    O = O.copy()
+    for h in range(1, O.shape[1]):
+        if any(np.abs(O[:, h] - O[:, g]).sum() < 1e-6 for g in range(h)):
+            col = O[:, h] * rng.lognormal(0.0, 0.5, size=O.shape[0]) + 1e-12
+            O[:, h] = col / col.sum()
+    return O
 
 
 def exact_triples(hmm, scale: float = 1e12) -> Triples:

@@ -277,8 +277,9 @@ class MEstimator:
     1e-10; the dense formulation cannot run there.) The projected ``"per_symbol"``
     weighting was never worse than θ_spec as a plain model and is the default;
     its k' = 2k default beat k' = 3k at 10⁴ symbols. Behind the backoff the
-    difference shrinks to ±0.002 nats and is not always in θ_M's favour on large
-    alphabets. ``"diagonal"`` equals θ_spec *exactly* in this basis: with
+    difference shrank to ±0.002 nats and was not always in θ_M's favour on large
+    alphabets: hence ``backoff="auto"`` keeps θ_spec when it scores better on the
+    held-out counts (``choice_``). ``"diagonal"`` equals θ_spec *exactly* in this basis: with
     ``M = [Σ_k, 0]`` a diagonal ``Σ_x`` cannot couple the extra conditions to
     the first k, so only a full ``Σ_x`` can use them; it is kept for completeness.
     The dense per-symbol weighting (the old default) was the best at n = 26 on

@@ -319,3 +319,19 @@ def test_large_alphabet_is_fast_and_sparse():
     assert time.perf_counter() - t0 < 20
     eO, eT, _ = match(truth, moments)
     assert eO < 0.25 and eT < 0.1, (eO, eT)
+
+
+def test_moment_step_returns_distinct_states_on_a_sticky_hmm():
+    """Under noise, close eigenvalues turn into complex-conjugate pairs whose real parts
+    are one state twice, which no EM can separate: the η choice avoids them and copies
+    that remain are split."""
+    m, n = 10, 50
+    rng = np.random.default_rng(1050)
+    T = np.full((m, m), 0.1 / (m - 1)) + np.eye(m) * (0.9 - 0.1 / (m - 1))
+    truth = HMM(T, rng.dirichlet(np.full(n, 0.5), size=m).T)
+    x = truth.sample(100_000, random_state=1)
+    t = Triples.from_arrays(n, x[:-2], x[1:-1], x[2:])
+    for n_iter in (0, 50):
+        O = HMMEstimator(n_states=m, n_iter=n_iter, random_state=0).fit(t).emissionprob_
+        closest = min(np.abs(O[i] - O[j]).sum() for i in range(m) for j in range(i))
+        assert closest > 0.05, f"two states emit alike (n_iter={n_iter}): {closest:.2e}"

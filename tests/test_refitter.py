@@ -276,7 +276,8 @@ def test_adopted_model_makes_the_next_fit_warm(tmp_path):
     hmm = HMM.random(3, 5, random_state=11)
     acc = MomentAccumulator(5)
     acc.learn_many(hmm.sample(20_000, random_state=12))
-    MEstimator(rank=3, backoff=None, max_outer=3).fit(acc).save(tmp_path / "m.ckpt")  # an earlier process's model
+    # an earlier process's model
+    MEstimator(rank=3, backoff=None, max_outer=3).fit(acc).save(tmp_path / "m.ckpt")
     restarted = Refitter(MEstimator(rank=3, backoff=None, max_outer=3), refit_every=10, sweeps=2)
     restarted.adopt(ObservableOperatorModel.load(tmp_path / "m.ckpt"))
     assert restarted.model is not None and restarted.n_fits == 0
