@@ -520,7 +520,7 @@ class MEstimator:
         base = np.empty((n, k, k))
         if active.size < n:
             rest = np.setdiff1d(np.arange(n), active, assume_unique=True)
-            base[rest] = project_triples(triples, U, Q @ M_pinv, middle=rest)
+            project_triples(triples, U, Q @ M_pinv, middle=rest, out=base)
         for a in range(0, active.size, 4096):
             base[active[a : a + 4096]] = A[a : a + 4096] @ M_pinv
         ops = self._projected_warm_ops(init, n, k, U)  # the operators W is estimated at

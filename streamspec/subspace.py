@@ -63,7 +63,8 @@ def top_singular(
 
 
 def project_triples(triples: Triples, left: np.ndarray, right: np.ndarray,
-                    weights: np.ndarray | None = None, middle: np.ndarray | None = None) -> np.ndarray:
+                    weights: np.ndarray | None = None, middle: np.ndarray | None = None,
+                    out: np.ndarray | None = None) -> np.ndarray:
     """``out[x] = leftᵀ P3x1[x] right`` for every symbol x, shape (n, a, b).
 
     ``P3x1[x][i, j] = Pr(x3 = i, x2 = x, x1 = j)``; ``left`` is (n, a), ``right`` is
@@ -83,7 +84,9 @@ def project_triples(triples: Triples, left: np.ndarray, right: np.ndarray,
     weights (same order), e.g. residual-weighted counts; the result is still
     divided by the triples' total. ``middle`` (sorted symbol indices) restricts the
     result to those middle symbols: shape (len(middle), a, b), in that order, and the
-    cost to their triples.
+    cost to their triples. ``out`` (n, a, b), with ``middle``: the rows ``middle`` of
+    ``out`` are written instead (the others untouched) and ``out`` is returned, which
+    spares a copy of the result.
 
     Examples
     --------
@@ -109,7 +112,14 @@ def project_triples(triples: Triples, left: np.ndarray, right: np.ndarray,
         n = middle.size
     else:
         n = triples.n
-    out = np.zeros((n, a, b))
+    rows_of = None  # local row -> row of ``out`` (None: the same)
+    if out is not None:
+        if middle is None or out.shape != (triples.n, a, b):
+            raise ValueError(f"out must come with middle and have shape {(triples.n, a, b)}")
+        rows_of = middle
+        out[middle] = 0.0
+    else:
+        out = np.zeros((n, a, b))
     if x1.size == 0:
         return out
     pair = (x2 << 21) | x3  # (x2, x3) packed; triples are sorted, so pairs are grouped
@@ -138,7 +148,8 @@ def project_triples(triples: Triples, left: np.ndarray, right: np.ndarray,
             # symbols with many pairs: one BLAS product each, out[s] = left[x3 of its pairs]ᵀ Z
             for sym in (x + np.flatnonzero(sizes[x:y] >= _GEMM_MIN_PAIRS)).tolist():
                 lo, hi = int(bounds[sym]) - p0, int(bounds[sym + 1]) - p0
-                np.matmul(left[px3[p0 + lo : p0 + hi]].T, Z[lo:hi], out=out[sym])
+                dest = sym if rows_of is None else int(rows_of[sym])
+                np.matmul(left[px3[p0 + lo : p0 + hi]].T, Z[lo:hi], out=out[dest])
             # the others: each pair p adds left[x3_p] ⊗ Z[p] to out[x2_p], as one sparse
             # product (a column per pair, its a entries in the rows (local x2, i): CSC, no sort)
             lp = np.flatnonzero(light_pair[p0:p1])
@@ -149,7 +160,7 @@ def project_triples(triples: Triples, left: np.ndarray, right: np.ndarray,
                 indptr = np.arange(0, lp.size * a + 1, a)
                 S = sp.csc_matrix((left[px3[p0 + lp]].ravel(), rows, indptr),
                                   shape=(syms.size * a, lp.size))
-                out[syms] = (S @ Z[lp]).reshape(syms.size, a, b)
+                out[syms if rows_of is None else rows_of[syms]] = (S @ Z[lp]).reshape(syms.size, a, b)
         x = y
     return out
 

@@ -167,3 +167,19 @@ def test_recovery_of_an_hmm_over_2000_symbols():
     # measured: joint error 0.073 -> 0.015, total variation 0.29 -> 0.10
     assert j6 < 0.4 * j5 and tv6 < 0.6 * tv5
     assert j6 < 0.05 and tv6 < 0.2
+
+
+def test_project_triples_writes_the_middle_rows_of_out():
+    rng = np.random.default_rng(3)
+    n = 30
+    t = Triples.from_arrays(n, *rng.integers(0, n, size=(3, 4000)))
+    left, right = rng.normal(size=(n, 3)), rng.normal(size=(n, 2))
+    middle = np.array([0, 4, 5, 17, 29])
+    buf = np.full((n, 3, 2), 7.0)
+    got = project_triples(t, left, right, middle=middle, out=buf)
+    assert got is buf
+    np.testing.assert_array_equal(buf[middle], project_triples(t, left, right, middle=middle))
+    others = np.setdiff1d(np.arange(n), middle)
+    assert (buf[others] == 7.0).all()  # untouched
+    with pytest.raises(ValueError, match="out must come with middle"):
+        project_triples(t, left, right, out=buf)
