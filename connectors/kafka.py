@@ -932,10 +932,11 @@ class ConsumerDaemon:
             )
             hmm = getattr(model, "hmm", None)
             if hmm is not None:
-                key, value, hmm_headers = encode_hmm(hmm, self._model_version,
-                                                     self.metrics.records, self.client_id)
-                self._producer.send(self.config.models_topic, key=key, value=value,
-                                    headers=hmm_headers)
+                _, value, hmm_headers = encode_hmm(hmm, self._model_version,
+                                                   self.metrics.records, self.client_id)
+                # the model's key: the same partition, so the HMM stays right after its model
+                self._producer.send(self.config.models_topic, key=self.client_id.encode(),
+                                    value=value, headers=hmm_headers)
 
     def _take_fitted_global(self) -> None:
         """Kafka backend: publish a model the refitter just fitted, with the next version."""
