@@ -459,7 +459,7 @@ class MEstimator:
                     e.__dict__.pop(name, None)
             est.formulation_ = formulation
             if formulation == "projected":
-                return est._fit_projected(t, labels, start, bases)
+                return est._fit_projected(t, labels, start, bases, scored_only=t is not triples)
             model = est._fit_dense(t, start)
             model.symbols = None if labels is None else list(labels)
             return model
@@ -482,22 +482,15 @@ class MEstimator:
 
     # ------------------------------------------------------------------ projected formulation
 
-    def _fit_projected(self, triples: Triples, labels, init,
-                       bases: dict | None = None) -> ObservableOperatorModel:
+    def _fit_projected(self, triples: Triples, labels, init, bases: dict | None = None,
+                       scored_only: bool = False) -> ObservableOperatorModel:
         n, N = triples.n, triples.total
         if not N > 0:
             raise ValueError(
                 "cannot fit on an empty accumulator: no triple counted yet (each stream needs 3 symbols)"
             )
         P1, P21 = triples.P1(), triples.P21()
-        k = self._projected_rank(P21, N, n)
-        kmax = n if n <= DENSE_SVD_MAX else n - 1  # ARPACK needs k' < n
-        kp = max(k, min(kmax, self.n_conditions if self.n_conditions is not None else 2 * k))
-        if k > kmax:
-            raise ValueError(
-                f"rank {k} on {n} symbols: above {DENSE_SVD_MAX} symbols the rank must be below "
-                "the alphabet size"
-            )
+        k, kp = self._projected_sizes(P21, N, n)
         key = (id(triples), kp)
         if bases is not None and key in bases:
             U, Q = bases[key]
@@ -561,8 +554,11 @@ class MEstimator:
                 break
         if ops is None:  # pragma: no cover - the first cold iteration is W = I, never rejected
             raise ValueError("the projected M-estimator found no finite solution")
-        W = self._projected_weighting_at(self.weighting, triples, U, Q, ops)
-        loss = _projected_loss(W, active, A, M, ops[active])
+        if scored_only:  # a fit whose predictions alone are used (the backoff's 90%)
+            W, loss = None, history[-1][-1]
+        else:
+            W = self._projected_weighting_at(self.weighting, triples, U, Q, ops)
+            loss = _projected_loss(W, active, A, M, ops[active])
         factors = MFactors(ops, U, "projected", loss=loss, history=history)
         self.factors_, self.weighting_, self.loss_history_ = factors, W, history
         self.rejected_ = rejected
@@ -574,6 +570,18 @@ class MEstimator:
         model.factors = factors
         self.model_ = model
         return model
+
+    def _projected_sizes(self, P21, N: float, n: int) -> tuple[int, int]:
+        """The rank k and the number k' of conditions per symbol for these counts."""
+        k = self._projected_rank(P21, N, n)
+        kmax = n if n <= DENSE_SVD_MAX else n - 1  # ARPACK needs k' < n
+        kp = max(k, min(kmax, self.n_conditions if self.n_conditions is not None else 2 * k))
+        if k > kmax:
+            raise ValueError(
+                f"rank {k} on {n} symbols: above {DENSE_SVD_MAX} symbols the rank must be below "
+                "the alphabet size"
+            )
+        return k, kp
 
     def _projected_rank(self, P21, N: float, n: int) -> int:
         if not (isinstance(self.rank, str) and self.rank == "auto"):
