@@ -42,7 +42,7 @@ __all__ = ["HMMEstimator", "moment_estimate", "refine", "triple_log_likelihood",
 
 _CHUNK = 1 << 16  # distinct triples per block of the E-step: bounds its scratch memory
 _FLOOR = 1e-6  # mass mixed into the emissions/transitions of a start, so no triple is impossible
-_N_ETA = 8  # seeded candidate combinations η tried for the eigen-decomposition
+_N_ETA = 16  # seeded candidate combinations η tried for the eigen-decomposition
 
 
 # ---------------------------------------------------------------------- input
@@ -132,10 +132,11 @@ def moment_estimate(
     L3 = U3[x3]  # (nnz, m): rows of U3 at x3
     R1 = U1[x1] @ Kinv  # (nnz, m): rows of U1 K⁻¹ at x1
 
-    # candidates η: pick the one whose Σ η_x B(x) has the largest smallest gap between the
-    # real parts of its eigenvalues, less their largest imaginary part. Why real parts: under
-    # noise a pair of close eigenvalues becomes a complex-conjugate pair, whose |λ_i - λ_j| is
-    # twice the imaginary part (large) but whose real parts, all we keep, are one state twice
+    # candidates η: pick the one whose Σ η_x B(x) has the fewest complex eigenvalues, then the
+    # largest smallest gap between the real parts of its eigenvalues, less their largest
+    # imaginary part. Why: under noise a pair of close eigenvalues becomes a complex-conjugate
+    # pair, whose |λ_i - λ_j| is twice the imaginary part (large) but whose real parts, all we
+    # keep, are one state twice
     rng = np.random.default_rng(random_state)
     best = None
     for _ in range(_N_ETA):
@@ -150,8 +151,9 @@ def moment_estimate(
         gaps = np.abs(re[:, None] - re[None, :]) + np.diag(np.full(m, np.inf))
         gap = (float(gaps.min()) if m > 1 else 1.0) - float(np.abs(np.imag(lam)).max())
         scale = float(np.abs(lam).max()) or 1.0
-        if best is None or gap / scale > best[0]:
-            best = (gap / scale, V)
+        score = (-int((np.abs(np.imag(lam)) > 1e-9 * scale).sum()), gap / scale)
+        if best is None or score > best[0]:
+            best = (score, V)
     R = best[1]  # columns: eigenvectors, complex under noise
     Rinv = np.linalg.inv(R)
     # O[x, h] = Σ_{triples with x2 = x} w · (R⁻¹ U3ᵀ)[h, x3] · (U1 K⁻¹ R)[x1, h]
