@@ -974,7 +974,10 @@ def _reduce_sorted(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     first[0] = True
     np.not_equal(c[1:], c[:-1], out=first[1:])
     starts = np.flatnonzero(first)
-    return c[starts], np.diff(starts, append=c.size).astype(np.float64)
+    counts = np.empty(starts.size)  # run lengths, written as float64 in one pass
+    np.subtract(starts[1:], starts[:-1], out=counts[:-1], casting="unsafe")
+    counts[-1] = c.size - starts[-1]
+    return c[starts], counts
 
 
 def _sort_reduce(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
