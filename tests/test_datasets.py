@@ -373,14 +373,16 @@ def test_default_data_path_none(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
 # ---------------------------------------------------------------------------
 
 DATA = default_data_path()
+_SEARCHED = ("STREAMSPEC_DATA (unset) and every shared/data or ../shared/data above the "
+             "working directory and the package")
 
 
 def _real(folder: str):
     present = DATA is not None and (DATA / folder).is_dir()
     return pytest.mark.skipif(
         not present,
-        reason=f"real data folder '{folder}' not found (looked in {DATA}); set STREAMSPEC_DATA "
-        "or place the data in shared/data beside the repository",
+        reason=f"real data folder '{folder}' not found (looked in {DATA or _SEARCHED}); "
+        "set STREAMSPEC_DATA or place the data in shared/data beside the repository",
     )
 
 
