@@ -40,6 +40,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from streamspec.mestimator import MEstimator, _factors_of
 from streamspec.model import ObservableOperatorModel
+from streamspec.spectral import triples_of
 from streamspec.triples import Triples
 
 __all__ = ["ProcessMEstimator", "shutdown_worker", "start_worker", "sparse_counts"]
@@ -120,22 +121,7 @@ def sparse_counts(data) -> tuple[Triples, list | None]:
     rebuilt without their cached unpacked indices, so that only codes and weights are
     pickled to the worker.
     """
-    if isinstance(data, Triples):
-        t, labels = data, None
-    else:
-        try:
-            from streamspec.spectral import triples_of
-        except ImportError:  # an older spectral module
-            triples_of = None
-        if triples_of is not None:
-            t, labels = triples_of(data)
-        else:
-            t = data.triples()
-            labels = data.symbols if getattr(data, "n_symbols", None) is None else None
-    if not t.total > 0:
-        raise ValueError(
-            "cannot fit on an empty accumulator: no triple counted yet (each stream needs 3 symbols)"
-        )
+    t, labels = triples_of(data)  # raises on empty counts
     return Triples(t.n, t.codes, t.weights), (list(labels) if labels is not None else None)
 
 

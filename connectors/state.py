@@ -35,7 +35,6 @@ Examples
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -50,10 +49,11 @@ from streamspec.checkpoint import (
     dump_checkpoint,
     load_checkpoint_bytes,
     read_checkpoint,
+    write_atomic,
 )
 
 __all__ = ["PartitionState", "SourceState", "StateStore", "merge_accumulators",
-           "write_verified", "dump_verified"]
+           "dump_verified"]
 
 _PARTITION_FORMAT = "streamspec.PartitionState"
 _SOURCE_FORMAT = "streamspec.SourceState"
@@ -76,29 +76,6 @@ def dump_verified(kind: str, header: dict, arrays: dict, read_back) -> bytes:
     back_header, back_arrays = load_checkpoint_bytes(data, kind, _VERSION, "new checkpoint")
     read_back(back_header, back_arrays, "new checkpoint (read back before writing)")
     return data
-
-
-def write_verified(path: str | os.PathLike, data: bytes) -> Path:
-    """Write checkpoint bytes atomically: temporary file, fsync, rename, fsync of the folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return path
 
 
 def _join_acc(header: dict, arrays: dict, source: str) -> MomentAccumulator:
@@ -216,7 +193,7 @@ class SourceState:
         }
         data = dump_verified(_SOURCE_FORMAT, header, arrays,
                              lambda h, a, src: _join_acc(h["accumulator"], a, src))
-        return write_verified(path, data)
+        return write_atomic(path, data)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SourceState:
@@ -277,7 +254,7 @@ class StateStore:
         data = dump_verified(_PARTITION_FORMAT, header, arrays, PartitionState.from_parts)
         state.written_at = header["written_at"]
         path = self.path(state.topic, state.partition)
-        return write_verified(path, data)
+        return write_atomic(path, data)
 
     def load(self, topic: str, partition: int) -> PartitionState | None:
         """The partition's checkpoint, or ``None`` if it has none.

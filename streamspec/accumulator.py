@@ -967,13 +967,18 @@ def _compact_to_packed(counts: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarr
 _POOL: ThreadPoolExecutor | None = None
 
 
-def _reduce_sorted(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if c.size == 0:
-        return c, np.empty(0)
+def _run_starts(c: np.ndarray) -> np.ndarray:
+    """Positions where a run of equal values of the sorted, non-empty ``c`` starts."""
     first = np.empty(c.size, dtype=bool)
     first[0] = True
     np.not_equal(c[1:], c[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
+    return np.flatnonzero(first)
+
+
+def _reduce_sorted(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if c.size == 0:
+        return c, np.empty(0)
+    starts = _run_starts(c)
     counts = np.empty(starts.size)  # run lengths, written as float64 in one pass
     np.subtract(starts[1:], starts[:-1], out=counts[:-1], casting="unsafe")
     counts[-1] = c.size - starts[-1]
@@ -1004,10 +1009,7 @@ def _sort_reduce_weighted(codes: np.ndarray, weights: np.ndarray) -> tuple[np.nd
     c = codes[order]
     if c.size == 0:
         return c, np.empty(0)
-    first = np.empty(c.size, dtype=bool)
-    first[0] = True
-    np.not_equal(c[1:], c[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
+    starts = _run_starts(c)
     return c[starts], np.add.reduceat(weights[order], starts)
 
 

@@ -26,6 +26,7 @@ import numpy as np
 __all__ = [
     "CheckpointError",
     "write_checkpoint",
+    "write_atomic",
     "read_checkpoint",
     "dump_checkpoint",
     "load_checkpoint_bytes",
@@ -134,8 +135,12 @@ def write_checkpoint(
     path: str | os.PathLike, kind: str, version: int, header: dict, arrays: dict[str, np.ndarray]
 ) -> Path:
     """Atomically write a checkpoint file (temp file, fsync, rename, fsync of the folder)."""
+    return write_atomic(path, dump_checkpoint(kind, version, header, arrays))
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write bytes atomically: temporary file, fsync, rename, fsync of the folder. O(size)."""
     path = Path(path)
-    data = dump_checkpoint(kind, version, header, arrays)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -395,6 +395,39 @@ class HiddenMarkovModel:
         """The model of a :class:`streamspec.hmm.HMM` (transposes its ``T`` and ``O``)."""
         return cls(hmm.pi, np.asarray(hmm.T).T, np.asarray(hmm.O).T, symbols=symbols)
 
+    def errors_against(self, reference) -> tuple[float, float, np.ndarray]:
+        """Parameter errors against a known model, after matching the states.
+
+        ``reference`` is a :class:`HiddenMarkovModel` (or a :class:`streamspec.hmm.HMM`)
+        with as many states. States are matched by the assignment of least total
+        emission L1 distance (Hungarian algorithm). Returns ``(emission_error,
+        transition_error, perm)``: the largest total-variation distance between matched
+        emission distributions, the largest entry-wise error of the transition matrix,
+        and ``perm[h]``, this model's state matched to reference state h. O(m² n + m³).
+
+        Examples
+        --------
+        >>> a = HiddenMarkovModel([0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]], [[1.0, 0.0], [0.0, 1.0]])
+        >>> b = HiddenMarkovModel([0.5, 0.5], [[0.8, 0.2], [0.1, 0.9]], [[0.0, 1.0], [1.0, 0.0]])
+        >>> e_o, e_t, perm = b.errors_against(a)
+        >>> float(e_o), float(e_t), perm.tolist()
+        (0.0, 0.0, [1, 0])
+        """
+        from scipy.optimize import linear_sum_assignment
+
+        if not isinstance(reference, HiddenMarkovModel):
+            reference = HiddenMarkovModel.from_hmm(reference)
+        if reference.n_states != self.n_states:
+            raise ValueError(f"the reference has {reference.n_states} states, this model "
+                             f"{self.n_states}: states cannot be matched")
+        E, R = self.emissionprob_, reference.emissionprob_  # (m, n) rows
+        cost = np.abs(R[:, None, :] - E[None, :, :]).sum(axis=2)
+        rows, cols = linear_sum_assignment(cost)
+        perm = cols[np.argsort(rows)]
+        e_o = float(0.5 * np.abs(R - E[perm]).sum(axis=1).max())
+        e_t = float(np.abs(reference.transmat_ - self.transmat_[np.ix_(perm, perm)]).max())
+        return e_o, e_t, perm
+
     # ------------------------------------------------------------------ persistence
 
     def to_checkpoint(self) -> tuple[str, int, dict, dict[str, np.ndarray]]:

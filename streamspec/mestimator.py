@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from streamspec.backoff import select_with_backoff
 from streamspec.model import ObservableOperatorModel
 from streamspec.moments import probabilities
 from streamspec.solvers import conjugate_gradient, fista, gls_operators, lasso_groups, solve_groups
@@ -16,6 +17,7 @@ from streamspec.spectral import (
     select_rank_by_spectrum,
     spectral_operators,
     top_subspace,
+    triples_of,
 )
 from streamspec.subspace import DENSE_SVD_MAX, project_triples, top_singular
 from streamspec.triples import Triples
@@ -437,16 +439,12 @@ class MEstimator:
     def _fit_plain(self, data, init, formulation: str) -> ObservableOperatorModel:
         self.formulation_ = formulation
         if formulation == "projected":
-            triples, labels = _triples_of(data)
+            triples, labels = triples_of(data)
             return self._fit_projected(triples, labels, init)
         return self._fit_dense(data, init)
 
     def _fit_with_backoff(self, data, init, formulation: str):
-        try:
-            from streamspec.backoff import select_with_backoff
-        except ImportError as exc:  # pragma: no cover - depends on streamspec.backoff being present
-            raise ValueError(f"backoff='auto' needs streamspec.backoff ({exc})") from None
-        triples, labels = _triples_of(data)
+        triples, labels = triples_of(data)
         if init is self:  # its fitted attributes are dropped below: keep what the warm start needs
             init = self.factors_
         bases: dict = {}  # why: θ_M and θ_spec of the same counts share one truncated SVD
@@ -991,24 +989,6 @@ def _identity_loss(A: np.ndarray, M: np.ndarray, ops: np.ndarray) -> float:
     """The loss under W = I, ``Σ_x ‖A_x - B̃_x M‖²`` over the rows of A."""
     return float(sum(np.square(A[a : a + 4096] - ops[a : a + 4096] @ M).sum()
                      for a in range(0, A.shape[0], 4096)))
-
-
-def _triples_of(data) -> tuple[Triples, list | None]:
-    """``(Triples, labels)`` of a Triples, a MomentAccumulator or dense counts.
-
-    Uses :func:`streamspec.spectral.triples_of` when it exists (it knows the
-    accumulator's sparse counts); otherwise densifies an accumulator's counts.
-    """
-    if isinstance(data, Triples):
-        return data, None
-    try:
-        from streamspec.spectral import triples_of
-    except ImportError:
-        triples_of = None
-    if triples_of is not None:
-        return triples_of(data)
-    c3, labels = counts_of(data)
-    return Triples.from_dense(c3), labels
 
 
 def _alphabet_size(data) -> int:

@@ -15,7 +15,7 @@ from river import base
 from streamspec.accumulator import MomentAccumulator
 from streamspec.mestimator import MEstimator
 from streamspec.refitter import Refitter, _init_params
-from streamspec.spectral import SpectralEstimator
+from streamspec.spectral import SpectralEstimator, triples_of
 from streamspec.subspace import DENSE_SVD_MAX, top_singular
 from streamspec.triples import Triples
 from streamspec.with_hmm import WithHMM
@@ -374,7 +374,7 @@ class RankSelector:
         grid = fits or grid[:1]
         choice = self.scores.choose() if self.scores is not None else None
         if choice is None:
-            k = spectrum_rank(triples_of_data(data), max(grid))
+            k = spectrum_rank(triples_of(data)[0], max(grid))
             choice = min(grid, key=lambda r: (abs(r - k), r))
         choice = min(choice, max(grid))
         near = sorted({r for r in grid if choice / 2 <= r <= choice * 2} | {choice})
@@ -391,25 +391,6 @@ class RankSelector:
         model.selected_rank = choice
         self.rank = choice
         return model
-
-
-def triples_of_data(data) -> Triples:
-    """The sparse triple counts of an accumulator (or of a :class:`Triples`), never dense.
-
-    Uses :func:`streamspec.spectral.triples_of` when it exists, else ``data.triples()``.
-    O(distinct triples).
-    """
-    if isinstance(data, Triples):
-        return data
-    try:
-        from streamspec.spectral import triples_of
-    except ImportError:  # an older spectral module
-        triples_of = None
-    if triples_of is not None:
-        return triples_of(data)[0]
-    if hasattr(data, "triples"):
-        return data.triples()
-    return Triples.from_dense(np.asarray(data.counts()))
 
 
 def spectrum_rank(triples: Triples, kmax: int) -> int:

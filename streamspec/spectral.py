@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from streamspec.backoff import fit_with_backoff
 from streamspec.model import ObservableOperatorModel
 from streamspec.subspace import DENSE_SVD_MAX, project_triples, top_singular
 from streamspec.triples import Triples
@@ -285,8 +286,6 @@ class SpectralEstimator:
         if self.backoff is None:
             self.model_ = self._fit_hmm(triples, labels)
         else:
-            from streamspec.backoff import fit_with_backoff
-
             rank = self.rank
 
             def fit(t: Triples) -> ObservableOperatorModel:

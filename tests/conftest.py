@@ -13,7 +13,18 @@ import os
 
 import pytest
 
-from connectors.broker import TansuBroker, have_tansu
+# why: without the project's dependencies every module fails to import; say so once
+_MISSING = [m for m in ("numpy", "scipy", "river", "kafka", "hypothesis", "threadpoolctl")
+            if importlib.util.find_spec(m) is None]
+
+from connectors.broker import TansuBroker, have_tansu  # noqa: E402
+
+
+def pytest_configure(config):
+    if _MISSING:
+        pytest.exit(f"streamspec's dependencies are not installed in this Python "
+                    f"({', '.join(_MISSING)} missing): run the README's test command, "
+                    "pip install -e \".[test]\" && python -m pytest", returncode=4)
 
 HAVE_BROKER = have_tansu()
 HAVE_KAFKA_PYTHON = importlib.util.find_spec("kafka") is not None

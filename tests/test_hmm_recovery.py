@@ -7,7 +7,6 @@ import time
 
 import numpy as np
 import pytest
-from scipy.optimize import linear_sum_assignment
 
 from streamspec.accumulator import MomentAccumulator
 from streamspec.checkpoint import CheckpointError
@@ -34,18 +33,8 @@ def stream_triples(seq, n) -> Triples:
 
 
 def match(truth: HMM, model: HiddenMarkovModel) -> tuple[float, float, np.ndarray]:
-    """Emission and transition errors after matching states (Hungarian on emission L1 distance).
-
-    Emission error: the largest total-variation distance between matched emission
-    distributions; transition error: the largest entry-wise error of T.
-    """
-    O = model.emissionprob_.T
-    cost = np.abs(truth.O[:, :, None] - O[:, None, :]).sum(axis=0)
-    rows, cols = linear_sum_assignment(cost)
-    perm = cols[np.argsort(rows)]  # model state matched to each true state
-    eO = float(0.5 * np.abs(truth.O - O[:, perm]).sum(axis=0).max())
-    eT = float(np.abs(truth.T - model.transmat_.T[np.ix_(perm, perm)]).max())
-    return eO, eT, perm
+    """Emission and transition errors after matching states (``errors_against``)."""
+    return model.errors_against(truth)
 
 
 # ---------------------------------------------------------------------- method of moments
@@ -335,3 +324,21 @@ def test_moment_step_returns_distinct_states_on_a_sticky_hmm():
         O = HMMEstimator(n_states=m, n_iter=n_iter, random_state=0).fit(t).emissionprob_
         closest = min(np.abs(O[i] - O[j]).sum() for i in range(m) for j in range(i))
         assert closest > 0.05, f"two states emit alike (n_iter={n_iter}): {closest:.2e}"
+
+
+def test_errors_against_matches_states_and_measures_the_worst_error():
+    truth = HiddenMarkovModel([0.5, 0.3, 0.2], [[0.8, 0.1, 0.1], [0.2, 0.7, 0.1], [0.3, 0.3, 0.4]],
+                              [[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]])
+    order = np.array([2, 0, 1])  # model state j is truth state order[j]
+    O = truth.emissionprob_[order].copy()
+    O[0] = [0.2, 0.1, 0.7]  # truth state 2, off by 0.1 in total variation
+    T = truth.transmat_[np.ix_(order, order)].copy()
+    T[1, 1] += 0.05  # truth 0 -> 0
+    T[1, 2] -= 0.05
+    model = HiddenMarkovModel(truth.startprob_[order], T, O)
+    e_o, e_t, perm = model.errors_against(truth)
+    assert perm.tolist() == [1, 2, 0]  # the model's state for each truth state
+    assert e_o == pytest.approx(0.1) and e_t == pytest.approx(0.05)
+    assert model.errors_against(truth.to_hmm())[:2] == (e_o, e_t)  # an HMM works too
+    with pytest.raises(ValueError, match="states cannot be matched"):
+        model.errors_against(HiddenMarkovModel([1.0], [[1.0]], [[0.2, 0.3, 0.5]]))

@@ -122,10 +122,12 @@ def reference(messages, fmt: RecordFormat | None = None) -> MomentAccumulator:
 
 
 def by_label(acc: MomentAccumulator) -> dict[tuple, float]:
-    """Non-zero triple counts keyed by labels (x1, x2, x3): independent of symbol order."""
-    c3, s = acc.counts(), acc.symbols
-    return {(s[x1], s[x2], s[x3]): float(c3[x2, x3, x1])
-            for x2, x3, x1 in zip(*np.nonzero(c3), strict=True)}
+    """Non-zero triple counts keyed by labels (x1, x2, x3): independent of symbol order.
+
+    From the sparse counts, so it serves at any alphabet size."""
+    t, s = acc.triples(), acc.symbols
+    return {(s[a], s[b], s[c]): w for a, b, c, w in
+            zip(t.x1.tolist(), t.x2.tolist(), t.x3.tolist(), t.weights.tolist(), strict=True)}
 
 
 def checkpoint_offsets(state_dir, topic: str) -> dict[int, int]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_kafka_daemon import by_label, produce  # shared helpers (the module needs kafka anyway)
 
 from streamspec.accumulator import OTHER, MomentAccumulator
 
@@ -79,13 +80,6 @@ def run_limited(args: list[str], timeout: float = WAIT, stdin: str | None = None
 
 def cli(*args: str, **kw):
     return run_limited(["-m", "streamspec", *args], **kw)
-
-
-def by_label(acc: MomentAccumulator) -> dict[tuple, float]:
-    """Triple counts keyed by labels (x1, x2, x3), from the sparse counts (never dense)."""
-    t, s = acc.triples(), acc.symbols
-    return {(s[a], s[b], s[c]): w for a, b, c, w in
-            zip(t.x1.tolist(), t.x2.tolist(), t.x3.tolist(), t.weights.tolist(), strict=True)}
 
 
 def direct(symbols, max_symbols: int | None = None, key=None) -> MomentAccumulator:
@@ -266,20 +260,6 @@ from streamspec.checkpoint import CheckpointError  # noqa: E402
 
 GROUP = ["--session-timeout-ms", "3000", "--heartbeat-interval-ms", "500",
          "--max-poll-interval-ms", "20000", "--poll-timeout-ms", "100"]
-
-
-def produce(bootstrap: str, topic: str, messages) -> dict[int, int]:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=1 << 18)
-    futures = [producer.send(topic, key=k, value=v) for k, v in messages]
-    producer.flush()
-    ends: dict[int, int] = {}
-    for f in futures:
-        md = f.get(timeout=60)
-        ends[md.partition] = max(ends.get(md.partition, 0), md.offset + 1)
-    producer.close()
-    return ends
 
 
 def keyed_words(words: list[str], n_keys: int = 4) -> list[tuple[bytes, bytes]]:
