@@ -342,3 +342,14 @@ def test_errors_against_matches_states_and_measures_the_worst_error():
     assert model.errors_against(truth.to_hmm())[:2] == (e_o, e_t)  # an HMM works too
     with pytest.raises(ValueError, match="states cannot be matched"):
         model.errors_against(HiddenMarkovModel([1.0], [[1.0]], [[0.2, 0.3, 0.5]]))
+
+
+def test_equal_emission_columns_are_split_and_distinct_ones_kept():
+    from streamspec.hmm_estimator import _split_duplicates
+
+    O = np.array([[0.5, 0.5, 0.1], [0.3, 0.3, 0.1], [0.2, 0.2, 0.8]])  # states 0 and 1 equal
+    out = _split_duplicates(O, np.random.default_rng(0))
+    np.testing.assert_array_equal(out[:, [0, 2]], O[:, [0, 2]])  # the first copy and others kept
+    assert np.abs(out[:, 1] - out[:, 0]).sum() > 0.05  # the copy is pulled apart
+    np.testing.assert_allclose(out.sum(axis=0), 1.0)
+    assert (out > 0).all()
