@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_kafka_daemon import by_label, produce  # shared helpers (the module needs kafka anyway)
+from test_kafka_daemon import by_label, produce, wait_until  # shared helpers (the module needs kafka anyway)
 
 from streamspec.accumulator import OTHER, MomentAccumulator
 
@@ -273,16 +273,6 @@ def reference(messages) -> MomentAccumulator:
     return acc
 
 
-def wait_until(condition, what: str, proc=None, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"daemon exited with {proc.returncode} while waiting for {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.1)
-
-
 def count_messages(bootstrap: str, topic: str, seconds: float = 3.0) -> int:
     from kafka import KafkaConsumer
 
@@ -325,10 +315,10 @@ def test_daemon_on_a_word_topic(kafka_bootstrap, unique_name, tmp_path, words, b
         else:
             def offsets():
                 return read_snapshots(kafka_bootstrap, f"{topic}.state").offsets()
-        wait_until(lambda: offsets() == ends, "checkpoints at the end offsets", proc)
+        wait_until(lambda: offsets() == ends, "checkpoints at the end offsets", WAIT, proc)
         if backend == "local":  # a refit at this alphabet size, in the worker process
-            wait_until(lambda: (state_dir / topic / "model.ckpt").exists(), "a model", proc)
-        wait_until(lambda: "counts_mb=" in log_path.read_text(), "a status line", proc)
+            wait_until(lambda: (state_dir / topic / "model.ckpt").exists(), "a model", WAIT, proc)
+        wait_until(lambda: "counts_mb=" in log_path.read_text(), "a status line", WAIT, proc)
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(120)
@@ -369,7 +359,7 @@ def test_daemon_max_symbols(kafka_bootstrap, unique_name, tmp_path, words):
     thread.start()
     try:
         wait_until(lambda: {s.partition: s.offset for s in StateStore(tmp_path / "s").load_all(topic)}
-                   == ends, "checkpoints at the end offsets")
+                   == ends, "checkpoints at the end offsets", WAIT)
     finally:
         daemon.stop()
         thread.join(60)
@@ -451,7 +441,7 @@ def test_memory_error_on_a_valid_record_stops_cleanly(kafka_bootstrap, unique_na
     thread = threading.Thread(target=lambda: result.append(daemon.run()))
     thread.start()
     try:
-        wait_until(lambda: StateStore(state_dir).load(topic, 0).offset == ends[0], "the end")
+        wait_until(lambda: StateStore(state_dir).load(topic, 0).offset == ends[0], "the end", WAIT)
     finally:
         daemon.stop()
         thread.join(60)
