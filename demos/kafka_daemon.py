@@ -46,6 +46,13 @@ def streams(data: str, n_readers: int = 8) -> list[tuple[str, str]]:
     """Interleaved (key, symbol) pairs of the data set's streams."""
     from streamspec import datasets
 
+    try:
+        return _interleave(data, n_readers, datasets)
+    except FileNotFoundError as exc:  # one line, not a traceback: say where to put the data
+        raise SystemExit(f"kafka_daemon.py: the {data} data set is needed: {exc}") from None
+
+
+def _interleave(data: str, n_readers: int, datasets) -> list[tuple[str, str]]:
     if data == "alice":
         text = datasets.load_alice_letters()
         step = len(text) // n_readers

@@ -454,3 +454,22 @@ def test_real_dodgers_events():
     assert events[0]["attendance"] == 55_892
     assert all(e["result"] in ("W", "L") for e in events)
     assert all(not str(e["score"]).endswith("\xa0") for e in events)
+
+
+@pytest.mark.parametrize("argv", [["-m", "streamspec", "paper", "real", "--quick"],
+                                  ["demos/paper.py", "real", "--quick"]])
+def test_paper_real_without_data_says_where_it_looked_in_one_line(argv, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    missing = tmp_path / "no-data-here"
+    env = {**os.environ, "STREAMSPEC_DATA": str(missing)}
+    proc = subprocess.run([sys.executable, *argv, "--out", str(tmp_path / "out")], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(missing) in lines[0] and "STREAMSPEC_DATA" in lines[0]
+    assert not (tmp_path / "out").exists()
