@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from streamspec import defaults
 from streamspec.backoff import select_with_backoff
 from streamspec.model import ObservableOperatorModel
 from streamspec.moments import probabilities
@@ -23,7 +24,6 @@ from streamspec.subspace import DENSE_SVD_MAX, project_triples, top_singular
 from streamspec.triples import Triples
 from streamspec.weighting import (
     PROJECTED_WEIGHTINGS,
-    WEIGHTINGS,
     ProjectedWeighting,
     Weighting,
     build_weighting,
@@ -34,8 +34,11 @@ from streamspec.weighting import (
 __all__ = ["MEstimator", "MFactors", "FACTORIZATIONS", "FORMULATIONS", "DENSE_MEMORY_LIMIT",
            "select_rank_by_spectrum"]
 
-FACTORIZATIONS = ("shared", "fixed", "per_symbol")
-FORMULATIONS = ("auto", "projected", "dense")
+FACTORIZATIONS = defaults.FACTORIZATIONS
+FORMULATIONS = defaults.FORMULATIONS
+_SETTINGS = ("rank", "penalty", "weighting", "factorization", "max_outer", "max_sweeps", "tol",
+             "n_restarts", "random_state", "smoothing", "shrinkage", "ridge", "filter", "window",
+             "min_proba", "formulation", "n_conditions", "backoff")
 _FITTED = ("factors_", "weighting_", "loss_history_", "rejected_", "rank_", "n_conditions_",
            "basis_", "formulation_")
 _DENSE_MAX = 2500  # largest coupled group (parameters) solved with an explicit Hessian
@@ -146,9 +149,13 @@ class MEstimator:
     Parameters
     ----------
     rank
-        k, the rank (1 <= k <= n), or ``"auto"``: the number of singular values of
-        P21 above the noise level ``N^(-1/2)`` (projected, above 1,000 symbols:
-        among the top 100).
+        k, the rank (1 <= k <= n), or ``"auto"`` (default): the number of singular
+        values of P21 above the noise level ``N^(-1/2)`` (projected, above 1,000
+        symbols: among the top 100). Chosen by measurement: "auto" fitted in
+        0.02-2 s and beat the old default k = 2 by 0.06 nats per symbol on a sparse
+        8-state HMM and 0.14 on Alice's characters (docs/benchmarks.md, "Defaults",
+        ``python demos/bench_defaults.py``). The rank used is ``rank_`` and the
+        fitted model's ``rank``. Every default is in :mod:`streamspec.defaults`.
     penalty
         λ of the L1 term ``λ N^(-1/2) ‖R‖₁`` (0 = none); dense formulation only
         (L1 on the projected ``B̃_x`` would depend on the arbitrary basis U, so it
@@ -320,24 +327,24 @@ class MEstimator:
 
     def __init__(
         self,
-        rank: int | str = 2,
-        penalty: float = 0.0,
-        weighting: str = "per_symbol",
-        factorization: str = "fixed",
+        rank: int | str = defaults.RANK,
+        penalty: float = defaults.PENALTY,
+        weighting: str = defaults.WEIGHTING,
+        factorization: str = defaults.FACTORIZATION,
         max_outer: int | None = None,
-        max_sweeps: int = 10,
-        tol: float = 1e-6,
+        max_sweeps: int = defaults.MAX_SWEEPS,
+        tol: float = defaults.TOL,
         n_restarts: int = 0,
         random_state: int | None = None,
         smoothing: float = 0.0,
-        shrinkage: float | str = "auto",
-        ridge: float = 1e-6,
-        filter: str = "window",
-        window: int = 2,
-        min_proba: float = 1e-6,
-        formulation: str = "auto",
+        shrinkage: float | str = defaults.SHRINKAGE,
+        ridge: float = defaults.RIDGE,
+        filter: str = defaults.FILTER,
+        window: int = defaults.WINDOW,
+        min_proba: float = defaults.MIN_PROBA,
+        formulation: str = defaults.FORMULATION,
         n_conditions: int | None = None,
-        backoff: str | None = "auto",
+        backoff: str | None = defaults.BACKOFF,
     ):
         self.rank = rank
         self.penalty = penalty
@@ -357,37 +364,13 @@ class MEstimator:
         self.formulation = formulation
         self.n_conditions = n_conditions
         self.backoff = backoff
+        self._validate()  # why: a bad setting is refused before anything is fitted
 
     # ------------------------------------------------------------------ public
 
     def _validate(self) -> None:
-        if self.weighting not in WEIGHTINGS:
-            raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
-        if self.factorization not in FACTORIZATIONS:
-            raise ValueError(
-                f"factorization must be one of {FACTORIZATIONS}, got {self.factorization!r}"
-            )
-        if self.formulation not in FORMULATIONS:
-            raise ValueError(f"formulation must be one of {FORMULATIONS}, got {self.formulation!r}")
-        if not (isinstance(self.penalty, int | float) and self.penalty >= 0):
-            raise ValueError(f"penalty must be a number >= 0, got {self.penalty!r}")
-        for name in ("max_outer", "max_sweeps"):
-            v = getattr(self, name)
-            if v is None and name == "max_outer":
-                continue
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if isinstance(self.n_restarts, bool) or not isinstance(self.n_restarts, int) or self.n_restarts < 0:
-            raise ValueError(f"n_restarts must be an integer >= 0, got {self.n_restarts!r}")
-        if not (isinstance(self.tol, int | float) and self.tol > 0):
-            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
-        nc = self.n_conditions
-        if nc is not None and (isinstance(nc, bool) or not isinstance(nc, int | np.integer) or nc < 1):
-            raise ValueError(f"n_conditions must be a positive integer or None, got {nc!r}")
-        if self.backoff not in (None, "auto"):
-            raise ValueError(f"backoff must be 'auto' or None, got {self.backoff!r}")
-        if not (isinstance(self.ridge, int | float) and self.ridge >= 0):
-            raise ValueError(f"ridge must be a number >= 0, got {self.ridge!r}")
+        """Check every setting (:func:`streamspec.defaults.check_settings`). O(1)."""
+        defaults.check_settings(**{name: getattr(self, name) for name in _SETTINGS})
         if self.formulation == "projected":
             dense_only = self._dense_only()
             if dense_only:
@@ -409,7 +392,7 @@ class MEstimator:
     def _max_outer(self, projected: bool) -> int:
         if self.max_outer is not None:
             return self.max_outer
-        return 2 if projected else 3
+        return defaults.MAX_OUTER_PROJECTED if projected else defaults.MAX_OUTER_DENSE
 
     def _resolved_formulation(self) -> str:
         if self.formulation != "auto":
@@ -563,7 +546,7 @@ class MEstimator:
         self.rank_, self.n_conditions_, self.basis_ = k, kp, (U, Q)
         model = ObservableOperatorModel(
             b1, binf, ops, filter=self.filter, window=self.window, min_proba=self.min_proba,
-            symbols=labels,
+            symbols=labels, rank=k,
         )
         model.factors = factors
         self.model_ = model
@@ -677,7 +660,7 @@ class MEstimator:
         self.rank_, self.n_conditions_, self.basis_ = k, None, None
         model = ObservableOperatorModel(
             P1, np.ones(n), best.operators(), filter=self.filter, window=self.window,
-            min_proba=self.min_proba, symbols=labels,
+            min_proba=self.min_proba, symbols=labels, rank=k,
         )
         model.factors = best
         self.model_ = model

@@ -161,26 +161,53 @@ def test_rank_auto_and_restarts_are_reproducible():
 
 
 @pytest.mark.parametrize(
-    "estimator, message",
+    "settings, message",
     [
-        (SpectralEstimator(rank=5), "between 1 and the number of symbols"),
-        (MEstimator(rank=0), "between 1 and the number of symbols"),
-        (MEstimator(rank=2.5), "rank must be"),
-        (MEstimator(rank=2, weighting="optimal"), "weighting must be one of"),
-        (MEstimator(rank=2, factorization="free"), "factorization must be one of"),
-        (MEstimator(rank=2, penalty=-1), "penalty"),
-        (MEstimator(rank=2, n_restarts=-1), "n_restarts"),
-        (MEstimator(rank=2, formulation="sparse"), "formulation must be one of"),
-        (MEstimator(rank=2, formulation="projected", weighting="exact"), "formulation='dense'"),
-        (MEstimator(rank=2, n_conditions=0), "n_conditions"),
+        (dict(rank=0), "rank must be a positive integer or 'auto'; got 0"),
+        (dict(rank=2.5), "rank must be"),
+        (dict(rank=2, weighting="optimal"), "weighting must be one of 'identity'"),
+        (dict(rank=2, factorization="free"), "factorization must be one of"),
+        (dict(rank=2, penalty=-1), "penalty must be a finite number >= 0"),
+        (dict(rank=2, penalty=float("nan")), "penalty"),
+        (dict(rank=2, n_restarts=-1), "n_restarts"),
+        (dict(rank=2, max_sweeps=0), "max_sweeps must be a positive integer"),
+        (dict(rank=2, max_outer=0), "max_outer"),
+        (dict(rank=2, tol=0), "tol"),
+        (dict(rank=2, shrinkage=1.5), "shrinkage"),
+        (dict(rank=2, formulation="sparse"), "formulation must be one of"),
+        (dict(rank=2, formulation="projected", weighting="exact"), "formulation='dense'"),
+        (dict(rank=2, n_conditions=0), "n_conditions"),
+        (dict(rank=2, backoff="kn"), "backoff must be one of"),
+        (dict(rank=2, window=-1), "window"),
     ],
 )
-def test_bad_estimator_parameters(estimator, message):
+def test_bad_estimator_parameters_are_refused_at_construction(settings, message):
+    with pytest.raises(ValueError, match=message):
+        MEstimator(**settings)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [(dict(rank=0), "rank must be"), (dict(rank="full"), "rank must be"),
+     (dict(rank=2, backoff="kn"), "backoff"), (dict(rank=2, filter="kalman"), "filter")],
+)
+def test_bad_spectral_parameters_are_refused_at_construction(settings, message):
+    with pytest.raises(ValueError, match=message):
+        SpectralEstimator(**settings)
+
+
+@pytest.mark.parametrize("estimator", [SpectralEstimator(rank=5), MEstimator(rank=5)])
+def test_a_rank_above_the_alphabet_is_refused_at_fit_without_touching_the_counts(estimator):
     acc = accumulate([0, 1, 2, 3, 0, 1, 2], 4)
     before = acc.counts()
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match="between 1 and the number of symbols"):
         estimator.fit(acc)
     np.testing.assert_array_equal(acc.counts(), before)
+
+
+def test_get_params_keep_the_settings_verbatim():
+    est = MEstimator(rank="auto", shrinkage=0.5, max_outer=None)
+    assert (est.rank, est.shrinkage, est.max_outer) == ("auto", 0.5, None)
 
 
 @pytest.mark.parametrize("estimator", [SpectralEstimator(rank=2), MEstimator(rank=2)])
