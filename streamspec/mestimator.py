@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import logging
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,12 +41,41 @@ FORMULATIONS = defaults.FORMULATIONS
 _SETTINGS = ("rank", "penalty", "weighting", "factorization", "max_outer", "max_sweeps", "tol",
              "n_restarts", "random_state", "smoothing", "shrinkage", "ridge", "filter", "window",
              "min_proba", "formulation", "n_conditions", "backoff")
-_FITTED = ("factors_", "weighting_", "loss_history_", "rejected_", "rank_", "n_conditions_",
+_FITTED = ("factors_", "weighting_", "loss_history_", "rejected_", "rejected_sweeps_", "rank_",
+           "n_conditions_",
            "basis_", "formulation_")
 _DENSE_MAX = 2500  # largest coupled group (parameters) solved with an explicit Hessian
 DENSE_MEMORY_LIMIT = 2 * 2**30  # bytes the dense formulation may need before it refuses to start
 _FULL_CONDITIONS_MAX = 1 << 24  # floats of A (n·k·k') kept for every symbol on small problems
 _SYMBOL_BLOCK = 1 << 22  # floats of Σ_x (k'² each) built at once by the projected formulation
+PROGRESS_AFTER = 2.0  # seconds into a fit after which its progress lines are logged at INFO
+
+log = logging.getLogger("streamspec.fit")
+
+
+class _Progress:
+    """Progress lines of one fit on the ``"streamspec.fit"`` logger.
+
+    One line per outer iteration (and, dense, per sweep at most every few seconds),
+    with the loss and the elapsed time: at DEBUG level during the first
+    :data:`PROGRESS_AFTER` seconds, so that quick fits (refits of a daemon) stay quiet,
+    then at INFO, so that a long fit shows that it is alive and where it is.
+    """
+
+    def __init__(self, formulation: str, n: int, k: int):
+        self.formulation, self.n, self.k = formulation, n, k
+        self.t0 = self.last = time.perf_counter()
+
+    def line(self, what: str, loss: float, every: float = 0.0) -> None:
+        now = time.perf_counter()
+        if now - self.last < every:
+            return
+        self.last = now
+        elapsed = now - self.t0
+        level = logging.INFO if elapsed >= PROGRESS_AFTER else logging.DEBUG
+        if log.isEnabledFor(level):
+            log.log(level, "event=fit_progress formulation=%s symbols=%d rank=%d %s loss=%.6g "
+                    "seconds=%.2f", self.formulation, self.n, self.k, what, loss, elapsed)
 
 
 @dataclass
@@ -62,6 +93,7 @@ class MFactors:
     factorization: str
     loss: float = float("nan")
     history: list = field(default_factory=list)
+    rejected: list = field(default_factory=list)  # (outer, sweep, rejected loss, kept loss)
 
     def operators(self) -> np.ndarray:
         """The model's operators: (n, n, n) for the dense factors, (n, k, k) projected."""
@@ -233,13 +265,22 @@ class MEstimator:
         :class:`~streamspec.weighting.ProjectedWeighting`).
     loss_history_
         One list per outer iteration, every one recorded, rejected ones included.
-        Dense: the training loss after each sweep (W fixed within one). Projected:
+        Dense: the training loss after each accepted sweep (W fixed within one; a
+        rejected sweep ends the list and is in ``rejected_sweeps_``). Projected:
         ``[loss at the previous operators, loss at the new ones]`` under that
         iteration's W (only ``[loss]`` for the first, W = I, cold iteration); an
         iteration whose solution is not finite or raises that loss is rejected
         (listed in ``rejected_``) and ends the loop with the previous operators.
+    rejected_, rejected_sweeps_
+        The outer iterations in which a step was rejected, and one tuple ``(outer,
+        sweep, rejected loss, kept loss)`` per rejected step (dense: the sweep that
+        would have raised the loss under that iteration's W, which ends that
+        iteration's sweeps; projected: ``sweep`` is 1, the iteration's single step).
+        Empty when every step lowered the loss, as exact steps must: a non-empty
+        list points at numerical trouble, never hidden by the history.
     rank_, n_conditions_, formulation_
-        The rank, k' (projected) and formulation actually used.
+        The rank, k' (projected) and formulation actually used (also the fitted
+        model's ``rank``).
     basis_
         Projected: ``(U, Q)``, shapes (n, k) and (n, k').
     model_
@@ -498,7 +539,8 @@ class MEstimator:
         for a in range(0, active.size, 4096):
             base[active[a : a + 4096]] = A[a : a + 4096] @ M_pinv
         ops = self._projected_warm_ops(init, n, k, U)  # the operators W is estimated at
-        history, rejected = [], []
+        history, rejected, rejected_sweeps = [], [], []
+        progress = _Progress("projected", n, k)
         # why: the first cold iteration is Algorithm 1's W = I (θ_spec); with W = I the
         # solution does not depend on the operators, so further iterations change nothing
         budget = 1 if self.weighting == "identity" else self._max_outer(projected=True)
@@ -509,11 +551,14 @@ class MEstimator:
                 W = self._projected_weighting_at(self.weighting, triples, U, Q, ops)
                 new, before, after = _projected_step(W, active, A, M, ops[active])
             history.append([after] if before is None else [before, after])
+            progress.line(f"outer={it + 1}/{budget}", after)
             ok = np.isfinite(new).all() and np.isfinite(after) and (
                 before is None or after <= before * (1 + 1e-9) + 1e-300
             )
             if not ok:  # why: an exact minimiser under W cannot raise W's loss; if it did, it is numerics
                 rejected.append(it)
+                rejected_sweeps.append((it, 1, float(after), float(before if before is not None
+                                                                    else after)))
                 break
             # only the weighted symbols change after the first iteration: the others hold
             # θ_spec's operators (``base``, updated in place: no n·k² copies per iteration)
@@ -540,9 +585,9 @@ class MEstimator:
         else:
             W = self._projected_weighting_at(self.weighting, triples, U, Q, ops)
             loss = _projected_loss(W, active, A, M, ops[active])
-        factors = MFactors(ops, U, "projected", loss=loss, history=history)
+        factors = MFactors(ops, U, "projected", loss=loss, history=history, rejected=rejected_sweeps)
         self.factors_, self.weighting_, self.loss_history_ = factors, W, history
-        self.rejected_ = rejected
+        self.rejected_, self.rejected_sweeps_ = rejected, rejected_sweeps
         self.rank_, self.n_conditions_, self.basis_ = k, kp, (U, Q)
         model = ObservableOperatorModel(
             b1, binf, ops, filter=self.filter, window=self.window, min_proba=self.min_proba,
@@ -656,7 +701,8 @@ class MEstimator:
         self.factors_ = best
         self.weighting_ = W
         self.loss_history_ = best.history
-        self.rejected_ = []
+        self.rejected_ = sorted({outer for outer, *_ in best.rejected})
+        self.rejected_sweeps_ = list(best.rejected)
         self.rank_, self.n_conditions_, self.basis_ = k, None, None
         model = ObservableOperatorModel(
             P1, np.ones(n), best.operators(), filter=self.filter, window=self.window,
@@ -697,14 +743,18 @@ class MEstimator:
     def _run(self, R, S, W0):
         """Outer loop: alternate under W, re-estimate W at the new operators, repeat."""
         W = W0 if W0 is not None else build_weighting("identity", self._c3)
-        history = []
+        history, rejected = [], []
+        self._progress = _Progress("dense", R.shape[0], R.shape[2])
         B_old = None
         outer_budget = self._max_outer(projected=False) if self.weighting != "identity" else 1
         for outer in range(outer_budget):
             if outer > 0:
                 W = self._weighting_at(B_old)
-            R, S, losses = self._alternate(R, S, W)
+            R, S, losses, refused = self._alternate(R, S, W)
             history.append(losses)
+            if refused is not None:
+                rejected.append((outer, len(losses), refused, losses[-1]))
+            self._progress.line(f"outer={outer + 1}/{outer_budget}", losses[-1])
             B = _operators(R, S)
             converged = B_old is not None and (
                 np.linalg.norm(B - B_old) < self.tol * max(np.linalg.norm(B_old), 1e-300)
@@ -712,11 +762,13 @@ class MEstimator:
             B_old = B
             if converged:
                 break
-        return MFactors(R, S, self.factorization, history=history), W
+        return MFactors(R, S, self.factorization, history=history, rejected=rejected), W
 
     # ------------------------------------------------------------------ Algorithm 2
 
     def _alternate(self, R, S, W):
+        """Sweeps under a fixed W: ``(R, S, losses, refused)``, ``refused`` being the loss of
+        the sweep that was rejected because it raised the loss (or was not finite), or None."""
         loss = self._loss(R, S, W)
         losses = [loss]
         for _ in range(self.max_sweeps):
@@ -727,14 +779,19 @@ class MEstimator:
             R_new = self._r_step(R_new, S_new, W)
             new = self._loss(R_new, S_new, W)
             if not np.isfinite(new) or new > loss:
-                break  # reject: with W fixed the loss never increases
+                # reject: an exact step cannot raise the loss under a fixed W, so this is
+                # numerics; recorded (rejected_sweeps_) rather than silently dropped
+                return R, S, losses, float(new)
             R, S = R_new, S_new
             improvement = loss - new
             loss = new
             losses.append(loss)
+            progress = getattr(self, "_progress", None)
+            if progress is not None:
+                progress.line(f"sweep={len(losses) - 1}", loss, every=5.0)
             if improvement <= self.tol * max(loss, 1e-300):
                 break
-        return R, S, losses
+        return R, S, losses, None
 
     def _z(self, S):
         """Z[x, j, w] = (S_xᵀ P21)[w, j]."""
