@@ -216,9 +216,9 @@ class MEstimator:
         Outer iterations (re-estimations of W) at most; 1 means W = I only (cold)
         or one GLS step at the previous operators (warm). ``None`` (default): 2 in
         the projected formulation (two-step GMM: θ_spec, then one GLS step with W
-        estimated at θ_spec; a third iteration changed the held-out log loss by
-        < 1e-4 nats at n = 1,000 and 20,000 and the training criterion by 3e-5
-        relative at n = 10⁵, for 20% of the fit time), 3 in the dense one.
+        estimated at θ_spec; a third iteration changed the held-out log loss by at
+        most 2e-4 nats per symbol on the three data sets of ``python
+        demos/bench_defaults.py``, docs/benchmarks.md "Defaults"), 3 in the dense one.
     max_sweeps
         Dense only: alternating sweeps (S-step then R-step) per outer iteration.
     tol
@@ -249,8 +249,8 @@ class MEstimator:
         formulation: in the projected one that is θ_spec exactly, with factors (warm
         starts keep working); in the dense one it is the dense identity-weighted
         estimate. ``None``: the plain model (always θ_M).
-        Measured (Zipf HMM, n = 1,000, 25k symbols, rank 5): held-out log loss
-        6.97 without, 4.85 with.
+        Its effect on held-out log loss is in ``Notes`` (with and without it, by
+        ``python tests/test_mestimator_projected.py --bench``).
     filter, window, min_proba
         Passed to the fitted :class:`ObservableOperatorModel`.
 
@@ -294,8 +294,10 @@ class MEstimator:
     Notes
     -----
     Why projected is the default: the dense formulation's per-symbol weighting
-    took 69 s and 4.1 GB at n = 100 (10⁶ symbols, rank 10) and could not run at
-    n = 200; the projected one is linear in n and in nnz. Measured figures behind
+    needs O(n⁴) memory, about 2.3 GiB at n = 100 and 30 GiB at n = 200 at rank 10
+    by its own estimate (``_dense_bytes``, which makes it refuse to start), and the
+    "dense p.s." column below shows its time at n = 26; the projected one is linear
+    in n and in nnz. Measured figures behind
     the default weighting:
 
     Held-out log loss (nats/symbol, window-2 filter, 20,000 held-out symbols) and

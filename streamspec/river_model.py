@@ -554,7 +554,9 @@ class SpectralHMM(base.Classifier):
     :meth:`predict_proba_one` returns a dict over all n labels, O(n) per call.
 
     Defaults, measured by progressive validation (from symbol 20,000, refits every
-    10⁴ symbols; ``min_proba=1e-3`` unless said otherwise):
+    10⁴ symbols; ``min_proba=1e-3`` unless said otherwise), the setting of
+    ``python demos/river_pipeline.py`` (which prints the default's figures; the
+    other settings are one argument away in its model list):
 
     - Alice (26 letters, 108k): θ_spec at window 2 and fixed rank 20 reached 2.35 nats
       per letter (2.62 with ``min_proba=1e-6``: unseen trigrams), 2.32 at rank 26, 2.47
@@ -563,13 +565,11 @@ class SpectralHMM(base.Classifier):
     - 1,000 interleaved sessions of a 5-state, 12-symbol HMM (150k symbols): rank 5
       1.833, rank 12 (full) 2.33, ``"auto"`` 1.832 (settling at 6); the true HMM's
       filter scores 1.76.
-    - On an 80/20 split of Alice (held-out log loss, window 2), at rank 20 the
-      M-estimator (``factorization="fixed"``) beat θ_spec: 2.43 with exact weighting
-      (7.8 s per fit) and 2.45 with identity weighting (0.03 s), against 2.54 (a few
-      ms); at rank 26, where ``"auto"`` ends on Alice, all three give 2.19. θ_spec is
-      the default because ``rank="auto"`` fits several ranks at every refit and the
-      best ranks found were the high ones; ``estimator="m"`` with a fixed rank is the
-      choice when a lower rank is wanted.
+    - θ_spec is the default estimator because ``rank="auto"`` fits several ranks at
+      every refit and the best ranks found were the high ones, where θ_M and θ_spec
+      predict alike; ``estimator="m"`` with a fixed rank is the choice when a lower
+      rank is wanted. Batch fits of both, with times, are compared in
+      :class:`~streamspec.MEstimator`'s Notes and in docs/benchmarks.md.
 
     At full rank and window 2, θ_spec predicts the empirical trigram conditional;
     lower ranks smooth it, and the floor ``min_proba`` (clamped below ``1 / n``) keeps
