@@ -191,3 +191,19 @@ def test_the_default_fit_predicts_alice_clearly_better_than_the_unigram():
     assert model.log_loss([te]) < MEstimator(rank=2).fit(acc).log_loss([te]) - 0.08
     p = model.predict_proba_next([index[c] for c in "Alic"])
     assert acc.symbols[int(p.argmax())] == "e" and p.max() > 0.5
+
+
+def test_long_fits_log_one_progress_line_per_outer_iteration(monkeypatch, caplog):
+    import streamspec.mestimator as mest
+
+    acc = MomentAccumulator(n_symbols=6)
+    acc.learn_many(HMM.random(3, 6, random_state=0).sample(5000, random_state=1))
+    with caplog.at_level(logging.INFO, logger="streamspec.fit"):
+        MEstimator(rank=2, backoff=None).fit(acc)  # quick: nothing at INFO
+    assert not [r for r in caplog.records if r.name == "streamspec.fit"]
+    monkeypatch.setattr(mest, "PROGRESS_AFTER", 0.0)  # every fit counts as long
+    with caplog.at_level(logging.INFO, logger="streamspec.fit"):
+        MEstimator(rank=2, backoff=None, max_outer=2).fit(acc)
+    lines = [r.getMessage() for r in caplog.records if r.name == "streamspec.fit"]
+    assert len(lines) == 2 and "outer=1/2" in lines[0] and "outer=2/2" in lines[1]
+    assert all("loss=" in line and "seconds=" in line for line in lines)
