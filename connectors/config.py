@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from streamspec import defaults
+
 __all__ = ["DaemonConfig", "load_toml", "mestimator_params", "ESTIMATOR_SETTINGS"]
 
 ESTIMATOR_SETTINGS = {  # setting of the CLI and the daemon -> parameter of MEstimator
@@ -37,7 +39,7 @@ ESTIMATOR_SETTINGS = {  # setting of the CLI and the daemon -> parameter of MEst
     "outer": "max_outer",
     "formulation": "formulation",
 }
-_WARM_SWEEPS = 3  # sweeps of a warm-started refit when ``sweeps`` is not given
+_WARM_SWEEPS = defaults.WARM_SWEEPS  # sweeps of a warm-started refit when ``sweeps`` is not given
 
 
 def mestimator_params(**settings: Any) -> dict[str, Any]:
@@ -110,8 +112,11 @@ class DaemonConfig:
     rank, penalty, weighting, sweeps, outer, formulation
         Settings of the :class:`~streamspec.mestimator.MEstimator` refits
         (``sweeps`` is ``max_sweeps``, ``outer`` is ``max_outer``); ``None`` (the
-        default) leaves MEstimator's own default (:func:`mestimator_params`). Warm
-        refits run ``sweeps`` sweeps (3 when unset).
+        default) leaves MEstimator's own default (:func:`mestimator_params`; all in
+        :mod:`streamspec.defaults`). Warm refits run ``sweeps`` sweeps
+        (``streamspec.defaults.WARM_SWEEPS`` when unset). Checked when the config
+        is built, by the same rules as MEstimator's
+        (:func:`streamspec.defaults.check_settings`).
     refit_every
         Refit after this many new records (0: never by count).
     refit_interval
@@ -173,6 +178,10 @@ class DaemonConfig:
     Traceback (most recent call last):
     ...
     ValueError: mode must be one of ('sliding', 'sequences'), got 'batch'
+    >>> DaemonConfig(topic="clicks", weighting="bogus")
+    Traceback (most recent call last):
+    ...
+    ValueError: weighting must be one of 'identity', 'diagonal', 'per_symbol', 'exact'; got 'bogus'
 
     """
 
@@ -227,30 +236,23 @@ class DaemonConfig:
         if not isinstance(self.format, Mapping):
             raise ValueError(f"format must be a table of options, got {self.format!r}")
         object.__setattr__(self, "format", dict(self.format))
-        if not (self.rank is None or self.rank == "auto"
-                or (isinstance(self.rank, int) and not isinstance(self.rank, bool)
-                    and self.rank >= 1)):
-            raise ValueError(f"rank must be a positive integer or 'auto', got {self.rank!r}")
         for name in ("refit_every", "checkpoint_every", "min_triples"):
             if _bad_int(getattr(self, name), minimum=0):
                 raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
-        for name in ("sweeps", "outer", "max_symbols", "hmm_states"):
+        for name in ("max_symbols", "hmm_states"):
             if getattr(self, name) is not None and _bad_int(getattr(self, name), minimum=1):
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.weighting is not None and not isinstance(self.weighting, str):
-            raise ValueError(f"weighting must be a string, got {self.weighting!r}")
-        if self.formulation is not None and not isinstance(self.formulation, str):
-            raise ValueError(f"formulation must be a string, got {self.formulation!r}")
+        # the estimator settings: the same rules as MEstimator's (unset: its default)
+        defaults.check_settings(**{name: getattr(self, name) for name in ESTIMATOR_SETTINGS
+                                   if getattr(self, name) is not None})
         for name in (
             "poll_timeout_ms", "max_poll_records", "session_timeout_ms",
             "heartbeat_interval_ms", "max_poll_interval_ms",
         ):
             if _bad_int(getattr(self, name), minimum=1):
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        for name in ("checkpoint_interval", "retry_backoff_max", "status_interval", "penalty"):
+        for name in ("checkpoint_interval", "retry_backoff_max", "status_interval"):
             v = getattr(self, name)
-            if v is None and name == "penalty":
-                continue
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
                 raise ValueError(f"{name} must be a number >= 0, got {v!r}")
         if isinstance(self.refit_duty, bool) or not isinstance(self.refit_duty, int | float) or (
@@ -267,7 +269,7 @@ class DaemonConfig:
 
     @property
     def warm_sweeps(self) -> int:
-        """Sweeps of a warm-started refit: ``sweeps``, or 3 when unset."""
+        """Sweeps of a warm-started refit: ``sweeps``, or ``streamspec.defaults.WARM_SWEEPS``."""
         return self.sweeps if self.sweeps is not None else _WARM_SWEEPS
 
     @property

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import logging
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from streamspec import defaults
 from streamspec.backoff import select_with_backoff
 from streamspec.model import ObservableOperatorModel
 from streamspec.moments import probabilities
@@ -23,7 +26,6 @@ from streamspec.subspace import DENSE_SVD_MAX, project_triples, top_singular
 from streamspec.triples import Triples
 from streamspec.weighting import (
     PROJECTED_WEIGHTINGS,
-    WEIGHTINGS,
     ProjectedWeighting,
     Weighting,
     build_weighting,
@@ -34,14 +36,46 @@ from streamspec.weighting import (
 __all__ = ["MEstimator", "MFactors", "FACTORIZATIONS", "FORMULATIONS", "DENSE_MEMORY_LIMIT",
            "select_rank_by_spectrum"]
 
-FACTORIZATIONS = ("shared", "fixed", "per_symbol")
-FORMULATIONS = ("auto", "projected", "dense")
-_FITTED = ("factors_", "weighting_", "loss_history_", "rejected_", "rank_", "n_conditions_",
+FACTORIZATIONS = defaults.FACTORIZATIONS
+FORMULATIONS = defaults.FORMULATIONS
+_SETTINGS = ("rank", "penalty", "weighting", "factorization", "max_outer", "max_sweeps", "tol",
+             "n_restarts", "random_state", "smoothing", "shrinkage", "ridge", "filter", "window",
+             "min_proba", "formulation", "n_conditions", "backoff")
+_FITTED = ("factors_", "weighting_", "loss_history_", "rejected_", "rejected_sweeps_", "rank_",
+           "n_conditions_",
            "basis_", "formulation_")
 _DENSE_MAX = 2500  # largest coupled group (parameters) solved with an explicit Hessian
 DENSE_MEMORY_LIMIT = 2 * 2**30  # bytes the dense formulation may need before it refuses to start
 _FULL_CONDITIONS_MAX = 1 << 24  # floats of A (n·k·k') kept for every symbol on small problems
 _SYMBOL_BLOCK = 1 << 22  # floats of Σ_x (k'² each) built at once by the projected formulation
+PROGRESS_AFTER = 2.0  # seconds into a fit after which its progress lines are logged at INFO
+
+log = logging.getLogger("streamspec.fit")
+
+
+class _Progress:
+    """Progress lines of one fit on the ``"streamspec.fit"`` logger.
+
+    One line per outer iteration (and, dense, per sweep at most every few seconds),
+    with the loss and the elapsed time: at DEBUG level during the first
+    :data:`PROGRESS_AFTER` seconds, so that quick fits (refits of a daemon) stay quiet,
+    then at INFO, so that a long fit shows that it is alive and where it is.
+    """
+
+    def __init__(self, formulation: str, n: int, k: int):
+        self.formulation, self.n, self.k = formulation, n, k
+        self.t0 = self.last = time.perf_counter()
+
+    def line(self, what: str, loss: float, every: float = 0.0) -> None:
+        now = time.perf_counter()
+        if now - self.last < every:
+            return
+        self.last = now
+        elapsed = now - self.t0
+        level = logging.INFO if elapsed >= PROGRESS_AFTER else logging.DEBUG
+        if log.isEnabledFor(level):
+            log.log(level, "event=fit_progress formulation=%s symbols=%d rank=%d %s loss=%.6g "
+                    "seconds=%.2f", self.formulation, self.n, self.k, what, loss, elapsed)
 
 
 @dataclass
@@ -59,6 +93,7 @@ class MFactors:
     factorization: str
     loss: float = float("nan")
     history: list = field(default_factory=list)
+    rejected: list = field(default_factory=list)  # (outer, sweep, rejected loss, kept loss)
 
     def operators(self) -> np.ndarray:
         """The model's operators: (n, n, n) for the dense factors, (n, k, k) projected."""
@@ -146,9 +181,13 @@ class MEstimator:
     Parameters
     ----------
     rank
-        k, the rank (1 <= k <= n), or ``"auto"``: the number of singular values of
-        P21 above the noise level ``N^(-1/2)`` (projected, above 1,000 symbols:
-        among the top 100).
+        k, the rank (1 <= k <= n), or ``"auto"`` (default): the number of singular
+        values of P21 above the noise level ``N^(-1/2)`` (projected, above 1,000
+        symbols: among the top 100). Chosen by measurement: "auto" fitted in
+        0.02-2 s and beat the old default k = 2 by 0.06 nats per symbol on a sparse
+        8-state HMM and 0.14 on Alice's characters (docs/benchmarks.md, "Defaults",
+        ``python demos/bench_defaults.py``). The rank used is ``rank_`` and the
+        fitted model's ``rank``. Every default is in :mod:`streamspec.defaults`.
     penalty
         λ of the L1 term ``λ N^(-1/2) ‖R‖₁`` (0 = none); dense formulation only
         (L1 on the projected ``B̃_x`` would depend on the arbitrary basis U, so it
@@ -177,9 +216,9 @@ class MEstimator:
         Outer iterations (re-estimations of W) at most; 1 means W = I only (cold)
         or one GLS step at the previous operators (warm). ``None`` (default): 2 in
         the projected formulation (two-step GMM: θ_spec, then one GLS step with W
-        estimated at θ_spec; a third iteration changed the held-out log loss by
-        < 1e-4 nats at n = 1,000 and 20,000 and the training criterion by 3e-5
-        relative at n = 10⁵, for 20% of the fit time), 3 in the dense one.
+        estimated at θ_spec; a third iteration changed the held-out log loss by at
+        most 2e-4 nats per symbol on the three data sets of ``python
+        demos/bench_defaults.py``, docs/benchmarks.md "Defaults"), 3 in the dense one.
     max_sweeps
         Dense only: alternating sweeps (S-step then R-step) per outer iteration.
     tol
@@ -210,8 +249,8 @@ class MEstimator:
         formulation: in the projected one that is θ_spec exactly, with factors (warm
         starts keep working); in the dense one it is the dense identity-weighted
         estimate. ``None``: the plain model (always θ_M).
-        Measured (Zipf HMM, n = 1,000, 25k symbols, rank 5): held-out log loss
-        6.97 without, 4.85 with.
+        Its effect on held-out log loss is in ``Notes`` (with and without it, by
+        ``python tests/test_mestimator_projected.py --bench``).
     filter, window, min_proba
         Passed to the fitted :class:`ObservableOperatorModel`.
 
@@ -226,13 +265,22 @@ class MEstimator:
         :class:`~streamspec.weighting.ProjectedWeighting`).
     loss_history_
         One list per outer iteration, every one recorded, rejected ones included.
-        Dense: the training loss after each sweep (W fixed within one). Projected:
+        Dense: the training loss after each accepted sweep (W fixed within one; a
+        rejected sweep ends the list and is in ``rejected_sweeps_``). Projected:
         ``[loss at the previous operators, loss at the new ones]`` under that
         iteration's W (only ``[loss]`` for the first, W = I, cold iteration); an
         iteration whose solution is not finite or raises that loss is rejected
         (listed in ``rejected_``) and ends the loop with the previous operators.
+    rejected_, rejected_sweeps_
+        The outer iterations in which a step was rejected, and one tuple ``(outer,
+        sweep, rejected loss, kept loss)`` per rejected step (dense: the sweep that
+        would have raised the loss under that iteration's W, which ends that
+        iteration's sweeps; projected: ``sweep`` is 1, the iteration's single step).
+        Empty when every step lowered the loss, as exact steps must: a non-empty
+        list points at numerical trouble, never hidden by the history.
     rank_, n_conditions_, formulation_
-        The rank, k' (projected) and formulation actually used.
+        The rank, k' (projected) and formulation actually used (also the fitted
+        model's ``rank``).
     basis_
         Projected: ``(U, Q)``, shapes (n, k) and (n, k').
     model_
@@ -246,8 +294,10 @@ class MEstimator:
     Notes
     -----
     Why projected is the default: the dense formulation's per-symbol weighting
-    took 69 s and 4.1 GB at n = 100 (10⁶ symbols, rank 10) and could not run at
-    n = 200; the projected one is linear in n and in nnz. Measured figures behind
+    needs O(n⁴) memory, about 2.3 GiB at n = 100 and 30 GiB at n = 200 at rank 10
+    by its own estimate (``_dense_bytes``, which makes it refuse to start), and the
+    "dense p.s." column below shows its time at n = 26; the projected one is linear
+    in n and in nnz. Measured figures behind
     the default weighting:
 
     Held-out log loss (nats/symbol, window-2 filter, 20,000 held-out symbols) and
@@ -320,24 +370,24 @@ class MEstimator:
 
     def __init__(
         self,
-        rank: int | str = 2,
-        penalty: float = 0.0,
-        weighting: str = "per_symbol",
-        factorization: str = "fixed",
+        rank: int | str = defaults.RANK,
+        penalty: float = defaults.PENALTY,
+        weighting: str = defaults.WEIGHTING,
+        factorization: str = defaults.FACTORIZATION,
         max_outer: int | None = None,
-        max_sweeps: int = 10,
-        tol: float = 1e-6,
+        max_sweeps: int = defaults.MAX_SWEEPS,
+        tol: float = defaults.TOL,
         n_restarts: int = 0,
         random_state: int | None = None,
         smoothing: float = 0.0,
-        shrinkage: float | str = "auto",
-        ridge: float = 1e-6,
-        filter: str = "window",
-        window: int = 2,
-        min_proba: float = 1e-6,
-        formulation: str = "auto",
+        shrinkage: float | str = defaults.SHRINKAGE,
+        ridge: float = defaults.RIDGE,
+        filter: str = defaults.FILTER,
+        window: int = defaults.WINDOW,
+        min_proba: float = defaults.MIN_PROBA,
+        formulation: str = defaults.FORMULATION,
         n_conditions: int | None = None,
-        backoff: str | None = "auto",
+        backoff: str | None = defaults.BACKOFF,
     ):
         self.rank = rank
         self.penalty = penalty
@@ -357,37 +407,13 @@ class MEstimator:
         self.formulation = formulation
         self.n_conditions = n_conditions
         self.backoff = backoff
+        self._validate()  # why: a bad setting is refused before anything is fitted
 
     # ------------------------------------------------------------------ public
 
     def _validate(self) -> None:
-        if self.weighting not in WEIGHTINGS:
-            raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
-        if self.factorization not in FACTORIZATIONS:
-            raise ValueError(
-                f"factorization must be one of {FACTORIZATIONS}, got {self.factorization!r}"
-            )
-        if self.formulation not in FORMULATIONS:
-            raise ValueError(f"formulation must be one of {FORMULATIONS}, got {self.formulation!r}")
-        if not (isinstance(self.penalty, int | float) and self.penalty >= 0):
-            raise ValueError(f"penalty must be a number >= 0, got {self.penalty!r}")
-        for name in ("max_outer", "max_sweeps"):
-            v = getattr(self, name)
-            if v is None and name == "max_outer":
-                continue
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if isinstance(self.n_restarts, bool) or not isinstance(self.n_restarts, int) or self.n_restarts < 0:
-            raise ValueError(f"n_restarts must be an integer >= 0, got {self.n_restarts!r}")
-        if not (isinstance(self.tol, int | float) and self.tol > 0):
-            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
-        nc = self.n_conditions
-        if nc is not None and (isinstance(nc, bool) or not isinstance(nc, int | np.integer) or nc < 1):
-            raise ValueError(f"n_conditions must be a positive integer or None, got {nc!r}")
-        if self.backoff not in (None, "auto"):
-            raise ValueError(f"backoff must be 'auto' or None, got {self.backoff!r}")
-        if not (isinstance(self.ridge, int | float) and self.ridge >= 0):
-            raise ValueError(f"ridge must be a number >= 0, got {self.ridge!r}")
+        """Check every setting (:func:`streamspec.defaults.check_settings`). O(1)."""
+        defaults.check_settings(**{name: getattr(self, name) for name in _SETTINGS})
         if self.formulation == "projected":
             dense_only = self._dense_only()
             if dense_only:
@@ -409,7 +435,7 @@ class MEstimator:
     def _max_outer(self, projected: bool) -> int:
         if self.max_outer is not None:
             return self.max_outer
-        return 2 if projected else 3
+        return defaults.MAX_OUTER_PROJECTED if projected else defaults.MAX_OUTER_DENSE
 
     def _resolved_formulation(self) -> str:
         if self.formulation != "auto":
@@ -515,7 +541,8 @@ class MEstimator:
         for a in range(0, active.size, 4096):
             base[active[a : a + 4096]] = A[a : a + 4096] @ M_pinv
         ops = self._projected_warm_ops(init, n, k, U)  # the operators W is estimated at
-        history, rejected = [], []
+        history, rejected, rejected_sweeps = [], [], []
+        progress = _Progress("projected", n, k)
         # why: the first cold iteration is Algorithm 1's W = I (θ_spec); with W = I the
         # solution does not depend on the operators, so further iterations change nothing
         budget = 1 if self.weighting == "identity" else self._max_outer(projected=True)
@@ -526,11 +553,14 @@ class MEstimator:
                 W = self._projected_weighting_at(self.weighting, triples, U, Q, ops)
                 new, before, after = _projected_step(W, active, A, M, ops[active])
             history.append([after] if before is None else [before, after])
+            progress.line(f"outer={it + 1}/{budget}", after)
             ok = np.isfinite(new).all() and np.isfinite(after) and (
                 before is None or after <= before * (1 + 1e-9) + 1e-300
             )
             if not ok:  # why: an exact minimiser under W cannot raise W's loss; if it did, it is numerics
                 rejected.append(it)
+                rejected_sweeps.append((it, 1, float(after), float(before if before is not None
+                                                                    else after)))
                 break
             # only the weighted symbols change after the first iteration: the others hold
             # θ_spec's operators (``base``, updated in place: no n·k² copies per iteration)
@@ -557,13 +587,13 @@ class MEstimator:
         else:
             W = self._projected_weighting_at(self.weighting, triples, U, Q, ops)
             loss = _projected_loss(W, active, A, M, ops[active])
-        factors = MFactors(ops, U, "projected", loss=loss, history=history)
+        factors = MFactors(ops, U, "projected", loss=loss, history=history, rejected=rejected_sweeps)
         self.factors_, self.weighting_, self.loss_history_ = factors, W, history
-        self.rejected_ = rejected
+        self.rejected_, self.rejected_sweeps_ = rejected, rejected_sweeps
         self.rank_, self.n_conditions_, self.basis_ = k, kp, (U, Q)
         model = ObservableOperatorModel(
             b1, binf, ops, filter=self.filter, window=self.window, min_proba=self.min_proba,
-            symbols=labels,
+            symbols=labels, rank=k,
         )
         model.factors = factors
         self.model_ = model
@@ -673,11 +703,12 @@ class MEstimator:
         self.factors_ = best
         self.weighting_ = W
         self.loss_history_ = best.history
-        self.rejected_ = []
+        self.rejected_ = sorted({outer for outer, *_ in best.rejected})
+        self.rejected_sweeps_ = list(best.rejected)
         self.rank_, self.n_conditions_, self.basis_ = k, None, None
         model = ObservableOperatorModel(
             P1, np.ones(n), best.operators(), filter=self.filter, window=self.window,
-            min_proba=self.min_proba, symbols=labels,
+            min_proba=self.min_proba, symbols=labels, rank=k,
         )
         model.factors = best
         self.model_ = model
@@ -714,14 +745,18 @@ class MEstimator:
     def _run(self, R, S, W0):
         """Outer loop: alternate under W, re-estimate W at the new operators, repeat."""
         W = W0 if W0 is not None else build_weighting("identity", self._c3)
-        history = []
+        history, rejected = [], []
+        self._progress = _Progress("dense", R.shape[0], R.shape[2])
         B_old = None
         outer_budget = self._max_outer(projected=False) if self.weighting != "identity" else 1
         for outer in range(outer_budget):
             if outer > 0:
                 W = self._weighting_at(B_old)
-            R, S, losses = self._alternate(R, S, W)
+            R, S, losses, refused = self._alternate(R, S, W)
             history.append(losses)
+            if refused is not None:
+                rejected.append((outer, len(losses), refused, losses[-1]))
+            self._progress.line(f"outer={outer + 1}/{outer_budget}", losses[-1])
             B = _operators(R, S)
             converged = B_old is not None and (
                 np.linalg.norm(B - B_old) < self.tol * max(np.linalg.norm(B_old), 1e-300)
@@ -729,11 +764,13 @@ class MEstimator:
             B_old = B
             if converged:
                 break
-        return MFactors(R, S, self.factorization, history=history), W
+        return MFactors(R, S, self.factorization, history=history, rejected=rejected), W
 
     # ------------------------------------------------------------------ Algorithm 2
 
     def _alternate(self, R, S, W):
+        """Sweeps under a fixed W: ``(R, S, losses, refused)``, ``refused`` being the loss of
+        the sweep that was rejected because it raised the loss (or was not finite), or None."""
         loss = self._loss(R, S, W)
         losses = [loss]
         for _ in range(self.max_sweeps):
@@ -744,14 +781,19 @@ class MEstimator:
             R_new = self._r_step(R_new, S_new, W)
             new = self._loss(R_new, S_new, W)
             if not np.isfinite(new) or new > loss:
-                break  # reject: with W fixed the loss never increases
+                # reject: an exact step cannot raise the loss under a fixed W, so this is
+                # numerics; recorded (rejected_sweeps_) rather than silently dropped
+                return R, S, losses, float(new)
             R, S = R_new, S_new
             improvement = loss - new
             loss = new
             losses.append(loss)
+            progress = getattr(self, "_progress", None)
+            if progress is not None:
+                progress.line(f"sweep={len(losses) - 1}", loss, every=5.0)
             if improvement <= self.tol * max(loss, 1e-300):
                 break
-        return R, S, losses
+        return R, S, losses, None
 
     def _z(self, S):
         """Z[x, j, w] = (S_xᵀ P21)[w, j]."""

@@ -63,6 +63,11 @@ class ObservableOperatorModel:
         keeps every symbol possible) and ``last`` the last symbol of the history.
         :meth:`without_backoff` gives the HMM alone, ``model.backoff`` the backoff
         alone.
+    rank
+        The rank k the estimator used (an int; ``None``: the dimension d). It differs
+        from d for the dense M-estimator, whose n × n operators have rank k, and it
+        is what ``rank="auto"`` chose. Kept by :meth:`with_filter` and by
+        :meth:`save` / :meth:`load`.
 
     Memory: O(n · d²) for the operators, plus O(P + n) for a backoff with P
     distinct pairs.
@@ -98,6 +103,7 @@ class ObservableOperatorModel:
         min_proba: float = 1e-6,
         symbols: Sequence | None = None,
         backoff=None,
+        rank: int | None = None,
     ):
         self.b1 = np.asarray(b1, dtype=np.float64)
         self.binf = np.asarray(binf, dtype=np.float64)
@@ -107,7 +113,9 @@ class ObservableOperatorModel:
         self.min_proba = min_proba
         self.symbols = list(symbols) if symbols is not None else None
         self.backoff = backoff
+        self.rank = rank
         self._check()
+        self.rank = int(self.B.shape[1] if rank is None else rank)
         self._C = np.einsum("d,xde->xe", self.binf, self.B)  # C[x] · b = b∞ᵀ B_x b
 
     def _check(self) -> None:
@@ -131,6 +139,10 @@ class ObservableOperatorModel:
             raise ValueError(f"min_proba must be in [0, 1/n), got {self.min_proba!r}")
         if self.symbols is not None and len(self.symbols) != self.n_symbols:
             raise ValueError(f"{len(self.symbols)} symbol labels for {self.n_symbols} symbols")
+        r = self.rank
+        if r is not None and (isinstance(r, bool) or not isinstance(r, int | np.integer)
+                              or not 1 <= r <= max(self.n_symbols, self.dim)):
+            raise ValueError(f"rank must be an integer in 1..{max(self.n_symbols, self.dim)}, got {r!r}")
         if self.backoff is not None and getattr(self.backoff, "n", None) != self.n_symbols:
             raise ValueError(
                 f"a backoff over {getattr(self.backoff, 'n', None)} symbols for a model of {self.n_symbols}"
@@ -149,7 +161,7 @@ class ObservableOperatorModel:
     def _replace(self, **changes) -> ObservableOperatorModel:
         """A copy with some constructor arguments changed; other attributes (``factors``) kept."""
         args = dict(filter=self.filter, window=self.window, min_proba=self.min_proba,
-                    symbols=self.symbols, backoff=self.backoff) | changes
+                    symbols=self.symbols, backoff=self.backoff, rank=self.rank) | changes
         new = ObservableOperatorModel(self.b1, self.binf, self.B, **args)
         for key, value in self.__dict__.items():
             if key not in new.__dict__:
@@ -514,6 +526,7 @@ class ObservableOperatorModel:
             "filter": self.filter,
             "window": int(self.window),
             "min_proba": float(self.min_proba),
+            "rank": int(self.rank),
             "symbols": None if self.symbols is None else [encode_value(s) for s in self.symbols],
         }
         arrays = {"b1": self.b1, "binf": self.binf, "B": self.B}
@@ -575,6 +588,7 @@ class ObservableOperatorModel:
                 min_proba=header["min_proba"],
                 symbols=None if symbols is None else [decode_value(s) for s in symbols],
                 backoff=backoff,
+                rank=header.get("rank"),  # None in checkpoints written before it was kept
             )
             if "R" in arrays:
                 from streamspec.mestimator import MFactors
@@ -586,7 +600,7 @@ class ObservableOperatorModel:
 
     def __repr__(self) -> str:
         return (
-            f"ObservableOperatorModel(n_symbols={self.n_symbols}, dim={self.dim}, "
+            f"ObservableOperatorModel(n_symbols={self.n_symbols}, dim={self.dim}, rank={self.rank}, "
             f"filter={self.filter!r}, window={self.window}"
             + (", backoff" if self.backoff is not None else "") + ")"
         )

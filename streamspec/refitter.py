@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
 import time
 from collections import deque
@@ -10,7 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from streamspec import defaults
+
 __all__ = ["Refitter", "FitRecord"]
+
+log = logging.getLogger("streamspec.refit")
 
 
 @dataclass(frozen=True)
@@ -31,7 +36,9 @@ class FitRecord:
     n_alphabet
         Alphabet size of the snapshot.
     rank
-        The rank the estimator was given (clamped to the alphabet size).
+        The rank of the fitted model (``model.rank``: what ``rank="auto"`` chose); for a
+        failed fit, or a model without one, the rank the estimator was given (clamped to
+        the alphabet size).
     seconds
         Wall-clock duration of the fit (and of ``prepare``).
     sweeps
@@ -120,7 +127,9 @@ class Refitter:
     n_fits
         Successful fits so far.
     n_failures
-        Failed fits (the previous model was kept; see :attr:`last_error`).
+        Failed fits (the previous model was kept; see :attr:`last_error`). Each one is
+        also logged as a WARNING on the ``"streamspec.refit"`` logger, with the
+        exception.
     last_error
         ``"ExceptionType: message"`` of the last failed fit, ``None`` if none failed
         since the last success.
@@ -160,13 +169,18 @@ class Refitter:
         estimator,
         refit_every: int | None = 10_000,
         refit_interval: float | None = None,
-        sweeps: int = 3,
+        sweeps: int = defaults.WARM_SWEEPS,
         background: bool = False,
         prepare: Callable[[Any], Any] | None = None,
         max_records: int = 100,
     ):
         if not callable(getattr(estimator, "fit", None)):
             raise TypeError(f"estimator must have a fit method, got {estimator!r}")
+        # why: a bad estimator setting (rank=0, weighting="bogus") would make every refit
+        # fail; refuse it now, naming it, rather than count failures later
+        settings = _init_params(estimator)
+        defaults.check_settings(**{k: v for k, v in settings.items()
+                                   if k in _ESTIMATOR_SETTINGS and not (v is None and k == "rank")})
         if refit_every is not None and (
             isinstance(refit_every, bool) or not isinstance(refit_every, int) or refit_every < 1
         ):
@@ -385,6 +399,9 @@ class Refitter:
                 prepared = self.prepare(model)
         except Exception as exc:  # noqa: BLE001 - recorded, the old model is kept
             error = f"{type(exc).__name__}: {exc}"
+            log.warning("event=refit_failed attempt=%d symbols=%d error=%r (the previous model "
+                        "is kept)", self._attempts + 1, getattr(data, "n", -1), error,
+                        exc_info=exc)
         seconds = time.perf_counter() - t0
         history = getattr(est, "loss_history_", None) if error is None else None
         losses = tuple(float(v) for outer in (history or []) for v in outer)
@@ -400,7 +417,8 @@ class Refitter:
                 n_seen=n_seen,
                 n_triples=n_triples,
                 n_alphabet=data.n,
-                rank=getattr(est, "rank", None),
+                rank=(getattr(model, "rank", None) if model is not None
+                      else getattr(est, "rank", None)),
                 seconds=seconds,
                 sweeps=sweeps,
                 losses=losses,
@@ -434,6 +452,12 @@ class Refitter:
             f"refit_interval={self.refit_interval}, sweeps={self.sweeps}, {mode}; "
             f"{self.n_fits} fits, {self.n_failures} failures)"
         )
+
+
+# settings of an estimator checked when a Refitter is built (the same rules everywhere)
+_ESTIMATOR_SETTINGS = ("rank", "penalty", "weighting", "factorization", "formulation", "max_outer",
+                       "max_sweeps", "tol", "n_restarts", "shrinkage", "ridge", "filter", "window",
+                       "min_proba", "n_conditions", "backoff")
 
 
 def _init_params(estimator) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from river import base
 
+from streamspec import defaults
 from streamspec.accumulator import MomentAccumulator
 from streamspec.mestimator import MEstimator
 from streamspec.refitter import Refitter, _init_params
@@ -553,7 +554,9 @@ class SpectralHMM(base.Classifier):
     :meth:`predict_proba_one` returns a dict over all n labels, O(n) per call.
 
     Defaults, measured by progressive validation (from symbol 20,000, refits every
-    10⁴ symbols; ``min_proba=1e-3`` unless said otherwise):
+    10⁴ symbols; ``min_proba=1e-3`` unless said otherwise), the setting of
+    ``python demos/river_pipeline.py`` (which prints the default's figures; the
+    other settings are one argument away in its model list):
 
     - Alice (26 letters, 108k): θ_spec at window 2 and fixed rank 20 reached 2.35 nats
       per letter (2.62 with ``min_proba=1e-6``: unseen trigrams), 2.32 at rank 26, 2.47
@@ -562,13 +565,11 @@ class SpectralHMM(base.Classifier):
     - 1,000 interleaved sessions of a 5-state, 12-symbol HMM (150k symbols): rank 5
       1.833, rank 12 (full) 2.33, ``"auto"`` 1.832 (settling at 6); the true HMM's
       filter scores 1.76.
-    - On an 80/20 split of Alice (held-out log loss, window 2), at rank 20 the
-      M-estimator (``factorization="fixed"``) beat θ_spec: 2.43 with exact weighting
-      (7.8 s per fit) and 2.45 with identity weighting (0.03 s), against 2.54 (a few
-      ms); at rank 26, where ``"auto"`` ends on Alice, all three give 2.19. θ_spec is
-      the default because ``rank="auto"`` fits several ranks at every refit and the
-      best ranks found were the high ones; ``estimator="m"`` with a fixed rank is the
-      choice when a lower rank is wanted.
+    - θ_spec is the default estimator because ``rank="auto"`` fits several ranks at
+      every refit and the best ranks found were the high ones, where θ_M and θ_spec
+      predict alike; ``estimator="m"`` with a fixed rank is the choice when a lower
+      rank is wanted. Batch fits of both, with times, are compared in
+      :class:`~streamspec.MEstimator`'s Notes and in docs/benchmarks.md.
 
     At full rank and window 2, θ_spec predicts the empirical trigram conditional;
     lower ranks smooth it, and the floor ``min_proba`` (clamped below ``1 / n``) keeps
@@ -591,15 +592,15 @@ class SpectralHMM(base.Classifier):
 
     def __init__(
         self,
-        rank: int | str = "auto",
+        rank: int | str = defaults.RANK,
         estimator: Any = "spectral",
-        window: int = 2,
-        refit_every: int | None = 10_000,
+        window: int = defaults.WINDOW,
+        refit_every: int | None = defaults.REFIT_EVERY,
         refit_interval: float | None = None,
-        sweeps: int = 3,
+        sweeps: int = defaults.WARM_SWEEPS,
         background: bool = False,
         key: str | None = None,
-        min_proba: float = 1e-3,
+        min_proba: float = defaults.ONLINE_MIN_PROBA,
         forgetting: float = 1.0,
         max_symbols: int | None = None,
         n_states: int | None = None,
@@ -619,6 +620,24 @@ class SpectralHMM(base.Classifier):
         self.n_states = n_states
         self.predictor = predictor
         self._built = False
+        self._validate()  # why: a bad setting is refused before any symbol is learned
+
+    def _validate(self) -> None:
+        """Check every setting (:func:`streamspec.defaults.check_settings`). O(1)."""
+        defaults.check_settings(
+            rank=self.rank, window=self.window, refit_every=self.refit_every,
+            refit_interval=self.refit_interval, sweeps=self.sweeps, min_proba=self.min_proba,
+            forgetting=self.forgetting, max_symbols=self.max_symbols, n_states=self.n_states,
+        )
+        est = self.estimator
+        if isinstance(est, str) and est not in ("spectral", "m"):
+            raise ValueError(f"estimator must be 'spectral', 'm' or an estimator, got {est!r}")
+        if not isinstance(est, str) and not callable(getattr(est, "fit", None)):
+            raise ValueError(f"estimator must be 'spectral', 'm' or an estimator, got {est!r}")
+        if self.predictor not in ("window", "hmm"):
+            raise ValueError(f"predictor must be 'window' or 'hmm', got {self.predictor!r}")
+        if self.predictor == "hmm" and self.n_states is None:
+            raise ValueError("predictor='hmm' needs n_states")
 
     # ------------------------------------------------------------------ state
 
@@ -629,16 +648,8 @@ class SpectralHMM(base.Classifier):
                 self._build_state()
 
     def _build_state(self) -> None:
+        self._validate()  # again: a setting may have been changed after construction
         w = self.window
-        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-            raise ValueError(f"window must be a non-negative integer, got {w!r}")
-        m = self.n_states
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
-            raise ValueError(f"n_states must be a positive integer or None, got {m!r}")
-        if self.predictor not in ("window", "hmm"):
-            raise ValueError(f"predictor must be 'window' or 'hmm', got {self.predictor!r}")
-        if self.predictor == "hmm" and m is None:
-            raise ValueError("predictor='hmm' needs n_states")
         if self.max_symbols is None:
             self._acc = MomentAccumulator(forgetting=self.forgetting)
         else:
@@ -810,17 +821,37 @@ class SpectralHMM(base.Classifier):
         self._freq.append(0)
 
     def refit(self, wait: bool = True) -> bool:
-        """Fit now on all the symbols learned so far (``wait``: join a background fit)."""
+        """Fit now on all the symbols learned so far (``wait``: join a background fit).
+
+        Returns whether a new model was fitted and swapped in: ``False`` when there was
+        nothing to fit on (no triple yet), a background fit was already running, or
+        the fit failed (then the previous model is kept, the failure is logged and
+        counted in :attr:`n_failures`). With ``wait=False`` in background mode, whether
+        a fit was started. Costs one fit.
+        """
         if not self._built:
             self._build()
         with self._lock:
             self._refitter.observe(self._unreported, self._acc)
             self._unreported = 0
+            attempts = self._refitter.n_fits + self._refitter.n_failures
             started = self._refitter.fit_now(self._acc)
             self._countdown = self._next_countdown()
         if wait:
             self._refitter.wait()
+            if started and self._refitter.n_fits + self._refitter.n_failures > attempts:
+                return self._refitter.records[-1].error is None
         return started
+
+    @property
+    def n_failures(self) -> int:
+        """Refits that failed so far (each logged as a warning; the previous model was kept)."""
+        return self._refitter.n_failures if self._built else 0
+
+    @property
+    def last_error(self) -> str | None:
+        """``"ExceptionType: message"`` of the last failed refit (``None`` after a success)."""
+        return self._refitter.last_error if self._built else None
 
     def end_stream(self, key: Hashable = None) -> None:
         """Forget the history of stream ``key`` (its next symbol starts afresh)."""

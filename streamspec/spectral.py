@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from streamspec import defaults
 from streamspec.backoff import fit_with_backoff
 from streamspec.model import ObservableOperatorModel
 from streamspec.subspace import DENSE_SVD_MAX, project_triples, top_singular
@@ -217,9 +218,10 @@ class SpectralEstimator:
     Parameters
     ----------
     rank
-        Dimension k of the model (1 <= k <= n), or ``"auto"``: the number of
-        singular values of P21 above the noise level ``N^(-1/2)`` (at most 256 above
-        1,000 symbols). To choose the rank by held-out log loss instead, see
+        Dimension k of the model (1 <= k <= n), or ``"auto"`` (default,
+        :data:`streamspec.defaults.RANK`): the number of singular values of P21
+        above the noise level ``N^(-1/2)`` (at most 256 above 1,000 symbols).
+        To choose the rank by held-out log loss instead, see
         :func:`streamspec.selection.select_predictor`.
     filter, window, min_proba
         Passed to the fitted :class:`ObservableOperatorModel`.
@@ -253,14 +255,21 @@ class SpectralEstimator:
 
     """
 
-    def __init__(self, rank: int = 2, filter: str = "window", window: int = 2, min_proba: float = 1e-6,
-                 backoff: str | None = "auto", random_state: int = 0):
+    def __init__(self, rank: int | str = defaults.RANK, filter: str = defaults.FILTER,
+                 window: int = defaults.WINDOW, min_proba: float = defaults.MIN_PROBA,
+                 backoff: str | None = defaults.BACKOFF, random_state: int = 0):
         self.rank = rank
         self.filter = filter
         self.window = window
         self.min_proba = min_proba
         self.backoff = backoff
         self.random_state = random_state
+        self._validate()  # why: a bad setting is refused before anything is fitted
+
+    def _validate(self) -> None:
+        defaults.check_settings(rank=self.rank, filter=self.filter, window=self.window,
+                                min_proba=self.min_proba, backoff=self.backoff,
+                                random_state=self.random_state)
 
     def _fit_hmm(self, triples: Triples, labels=None) -> ObservableOperatorModel:
         if isinstance(self.rank, str) and self.rank == "auto":
@@ -271,7 +280,7 @@ class SpectralEstimator:
         b1, binf, B = sparse_spectral_operators(triples, k, random_state=self.random_state)
         return ObservableOperatorModel(
             b1, binf, B, filter=self.filter, window=self.window, min_proba=self.min_proba,
-            symbols=labels,
+            symbols=labels, rank=k,
         )
 
     def fit(self, data) -> ObservableOperatorModel:
@@ -280,8 +289,7 @@ class SpectralEstimator:
         Returns the model (also kept as ``model_``; the rank used is ``rank_``).
         Time and memory: see the class docstring.
         """
-        if self.backoff not in ("auto", None):
-            raise ValueError(f"backoff must be 'auto' or None, got {self.backoff!r}")
+        self._validate()  # the settings may have been changed since construction
         triples, labels = triples_of(data)
         if self.backoff is None:
             self.model_ = self._fit_hmm(triples, labels)

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamspec import defaults
 from streamspec.moments import moment_variance_factors
 
 __all__ = [
@@ -62,7 +63,7 @@ __all__ = [
     "resolve_projected_shrinkage",
 ]
 
-WEIGHTINGS = ("identity", "diagonal", "per_symbol", "exact")
+WEIGHTINGS = defaults.WEIGHTINGS
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import pytest
 
 from streamspec import HMM, MEstimator, MomentAccumulator, SpectralEstimator
 from streamspec.moments import moment_residuals, probabilities, second_moment_blocks
+from streamspec.spectral import top_subspace
 from streamspec.weighting import WEIGHTINGS, build_weighting
 
 
@@ -161,26 +162,53 @@ def test_rank_auto_and_restarts_are_reproducible():
 
 
 @pytest.mark.parametrize(
-    "estimator, message",
+    "settings, message",
     [
-        (SpectralEstimator(rank=5), "between 1 and the number of symbols"),
-        (MEstimator(rank=0), "between 1 and the number of symbols"),
-        (MEstimator(rank=2.5), "rank must be"),
-        (MEstimator(rank=2, weighting="optimal"), "weighting must be one of"),
-        (MEstimator(rank=2, factorization="free"), "factorization must be one of"),
-        (MEstimator(rank=2, penalty=-1), "penalty"),
-        (MEstimator(rank=2, n_restarts=-1), "n_restarts"),
-        (MEstimator(rank=2, formulation="sparse"), "formulation must be one of"),
-        (MEstimator(rank=2, formulation="projected", weighting="exact"), "formulation='dense'"),
-        (MEstimator(rank=2, n_conditions=0), "n_conditions"),
+        (dict(rank=0), "rank must be a positive integer or 'auto'; got 0"),
+        (dict(rank=2.5), "rank must be"),
+        (dict(rank=2, weighting="optimal"), "weighting must be one of 'identity'"),
+        (dict(rank=2, factorization="free"), "factorization must be one of"),
+        (dict(rank=2, penalty=-1), "penalty must be a finite number >= 0"),
+        (dict(rank=2, penalty=float("nan")), "penalty"),
+        (dict(rank=2, n_restarts=-1), "n_restarts"),
+        (dict(rank=2, max_sweeps=0), "max_sweeps must be a positive integer"),
+        (dict(rank=2, max_outer=0), "max_outer"),
+        (dict(rank=2, tol=0), "tol"),
+        (dict(rank=2, shrinkage=1.5), "shrinkage"),
+        (dict(rank=2, formulation="sparse"), "formulation must be one of"),
+        (dict(rank=2, formulation="projected", weighting="exact"), "formulation='dense'"),
+        (dict(rank=2, n_conditions=0), "n_conditions"),
+        (dict(rank=2, backoff="kn"), "backoff must be one of"),
+        (dict(rank=2, window=-1), "window"),
     ],
 )
-def test_bad_estimator_parameters(estimator, message):
+def test_bad_estimator_parameters_are_refused_at_construction(settings, message):
+    with pytest.raises(ValueError, match=message):
+        MEstimator(**settings)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [(dict(rank=0), "rank must be"), (dict(rank="full"), "rank must be"),
+     (dict(rank=2, backoff="kn"), "backoff"), (dict(rank=2, filter="kalman"), "filter")],
+)
+def test_bad_spectral_parameters_are_refused_at_construction(settings, message):
+    with pytest.raises(ValueError, match=message):
+        SpectralEstimator(**settings)
+
+
+@pytest.mark.parametrize("estimator", [SpectralEstimator(rank=5), MEstimator(rank=5)])
+def test_a_rank_above_the_alphabet_is_refused_at_fit_without_touching_the_counts(estimator):
     acc = accumulate([0, 1, 2, 3, 0, 1, 2], 4)
     before = acc.counts()
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match="between 1 and the number of symbols"):
         estimator.fit(acc)
     np.testing.assert_array_equal(acc.counts(), before)
+
+
+def test_get_params_keep_the_settings_verbatim():
+    est = MEstimator(rank="auto", shrinkage=0.5, max_outer=None)
+    assert (est.rank, est.shrinkage, est.max_outer) == ("auto", 0.5, None)
 
 
 @pytest.mark.parametrize("estimator", [SpectralEstimator(rank=2), MEstimator(rank=2)])
@@ -227,3 +255,145 @@ def test_iterative_and_explicit_exact_solvers_agree(monkeypatch, penalty):
     assert abs(iterative.factors_.loss - dense.factors_.loss) <= 1e-4 * dense.factors_.loss
     np.testing.assert_allclose(iterative.factors_.operators(), dense.factors_.operators(),
                                atol=1e-3)
+
+
+# ---------------------------------------------------------------------- the optimiser itself
+# Each step of the alternating minimisation is checked against its own problem, solved
+# by brute force at a tiny size: a step that does nothing (or the wrong thing) fails
+# here even though θ_M, started at θ_spec, would still look reasonable.
+
+
+def _dense_problem(weighting: str, factorization: str = "fixed", penalty: float = 0.0, n: int = 4):
+    """A fitted dense estimator (its moments set) and a non-identity W at its solution."""
+    hmm = HMM.random(3, n, random_state=5)
+    acc = accumulate(hmm.sample(4000, random_state=6), n)
+    est = MEstimator(rank=2, weighting=weighting, factorization=factorization, penalty=penalty,
+                     formulation="dense", backoff=None, max_outer=1)
+    model = est.fit(acc)
+    return est, est._weighting_at(model.B)
+
+
+def _dense_matrix(W, n: int) -> np.ndarray:
+    """W as an explicit (n³, n³) matrix: its action on each unit vector."""
+    eye = np.eye(n**3)
+    return np.stack([W.apply(e.reshape(n, n, n)).ravel() for e in eye], axis=1)
+
+
+def _linear_map(m_of, shape) -> tuple[np.ndarray, np.ndarray]:
+    """``(A, p)`` with ``m_of(θ) = p - A θ`` for the affine map ``m_of`` (by unit vectors)."""
+    p = m_of(np.zeros(shape)).ravel()
+    cols = [p - m_of(e.reshape(shape)).ravel() for e in np.eye(int(np.prod(shape)))]
+    return np.stack(cols, axis=1), p
+
+
+@pytest.mark.parametrize("weighting", ["identity", "diagonal", "per_symbol", "exact"])
+def test_r_step_is_the_exact_minimiser_of_its_weighted_least_squares(weighting):
+    est, W = _dense_problem(weighting)
+    n, k = est._P21.shape[0], 2
+    S = est.factors_.S
+    Z = est._z(S)
+    A, p = _linear_map(lambda R: est._P3j - np.einsum("xiw,xjw->jxi", R, Z), (n, n, k))
+    Wd = _dense_matrix(W, n)
+    H = A.T @ Wd @ A
+    brute = np.linalg.lstsq(H, A.T @ Wd @ p, rcond=None)[0]
+    R = est._r_step(np.zeros((n, n, k)), S, W).ravel()
+    gradient = A.T @ Wd @ (A @ R - p)  # stationarity of (p - AR)ᵀ W (p - AR)
+    assert np.abs(gradient).max() <= 1e-8 * max(np.abs(A.T @ Wd @ p).max(), 1e-300)
+    np.testing.assert_allclose(est._loss(R.reshape(n, n, k), S, W),
+                               float((p - A @ brute) @ Wd @ (p - A @ brute)), rtol=1e-9)
+
+
+@pytest.mark.parametrize("weighting", ["identity", "per_symbol"])
+def test_r_step_with_l1_meets_the_kkt_conditions(weighting):
+    est, W = _dense_problem(weighting, penalty=0.3)
+    n, k = est._P21.shape[0], 2
+    S = est.factors_.S
+    Z = est._z(S)
+    A, p = _linear_map(lambda R: est._P3j - np.einsum("xiw,xjw->jxi", R, Z), (n, n, k))
+    Wd = _dense_matrix(W, n)
+    R = est._r_step(np.zeros((n, n, k)), S, W).ravel()
+    g = 2 * A.T @ Wd @ (A @ R - p)  # gradient of the smooth part; the L1 weight is μ
+    mu = est._mu
+    active = R != 0
+    assert active.any() and (~active).any()  # both kinds of coordinate are checked
+    np.testing.assert_allclose(g[active], -mu * np.sign(R[active]), atol=1e-6 * mu)
+    assert (np.abs(g[~active]) <= mu * (1 + 1e-6)).all()
+
+
+@pytest.mark.parametrize("weighting", ["identity", "diagonal", "per_symbol"])
+def test_s_step_is_the_exact_minimiser_of_its_weighted_least_squares(weighting):
+    est, W = _dense_problem(weighting, factorization="shared")
+    n, k = est._P21.shape[0], 2
+    R = est.factors_.R
+    A, p = _linear_map(lambda S: est._P3j - np.einsum("xiw,xjw->jxi", R, est._z(S)), (n, k))
+    Wd = _dense_matrix(W, n)
+    S = est._s_step(R, np.linalg.qr(np.ones((n, k)) + np.eye(n, k))[0], W).ravel()
+    gradient = A.T @ Wd @ (A @ S - p)
+    assert np.abs(gradient).max() <= 1e-7 * max(np.abs(A.T @ Wd @ p).max(), 1e-300)
+    brute = np.linalg.lstsq(A.T @ Wd @ A, A.T @ Wd @ p, rcond=None)[0]
+    loss = float((p - A @ S) @ Wd @ (p - A @ S))
+    np.testing.assert_allclose(loss, float((p - A @ brute) @ Wd @ (p - A @ brute)), rtol=1e-8)
+
+
+def test_projected_step_is_the_gls_minimiser_of_each_symbol():
+    from streamspec.mestimator import _projected_step
+    from streamspec.subspace import project_triples
+
+    hmm = HMM.random(4, 8, random_state=7)
+    acc = accumulate(hmm.sample(20_000, random_state=8), 8)
+    est = MEstimator(rank=2, backoff=None)  # projected, per-symbol weighting, k' = 4
+    est.fit(acc)
+    U, Q = est.basis_
+    triples = acc.triples()
+    M = U.T @ np.asarray(triples.P21() @ Q)
+    A = project_triples(triples, U, Q)
+    W = est.weighting_
+    symbols = np.arange(8)
+    previous = est.factors_.R
+    new, before, after = _projected_step(W, symbols, A, M, previous)
+    sigma = W.factor_of(symbols)  # Σ_x, (8, k', k')
+    assert sigma.ndim == 3 and not np.allclose(sigma[0], sigma[0][0, 0] * np.eye(4))
+    for x in symbols:
+        Sinv = np.linalg.inv(sigma[x])
+        # stationarity of tr((A_x - B M) Σ⁻¹ (A_x - B M)ᵀ) in B, and the dense solve of vec(B)
+        gradient = (A[x] - new[x] @ M) @ Sinv @ M.T
+        assert np.abs(gradient).max() <= 1e-9 * max(np.abs(A[x] @ Sinv @ M.T).max(), 1e-300)
+        H = np.kron(np.eye(2), M @ Sinv @ M.T)  # row-major vec(B): rows of B are independent
+        brute = np.linalg.solve(H, (A[x] @ Sinv @ M.T).ravel()).reshape(2, 2)
+        np.testing.assert_allclose(new[x], brute, rtol=1e-8, atol=1e-12)
+    assert after <= before
+
+
+def test_the_m_loss_strictly_decreases_from_the_spectral_start_under_a_weighting():
+    # dense: the sweeps under W (estimated at θ_spec) must move away from θ_spec's R
+    est, _ = _dense_problem("per_symbol")
+    P1, P21, P3x1 = probabilities(est._c3)
+    R0, S0 = est._spectral_start(P1, P21, P3x1, top_subspace(P21, 2))
+    W = est._weighting_at(np.einsum("xiw,sw->xis", R0, S0))
+    start = est._loss(R0, S0, W)
+    R, S, losses, refused = est._alternate(R0, S0, W)
+    assert refused is None and losses[0] == pytest.approx(start)
+    assert losses[-1] < start * (1 - 1e-3)
+    # projected, through the public attributes: the GLS step lowers its own W's loss
+    hmm = HMM.random(4, 8, random_state=7)
+    acc = accumulate(hmm.sample(20_000, random_state=8), 8)
+    proj = MEstimator(rank=2, backoff=None)
+    proj.fit(acc)
+    before, after = proj.loss_history_[1]
+    assert after < before * (1 - 1e-4) and proj.rejected_sweeps_ == []
+
+
+def test_a_rejected_sweep_is_recorded_in_the_history(monkeypatch):
+    est, _ = _dense_problem("per_symbol")
+    acc_c3 = est._c3
+    real = MEstimator._r_step
+
+    def worse(self, R, S, W):  # a wrong step: the minimiser, pushed away from it
+        return real(self, R, S, W) + 0.5
+
+    monkeypatch.setattr(MEstimator, "_r_step", worse)
+    bad = MEstimator(rank=2, weighting="per_symbol", formulation="dense", backoff=None)
+    bad.fit(acc_c3)
+    assert bad.rejected_sweeps_, "the sweep that raised the loss must be recorded"
+    for outer, sweep, refused, kept in bad.rejected_sweeps_:
+        assert refused > kept and sweep >= 1 and outer in bad.rejected_

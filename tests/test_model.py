@@ -143,12 +143,22 @@ def test_bad_sequences(hmm_and_acc):
         model.log_proba([0.5, 1.0])
 
 
-def test_select_predictor_picks_the_best_row(hmm_and_acc):
+def test_select_predictor_picks_the_best_of_independently_scored_candidates(hmm_and_acc):
     hmm, acc = hmm_and_acc
     validation = [hmm.sample(5000, random_state=6)]
     best = select_predictor(MEstimator(), acc, validation, ranks=[1, 3, 5], windows=(0, 2))
-    assert len(best.table) == 3 * 3
-    assert best.log_loss == min(row["log_loss"] for row in best.table)
+    # every candidate fitted and scored here, outside select_predictor
+    scores = {}
+    for k in (1, 3, 5):
+        model = MEstimator(rank=k).fit(acc)
+        for filt, w in (("window", 0), ("window", 2), ("recursive", 0)):
+            candidate = model.with_filter(filt, w if filt == "window" else None)
+            scores[(k, filt, w)] = candidate.log_loss(validation)
+    chosen = min(scores, key=scores.get)
+    assert max(scores.values()) - scores[chosen] > 0.005  # the choice matters
+    assert (best.rank, best.filter, best.window) == chosen
+    assert best.log_loss == pytest.approx(scores[chosen], abs=1e-12)
+    assert best.model.rank == best.rank
     assert abs(best.model.log_loss(validation) - best.log_loss) < 1e-12
     assert rank_grid(26) == sorted(set(rank_grid(26))) and rank_grid(26)[-1] == 26
 
