@@ -430,7 +430,9 @@ def run_grid(reps: int = 20, seed: int = 0, quick: bool = False) -> dict:
     """Grid 2×2, 3×3, 5×5 (2×2 and 3×3 when quick), 100,000 training examples, λ = 1e-3.
 
     Model rank: the true rank of the transition matrix (2, 6, 20). On the 5×5 grid
-    the per-symbol weighting is skipped (about 15 s a fit, 90 s with L1).
+    the per-symbol weighting is skipped there: its dense fits at n = 25 cost the most of
+    every variant (``streamspec paper grid`` prints the mean fit time of each variant in
+    its table).
     """
     sides = (2, 3) if quick else (2, 3, 5)
 
