@@ -1,7 +1,7 @@
 """Backfills: count the symbol triples of many files in parallel, then reduce exactly.
 
 A backfill reads files once (no following, no resume state) and returns one
-:class:`~streamspec.accumulator.MomentAccumulator` equal to the one a single
+:class:`~streamspec.streaming.accumulator.MomentAccumulator` equal to the one a single
 process would build by reading the files in the given order with
 :class:`~connectors.files.FileSource` and feeding every record to ``learn_one``
 (and every end marker to ``end``). The work is split three ways:
@@ -15,7 +15,7 @@ process would build by reading the files in the given order with
    that gives the same counts without building a record per character.
 3. **Reduction** (:func:`reduce_in_order`): the files are one long record sequence
    (file 1, then file 2, ...), and the chunk results are joined in that order by a
-   tree of :meth:`~streamspec.accumulator.MomentAccumulator.concat`, which counts
+   tree of :meth:`~streamspec.streaming.accumulator.MomentAccumulator.concat`, which counts
    the triples straddling chunk borders. The join is associative, so the tree
    gives exactly the serial counts whatever the stream keys are, even when keys
    recur across files.
@@ -54,8 +54,8 @@ from typing import Any
 
 import numpy as np
 
-from streamspec.accumulator import MomentAccumulator
-from streamspec.checkpoint import CheckpointError, encode_value
+from streamspec.core.checkpoint import CheckpointError, encode_value
+from streamspec.streaming.accumulator import MomentAccumulator
 
 from .records import MalformedRecord, RecordFormat, RecordParser
 

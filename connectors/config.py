@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from streamspec import defaults
+from streamspec.core import defaults
 
 __all__ = ["DaemonConfig", "load_toml", "mestimator_params", "ESTIMATOR_SETTINGS"]
 
@@ -47,7 +47,7 @@ def mestimator_params(**settings: Any) -> dict[str, Any]:
 
     The one place where the CLI (``streamspec learn``) and the daemon turn their
     settings into estimator parameters: unset settings are left out, so that
-    :class:`~streamspec.mestimator.MEstimator`'s own defaults apply, whatever they
+    :class:`~streamspec.core.mestimator.MEstimator`'s own defaults apply, whatever they
     are. Settings MEstimator does not take (e.g. ``formulation`` on an older one)
     are left out too. O(1).
 
@@ -58,7 +58,7 @@ def mestimator_params(**settings: Any) -> dict[str, Any]:
     """
     import inspect
 
-    from streamspec.mestimator import MEstimator
+    from streamspec.core.mestimator import MEstimator
 
     accepted = inspect.signature(MEstimator.__init__).parameters
     out = {}
@@ -110,13 +110,13 @@ class DaemonConfig:
         one), saved beside the model as ``<state_dir>/<topic>/model.ckpt.hmm`` and, with a
         models topic, published after each model (:mod:`connectors.model_topic`).
     rank, penalty, weighting, sweeps, outer, formulation
-        Settings of the :class:`~streamspec.mestimator.MEstimator` refits
+        Settings of the :class:`~streamspec.core.mestimator.MEstimator` refits
         (``sweeps`` is ``max_sweeps``, ``outer`` is ``max_outer``); ``None`` (the
         default) leaves MEstimator's own default (:func:`mestimator_params`; all in
-        :mod:`streamspec.defaults`). Warm refits run ``sweeps`` sweeps
-        (``streamspec.defaults.WARM_SWEEPS`` when unset). Checked when the config
+        :mod:`streamspec.core.defaults`). Warm refits run ``sweeps`` sweeps
+        (``streamspec.core.defaults.WARM_SWEEPS`` when unset). Checked when the config
         is built, by the same rules as MEstimator's
-        (:func:`streamspec.defaults.check_settings`).
+        (:func:`streamspec.core.defaults.check_settings`).
     refit_every
         Refit after this many new records (0: never by count).
     refit_interval
@@ -269,7 +269,7 @@ class DaemonConfig:
 
     @property
     def warm_sweeps(self) -> int:
-        """Sweeps of a warm-started refit: ``sweeps``, or ``streamspec.defaults.WARM_SWEEPS``."""
+        """Sweeps of a warm-started refit: ``sweeps``, or ``streamspec.core.defaults.WARM_SWEEPS``."""
         return self.sweeps if self.sweeps is not None else _WARM_SWEEPS
 
     @property

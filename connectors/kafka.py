@@ -2,7 +2,7 @@
 
 :class:`ConsumerDaemon` joins a consumer group (``enable_auto_commit=False``),
 parses every message with :func:`connectors.records.parse_kafka`, feeds the
-symbols to one :class:`~streamspec.accumulator.MomentAccumulator` per partition
+symbols to one :class:`~streamspec.streaming.accumulator.MomentAccumulator` per partition
 and refits a model in a background thread.
 
 Exactly once
@@ -129,13 +129,13 @@ from connectors.state_topic import (
     read_topic,
     state_partition,
 )
-from streamspec.accumulator import MomentAccumulator
-from streamspec.checkpoint import CheckpointError
-from streamspec.hidden_markov_model import HiddenMarkovModel
-from streamspec.mestimator import MEstimator
-from streamspec.model import ObservableOperatorModel
-from streamspec.refitter import Refitter
-from streamspec.with_hmm import WithHMM
+from streamspec.core.checkpoint import CheckpointError
+from streamspec.core.hidden_markov_model import HiddenMarkovModel
+from streamspec.core.mestimator import MEstimator
+from streamspec.core.model import ObservableOperatorModel
+from streamspec.streaming.accumulator import MomentAccumulator
+from streamspec.streaming.refitter import Refitter
+from streamspec.streaming.with_hmm import WithHMM
 
 __all__ = ["ConsumerDaemon", "MODEL_SNAPSHOT_HEADERS", "EXIT_STATE_FAILURE", "learn_record",
            "StateFailure"]
@@ -1143,7 +1143,7 @@ class ConsumerDaemon:
 
 
 class _PartitionsView:
-    """What :class:`~streamspec.refitter.Refitter` reads of an accumulator, over all partitions.
+    """What :class:`~streamspec.streaming.refitter.Refitter` reads of an accumulator, over all partitions.
 
     ``n_triples`` is a cheap sum; ``copy()`` (called only when a refit starts)
     merges the partitions by label, keeping the previous model's label order so
@@ -1170,7 +1170,7 @@ class _GlobalView:
     """Kafka backend: the merge of the latest snapshot of every partition, for one refit.
 
     Decoded and merged once, when created (in the poll loop); ``copy()`` hands the
-    merged accumulator to :class:`~streamspec.refitter.Refitter`, keeping the
+    merged accumulator to :class:`~streamspec.streaming.refitter.Refitter`, keeping the
     previous model's label order so that the refit can warm-start from it.
     """
 

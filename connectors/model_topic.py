@@ -54,8 +54,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from streamspec.hidden_markov_model import HiddenMarkovModel
-from streamspec.model import ObservableOperatorModel
+from streamspec.core.hidden_markov_model import HiddenMarkovModel
+from streamspec.core.model import ObservableOperatorModel
 
 __all__ = ["HMM_FORMAT", "MODEL_FORMAT", "ModelRecord", "NewestModel", "encode_hmm",
            "encode_model", "is_hmm_message", "REFITTER_PARTITION"]

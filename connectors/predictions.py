@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from streamspec.model import ObservableOperatorModel
+from streamspec.core.model import ObservableOperatorModel
 
 __all__ = ["StreamPredictor"]
 

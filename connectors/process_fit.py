@@ -3,9 +3,9 @@
 A refit in a thread of the daemon competes with the poll loop for the Python
 interpreter lock: with the exact weighting a fit is seconds of mostly-Python
 work, and the consume rate dropped to a third (see ``docs/benchmarks.md``).
-:class:`ProcessMEstimator` is a drop-in :class:`~streamspec.mestimator.MEstimator`
-for :class:`~streamspec.refitter.Refitter`: its ``fit`` sends the sparse counts (a
-:class:`~streamspec.triples.Triples`: 16 bytes per distinct triple, never the
+:class:`ProcessMEstimator` is a drop-in :class:`~streamspec.core.mestimator.MEstimator`
+for :class:`~streamspec.streaming.refitter.Refitter`: its ``fit`` sends the sparse counts (a
+:class:`~streamspec.core.triples.Triples`: 16 bytes per distinct triple, never the
 dense n³ array; not the stream tails) with the symbol labels, the estimator's
 constructor parameters and the warm-start factors to one long-lived worker process
 (``spawn``-started, so no thread state is forked), waits there for the result,
@@ -38,10 +38,10 @@ import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from streamspec.mestimator import MEstimator, _factors_of
-from streamspec.model import ObservableOperatorModel
-from streamspec.spectral import triples_of
-from streamspec.triples import Triples
+from streamspec.core.mestimator import MEstimator, _factors_of
+from streamspec.core.model import ObservableOperatorModel
+from streamspec.core.spectral import triples_of
+from streamspec.core.triples import Triples
 
 __all__ = ["ProcessMEstimator", "shutdown_worker", "start_worker", "sparse_counts"]
 
@@ -135,7 +135,7 @@ def _fit_in_worker(params: dict, triples: Triples, labels, init):
 
 
 class ProcessMEstimator(MEstimator):
-    """:class:`~streamspec.mestimator.MEstimator` fitting in a worker process (same parameters)."""
+    """:class:`~streamspec.core.mestimator.MEstimator` fitting in a worker process (same parameters)."""
 
     def fit(self, data, init=None) -> ObservableOperatorModel:
         """Fit in the worker process; same arguments and result as ``MEstimator.fit``.

@@ -43,14 +43,14 @@ from functools import reduce
 from pathlib import Path
 from typing import Any
 
-from streamspec.accumulator import MomentAccumulator
-from streamspec.checkpoint import (
+from streamspec.core.checkpoint import (
     CheckpointError,
     dump_checkpoint,
     load_checkpoint_bytes,
     read_checkpoint,
     write_atomic,
 )
+from streamspec.streaming.accumulator import MomentAccumulator
 
 __all__ = ["PartitionState", "SourceState", "StateStore", "merge_accumulators",
            "dump_verified"]

@@ -10,7 +10,7 @@ ones.
 Message layout
 --------------
 * key: the source partition number, in decimal ASCII (``b"3"``);
-* value: the bytes of :func:`streamspec.checkpoint.dump_checkpoint` with the
+* value: the bytes of :func:`streamspec.core.checkpoint.dump_checkpoint` with the
   format ``streamspec.PartitionState`` (the same header and arrays as the
   checkpoint files of :mod:`connectors.state`: npz + JSON header, versioned,
   SHA-256 checksummed, never a pickle);
@@ -69,8 +69,8 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from connectors.state import PartitionState, dump_verified, merge_accumulators
-from streamspec.accumulator import MomentAccumulator
-from streamspec.checkpoint import CheckpointError, load_checkpoint_bytes
+from streamspec.core.checkpoint import CheckpointError, load_checkpoint_bytes
+from streamspec.streaming.accumulator import MomentAccumulator
 
 __all__ = [
     "STATE_FORMAT",

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from connectors import backfill as bf  # noqa: E402
 from connectors.files import FileSource  # noqa: E402
 from connectors.records import RecordFormat  # noqa: E402
-from streamspec.accumulator import MomentAccumulator  # noqa: E402
+from streamspec.streaming.accumulator import MomentAccumulator  # noqa: E402
 
 LINE = 80  # bytes per line, its line break included
 

@@ -25,8 +25,8 @@ import time
 import numpy as np
 
 from streamspec import HMM, MEstimator, MomentAccumulator, SpectralEstimator
-from streamspec.baselines import NGramModel
-from streamspec.selection import select_predictor
+from streamspec.core.selection import select_predictor
+from streamspec.experiments.baselines import NGramModel
 
 
 def best_time(fn, repeat: int = 5) -> float:
@@ -126,7 +126,7 @@ def bench_fit(n_symbols: int, skip_em: bool) -> None:
 
 
 def bench_alice() -> None:
-    from streamspec.datasets import default_data_path, load_alice_letters
+    from streamspec.experiments.datasets import default_data_path, load_alice_letters
 
     if default_data_path() is None:
         print("Alice: no data folder found (set STREAMSPEC_DATA): skipped")

@@ -1,4 +1,4 @@
-"""The measurements behind streamspec's defaults (``streamspec/defaults.py``).
+"""The measurements behind streamspec's defaults (``streamspec/core/defaults.py``).
 
     python demos/bench_defaults.py [--quick] [--ranks 2,8,16,32,auto] [--outer 1,2,3]
 
@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from streamspec import HMM, MEstimator, MomentAccumulator
-from streamspec.datasets import default_data_path
+from streamspec.experiments.datasets import default_data_path
 
 
 def datasets(quick: bool):

@@ -16,7 +16,7 @@ sequences divided by their number of symbols; for an HMM the forward filter over
 each whole held-out sequence from the model's own start distribution, for the
 operator models (window predictor, θ_M) ``log_loss``. Models, m hidden states:
 
-- ``bigram``: add-½ bigram (``streamspec.baselines.NGramModel(order=1, alpha=0.5)``);
+- ``bigram``: add-½ bigram (``streamspec.experiments.baselines.NGramModel(order=1, alpha=0.5)``);
 - ``window``: ``SpectralEstimator(rank=m)`` (θ_spec, window-2 filter), shown as
   default (with its Kneser-Ney backoff) / plain (``without_backoff()`` of the same
   fit, identical to a ``backoff=None`` fit: the backoff's final fit uses all counts);
@@ -82,7 +82,7 @@ from streamspec import (  # noqa: E402
     MomentAccumulator,
     SpectralEstimator,
 )
-from streamspec.baselines import NGramModel  # noqa: E402
+from streamspec.experiments.baselines import NGramModel  # noqa: E402
 
 EM_ITER, EM_TOL, EM_RESTARTS = 100, 1e-4, 3
 AIM_GAP, AIM_SPEEDUP = 0.001, 20.0  # within 0.1% of EM's log loss, at least 20x faster
@@ -337,7 +337,7 @@ def synthetic(args) -> None:
 
 def book_words(path: Path) -> list[str]:
     """Lower-cased words and sentence punctuation of one Gutenberg book (as bench_large.py)."""
-    from streamspec.datasets import strip_gutenberg
+    from streamspec.experiments.datasets import strip_gutenberg
 
     text = strip_gutenberg(path.read_text(encoding="utf-8", errors="replace")).lower()
     return re.findall(r"[a-z]+(?:'[a-z]+)?|[.,;:!?]", text)
@@ -356,7 +356,7 @@ def _split_stream(x: np.ndarray, frac: float = 0.9):
 
 def load_set(name: str, quick: bool, book_tokens: int):
     """``(train, test, n, states, note)`` of one real set, symbols as indices 0..n-1."""
-    from streamspec import datasets
+    from streamspec.experiments import datasets
 
     if name == "alice":
         letters = datasets.load_alice_letters()
@@ -411,7 +411,7 @@ def load_set(name: str, quick: bool, book_tokens: int):
 
 
 def real(args) -> None:
-    from streamspec.datasets import ENV_VAR, default_data_path
+    from streamspec.experiments.datasets import ENV_VAR, default_data_path
 
     root = default_data_path()
     book_tokens = args.book_tokens if not args.quick else 10_000

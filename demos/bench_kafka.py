@@ -46,7 +46,7 @@ GROUP = dict(session_timeout_ms=3000, heartbeat_interval_ms=500, max_poll_interv
 def symbols(n: int) -> list[str]:
     """Letters of Alice in Wonderland (falls back to a synthetic text without the data)."""
     try:
-        from streamspec.datasets import load_alice_letters
+        from streamspec.experiments.datasets import load_alice_letters
 
         text = load_alice_letters()
         letters = [c for c in (text if isinstance(text, str) else "".join(map(str, text)))]

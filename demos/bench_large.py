@@ -58,7 +58,7 @@ def zipf_hmm_stream(n: int, length: int, n_states: int = 20, exponent: float = 1
 
 def book_words(path: Path) -> list[str]:
     """Lower-cased words and sentence punctuation of one Gutenberg book."""
-    from streamspec.datasets import strip_gutenberg
+    from streamspec.experiments.datasets import strip_gutenberg
 
     text = strip_gutenberg(path.read_text(encoding="utf-8", errors="replace")).lower()
     return re.findall(r"[a-z]+(?:'[a-z]+)?|[.,;:!?]", text)
@@ -224,7 +224,7 @@ def scaling(quick: bool) -> None:
 
 
 def _books_dir() -> Path | None:
-    from streamspec.datasets import default_data_path
+    from streamspec.experiments.datasets import default_data_path
 
     root = default_data_path()
     if root is None or not (root / "books").is_dir():

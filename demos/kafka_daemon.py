@@ -39,12 +39,12 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
 
 from connectors.broker import create_topic, local_broker  # noqa: E402
-from streamspec.model import ObservableOperatorModel  # noqa: E402
+from streamspec.core.model import ObservableOperatorModel  # noqa: E402
 
 
 def streams(data: str, n_readers: int = 8) -> list[tuple[str, str]]:
     """Interleaved (key, symbol) pairs of the data set's streams."""
-    from streamspec import datasets
+    from streamspec.experiments import datasets
 
     try:
         return _interleave(data, n_readers, datasets)
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         topic, predictions, models = "symbols", "symbols.predictions", "symbols.models"
         for t, n in ((topic, 4), (predictions, 1), (models, 1), (f"{topic}.dead-letters", 1)):
             create_topic(bootstrap, t, n)
-        cmd = [sys.executable, "-m", "streamspec.daemon_cli", "consume",
+        cmd = [sys.executable, "-m", "streamspec.cli.commands", "consume",
                "--bootstrap", bootstrap, "--topic", topic, "--group", "demo",
                "--state-dir", state_dir, "--rank", args.rank, "--refit-every", "5000",
                "--predictions-topic", predictions, "--models-topic", models,
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             daemon.send_signal(signal.SIGTERM)
             code = daemon.wait(60)
         print(f"daemon exited with {code}; its state folder:", flush=True)
-        subprocess.run([sys.executable, "-m", "streamspec.daemon_cli", "inspect",
+        subprocess.run([sys.executable, "-m", "streamspec.cli.commands", "inspect",
                         str(Path(state_dir) / topic)], env=env, cwd=ROOT, check=False)
     return 0
 

@@ -5,7 +5,7 @@ Usage::
     python demos/paper.py [deterministic|ring|grid|chain|synthetic|real|all]
                           [--quick] [--out DIR] [--reps R] [--seed S]
 
-The same as ``streamspec paper ...``; the logic lives in :mod:`streamspec.paper`.
+The same as ``streamspec paper ...``; the logic lives in :mod:`streamspec.experiments.paper`.
 Writes one Markdown table (``<experiment>.md``), the raw results
 (``<experiment>.json``) and, where the paper has a figure, a PNG into ``--out``
 (default ``out/paper``).
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from streamspec.paper import main
+from streamspec.experiments.paper import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -33,7 +33,7 @@ from river import compose, dummy, evaluate, metrics, naive_bayes, preprocessing
 from river_baselines import BigramFrequency, with_last_symbols
 
 from streamspec import HMM, SpectralHMM
-from streamspec.datasets import default_data_path, load_alice_letters
+from streamspec.experiments.datasets import default_data_path, load_alice_letters
 
 HERE = Path(__file__).resolve().parent
 

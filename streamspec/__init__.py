@@ -14,23 +14,23 @@ __version__ = "0.2.0"
 
 # public name -> module that defines it
 _EXPORTS = {
-    "HMM": "streamspec.hmm",
-    "Alphabet": "streamspec.alphabet",
-    "Backoff": "streamspec.backoff",
-    "CheckpointError": "streamspec.checkpoint",
-    "DenseTooLarge": "streamspec.triples",
-    "HMMEstimator": "streamspec.hmm_estimator",
-    "HiddenMarkovModel": "streamspec.hidden_markov_model",
-    "KneserNeyBigram": "streamspec.backoff",
-    "MEstimator": "streamspec.mestimator",
-    "MFactors": "streamspec.mestimator",
-    "MomentAccumulator": "streamspec.accumulator",
-    "ObservableOperatorModel": "streamspec.model",
-    "Refitter": "streamspec.refitter",
-    "SpectralEstimator": "streamspec.spectral",
-    "SpectralHMM": "streamspec.river_model",
-    "Triples": "streamspec.triples",
-    "WithHMM": "streamspec.with_hmm",
+    "HMM": "streamspec.core.hmm",
+    "Alphabet": "streamspec.core.alphabet",
+    "Backoff": "streamspec.core.backoff",
+    "CheckpointError": "streamspec.core.checkpoint",
+    "DenseTooLarge": "streamspec.core.triples",
+    "HMMEstimator": "streamspec.core.hmm_estimator",
+    "HiddenMarkovModel": "streamspec.core.hidden_markov_model",
+    "KneserNeyBigram": "streamspec.core.backoff",
+    "MEstimator": "streamspec.core.mestimator",
+    "MFactors": "streamspec.core.mestimator",
+    "MomentAccumulator": "streamspec.streaming.accumulator",
+    "ObservableOperatorModel": "streamspec.core.model",
+    "Refitter": "streamspec.streaming.refitter",
+    "SpectralEstimator": "streamspec.core.spectral",
+    "SpectralHMM": "streamspec.adapters.river_model",
+    "Triples": "streamspec.core.triples",
+    "WithHMM": "streamspec.streaming.with_hmm",
 }
 
 __all__ = [
@@ -68,17 +68,17 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static checkers and IDEs see the names as if imported eagerly
-    from streamspec.accumulator import MomentAccumulator
-    from streamspec.alphabet import Alphabet
-    from streamspec.backoff import Backoff, KneserNeyBigram
-    from streamspec.checkpoint import CheckpointError
-    from streamspec.hidden_markov_model import HiddenMarkovModel
-    from streamspec.hmm import HMM
-    from streamspec.hmm_estimator import HMMEstimator
-    from streamspec.mestimator import MEstimator, MFactors
-    from streamspec.model import ObservableOperatorModel
-    from streamspec.refitter import Refitter
-    from streamspec.river_model import SpectralHMM
-    from streamspec.spectral import SpectralEstimator
-    from streamspec.triples import DenseTooLarge, Triples
-    from streamspec.with_hmm import WithHMM
+    from streamspec.adapters.river_model import SpectralHMM
+    from streamspec.core.alphabet import Alphabet
+    from streamspec.core.backoff import Backoff, KneserNeyBigram
+    from streamspec.core.checkpoint import CheckpointError
+    from streamspec.core.hidden_markov_model import HiddenMarkovModel
+    from streamspec.core.hmm import HMM
+    from streamspec.core.hmm_estimator import HMMEstimator
+    from streamspec.core.mestimator import MEstimator, MFactors
+    from streamspec.core.model import ObservableOperatorModel
+    from streamspec.core.spectral import SpectralEstimator
+    from streamspec.core.triples import DenseTooLarge, Triples
+    from streamspec.streaming.accumulator import MomentAccumulator
+    from streamspec.streaming.refitter import Refitter
+    from streamspec.streaming.with_hmm import WithHMM

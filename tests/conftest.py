@@ -70,8 +70,8 @@ class FakeTime:
 
 @pytest.fixture
 def fake_refitter_time(monkeypatch) -> FakeTime:
-    """Replace the clock of :mod:`streamspec.refitter` with a :class:`FakeTime` (returned)."""
-    import streamspec.refitter as refitter_module
+    """Replace the clock of :mod:`streamspec.streaming.refitter` with a :class:`FakeTime` (returned)."""
+    import streamspec.streaming.refitter as refitter_module
 
     fake = FakeTime()
     monkeypatch.setattr(refitter_module, "time", fake)

@@ -1,0 +1,1057 @@
+"""θ_M: the spectral M-estimator (Tran, Kim & Doshi-Velez, AISTATS 2016), Algorithms 1 and 2."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamspec.core import defaults
+from streamspec.core.backoff import select_with_backoff
+from streamspec.core.model import ObservableOperatorModel
+from streamspec.core.moments import probabilities
+from streamspec.core.solvers import conjugate_gradient, fista, gls_operators, lasso_groups, solve_groups
+from streamspec.core.spectral import (
+    check_rank,
+    counts_of,
+    select_rank_by_spectrum,
+    spectral_operators,
+    top_subspace,
+    triples_of,
+)
+from streamspec.core.subspace import DENSE_SVD_MAX, project_triples, top_singular
+from streamspec.core.triples import Triples
+from streamspec.core.weighting import (
+    PROJECTED_WEIGHTINGS,
+    ProjectedWeighting,
+    Weighting,
+    build_weighting,
+    projected_weighting,
+    resolve_projected_shrinkage,
+)
+
+__all__ = ["MEstimator", "MFactors", "FACTORIZATIONS", "FORMULATIONS", "DENSE_MEMORY_LIMIT",
+           "select_rank_by_spectrum"]
+
+FACTORIZATIONS = defaults.FACTORIZATIONS
+FORMULATIONS = defaults.FORMULATIONS
+_SETTINGS = ("rank", "penalty", "weighting", "factorization", "max_outer", "max_sweeps", "tol",
+             "n_restarts", "random_state", "smoothing", "shrinkage", "ridge", "filter", "window",
+             "min_proba", "formulation", "n_conditions", "backoff")
+_FITTED = ("factors_", "weighting_", "loss_history_", "rejected_", "rejected_sweeps_", "rank_",
+           "n_conditions_",
+           "basis_", "formulation_")
+_DENSE_MAX = 2500  # largest coupled group (parameters) solved with an explicit Hessian
+DENSE_MEMORY_LIMIT = 2 * 2**30  # bytes the dense formulation may need before it refuses to start
+_FULL_CONDITIONS_MAX = 1 << 24  # floats of A (n·k·k') kept for every symbol on small problems
+_SYMBOL_BLOCK = 1 << 22  # floats of Σ_x (k'² each) built at once by the projected formulation
+PROGRESS_AFTER = 2.0  # seconds into a fit after which its progress lines are logged at INFO
+
+log = logging.getLogger("streamspec.fit")
+
+
+class _Progress:
+    """Progress lines of one fit on the ``"streamspec.fit"`` logger.
+
+    One line per outer iteration (and, dense, per sweep at most every few seconds),
+    with the loss and the elapsed time: at DEBUG level during the first
+    :data:`PROGRESS_AFTER` seconds, so that quick fits (refits of a daemon) stay quiet,
+    then at INFO, so that a long fit shows that it is alive and where it is.
+    """
+
+    def __init__(self, formulation: str, n: int, k: int):
+        self.formulation, self.n, self.k = formulation, n, k
+        self.t0 = self.last = time.perf_counter()
+
+    def line(self, what: str, loss: float, every: float = 0.0) -> None:
+        now = time.perf_counter()
+        if now - self.last < every:
+            return
+        self.last = now
+        elapsed = now - self.t0
+        level = logging.INFO if elapsed >= PROGRESS_AFTER else logging.DEBUG
+        if log.isEnabledFor(level):
+            log.log(level, "event=fit_progress formulation=%s symbols=%d rank=%d %s loss=%.6g "
+                    "seconds=%.2f", self.formulation, self.n, self.k, what, loss, elapsed)
+
+
+@dataclass
+class MFactors:
+    """The fitted factors, kept on the model for warm starts (and saved in its checkpoint).
+
+    Dense formulation: ``B_x = R_x S_xᵀ``, R (n, n, k), S (n, k) or (n, n, k).
+    Projected formulation (``factorization == "projected"``): R holds the k × k
+    operators ``B̃_x`` (n, k, k) and S the basis U (n, k) they are expressed in
+    (``B_x = U B̃_x Uᵀ`` in symbol space), which is all a warm start needs.
+    """
+
+    R: np.ndarray  # (n, n, k): R[x, i, w]; projected: (n, k, k) operators B̃_x
+    S: np.ndarray  # (n, k) shared/fixed/projected (U), or (n, n, k) per symbol
+    factorization: str
+    loss: float = float("nan")
+    history: list = field(default_factory=list)
+    rejected: list = field(default_factory=list)  # (outer, sweep, rejected loss, kept loss)
+
+    def operators(self) -> np.ndarray:
+        """The model's operators: (n, n, n) for the dense factors, (n, k, k) projected."""
+        if self.factorization == "projected":
+            return self.R
+        return _operators(self.R, self.S)
+
+    def padded(self, n: int) -> MFactors:
+        """The same factors for a larger alphabet (new symbols: zero rows)."""
+        m = self.R.shape[0]
+        if n == m:
+            return self
+        if n < m:
+            raise ValueError(f"cannot warm-start from a model with {m} symbols on {n} symbols")
+        k = self.R.shape[2]
+        if self.factorization == "projected":
+            R = np.zeros((n, k, k))
+            R[:m] = self.R
+            S = np.zeros((n, self.S.shape[1]))
+            S[:m] = self.S
+            return MFactors(R, S, self.factorization, self.loss, list(self.history))
+        R = np.zeros((n, n, k))
+        R[:m, :m] = self.R
+        if self.S.ndim == 2:
+            S = np.zeros((n, k))
+            S[:m] = self.S
+        else:
+            S = np.zeros((n, n, k))
+            S[:m, :m] = self.S
+            S[m:, :, :] = np.eye(n, k)
+        return MFactors(R, S, self.factorization, self.loss, list(self.history))
+
+
+class MEstimator:
+    """θ_M: generalised-method-of-moments spectral estimator (Tran, Kim & Doshi-Velez 2016).
+
+    Two formulations of the same moment conditions ``P3x1[x] ≈ B_x P21``.
+
+    **Projected** (the default for what it can express). With U the top-k left
+    and Q the top-k' right singular vectors of P21 (k' = ``n_conditions``,
+    default 2k), the parameters are one k × k operator ``B̃_x`` per symbol and the
+    conditions of symbol x are the k × k' matrix
+
+        G_x = A_x - B̃_x M,   A_x = Uᵀ P3x1[x] Q,   M = Uᵀ P21 Q,
+
+    weighted by ``W_x = (Σ^(i) ⊗ Σ_x)⁻¹`` and solved per symbol in closed form,
+    ``B̃_x = A_x Σ_x⁻¹ Mᵀ (M Σ_x⁻¹ Mᵀ)⁻¹`` (GLS; it does not depend on the i-side
+    factor). ``Σ_x`` is re-estimated at the previous operators (Algorithm 1), see
+    :class:`~streamspec.core.weighting.ProjectedWeighting`. With W = I this *is*
+    θ_spec, because ``Uᵀ P21 Q = [Σ_k, 0]`` makes ``A_x Mᵀ (M Mᵀ)⁻¹ = Uᵀ P3x1[x]
+    (Uᵀ P21)⁺``; at full rank (k = k' = n) ``G_x = 0`` is solvable exactly, so every
+    weighting gives θ_spec's probabilities (Proposition 1). The model is
+    ``b1 = Uᵀ P1``, ``b∞ = (P21ᵀ U)⁺ P1`` and the ``B̃_x`` (θ_spec's parametrisation).
+
+    **Dense** (``formulation="dense"``): the paper read literally, ``b1 = P1``,
+    ``b∞ = 1``, ``B_x = R_x S_xᵀ`` with R_x n × k, the n³ conditions
+    ``m_xij = P3x1[x]_ij - [R_x S_xᵀ P21]_ij`` and loss ``mᵀ W m + λ N^(-1/2) ‖R‖₁``,
+    by alternating minimisation over R and S (Algorithm 2) inside the
+    re-estimation of W (Algorithm 1). It is the only formulation with L1
+    (``penalty``), the ``"exact"`` weighting and the ``"shared"``/``"per_symbol"``
+    factorizations, and it needs n³–n⁵ memory: it refuses to start when its
+    estimate exceeds :data:`DENSE_MEMORY_LIMIT` (2 GiB), naming the size.
+
+    Costs, n symbols, nnz distinct triples, P distinct (x2, x1) pairs, rank k, k'
+    conditions per symbol:
+
+    ============================  ==========================================  ===================
+    mode                          time (per outer iteration)                  memory
+    ============================  ==========================================  ===================
+    projected, any weighting      SVD (dense O(n³) up to 1,000 symbols, else  O(nnz + n·k·k')
+                                  ARPACK O(nnz·k') per iteration) and
+                                  ``A_x``: O(nnz·k' + pairs·k·k'), once
+    projected ``"identity"``      O(n·k²·k')  (one iteration: θ_spec)         O(n·k·k')
+    projected ``"diagonal"``      O(nnz·k + P·k' + n·k²·k')                   O(nnz + n·k')
+    projected ``"per_symbol"``    O(nnz·k + P·k'² + n·k'³)                    O(nnz + n·k·k'),
+                                                                              Σ_x built in blocks
+    dense ``"identity"``          O(n³·k²)                                    O(n³)
+    dense ``"diagonal"``          O(n⁴ + n³·k²)                               O(n³ + n²·k²)
+    dense ``"per_symbol"``        O(n⁵ + n³·k³)                               O(n⁴ + n³·k²)
+    dense ``"exact"``             O(n⁵); R-step coupled (CG/FISTA)            O(n⁴)
+    ============================  ==========================================  ===================
+
+    Measured figures behind the defaults are in ``Notes``.
+
+    Parameters
+    ----------
+    rank
+        k, the rank (1 <= k <= n), or ``"auto"`` (default): the number of singular
+        values of P21 above the noise level ``N^(-1/2)`` (projected, above 1,000
+        symbols: among the top 100). Chosen by measurement: "auto" fitted in
+        0.02-2 s and beat the old default k = 2 by 0.06 nats per symbol on a sparse
+        8-state HMM and 0.14 on Alice's characters (docs/benchmarks.md, "Defaults",
+        ``python demos/bench_defaults.py``). The rank used is ``rank_`` and the
+        fitted model's ``rank``. Every default is in :mod:`streamspec.core.defaults`.
+    penalty
+        λ of the L1 term ``λ N^(-1/2) ‖R‖₁`` (0 = none); dense formulation only
+        (L1 on the projected ``B̃_x`` would depend on the arbitrary basis U, so it
+        is not offered there). Solved by coordinate descent to a tight tolerance.
+    weighting
+        ``"per_symbol"`` (default), ``"diagonal"``, ``"identity"`` (W = I: θ_spec
+        in the projected formulation), or ``"exact"`` (dense only: math.md's
+        j-blocks with their coupling across x, which no per-symbol split can
+        express, so it is not linear in n).
+    factorization
+        Dense formulation only. ``"fixed"`` (default): S = U, a convex weighted
+        lasso in R. ``"shared"``: one learned S. ``"per_symbol"``: independent
+        ``R_x, S_x``, the paper read literally (reproduction only: below full rank
+        its joint probabilities can blow up, math.md section 6).
+    formulation
+        ``"auto"`` (default): ``"projected"`` unless a dense-only option is asked
+        for (``penalty > 0``, ``weighting="exact"`` or a factorization other than
+        ``"fixed"``), then ``"dense"``. ``"projected"`` or ``"dense"`` force one
+        (``"projected"`` with a dense-only option is an error).
+    n_conditions
+        k', the number of right singular vectors Q of P21 the conditions use per
+        symbol (k <= k' <= n; default ``min(n, 2k)``, and below n above 1,000
+        symbols). k' = k gives θ_spec under every weighting (M is then square);
+        the extra k' - k conditions are what the weighting can trade off.
+    max_outer
+        Outer iterations (re-estimations of W) at most; 1 means W = I only (cold)
+        or one GLS step at the previous operators (warm). ``None`` (default): 2 in
+        the projected formulation (two-step GMM: θ_spec, then one GLS step with W
+        estimated at θ_spec; a third iteration changed the held-out log loss by at
+        most 2e-4 nats per symbol on the three data sets of ``python
+        demos/bench_defaults.py``, docs/benchmarks.md "Defaults"), 3 in the dense one.
+    max_sweeps
+        Dense only: alternating sweeps (S-step then R-step) per outer iteration.
+    tol
+        Relative change of the operators under which the outer loop stops (and,
+        dense, relative decrease of the loss under which the sweeps stop).
+    n_restarts, random_state
+        Dense only: random starts tried besides the spectral start.
+    smoothing
+        Dense only: pseudo-counts added to the cells before forming W.
+    shrinkage
+        Shrinkage of W towards the identity, in [0, 1] or ``"auto"``. Dense:
+        :func:`~streamspec.core.weighting.resolve_shrinkage`. Projected: per symbol,
+        ``s_x = 10 / (10 + N_x / k'²)`` with N_x the triples whose middle symbol
+        is x (:func:`~streamspec.core.weighting.resolve_projected_shrinkage`).
+    ridge
+        Relative ridge on the diagonal of the second moments (both formulations).
+    backoff
+        ``"auto"`` (default, as :class:`~streamspec.SpectralEstimator`): fit through
+        :func:`streamspec.core.backoff.fit_with_backoff`: the model is fitted on 90% of
+        the counts, mixing weights with a Kneser–Ney bigram are chosen on the
+        held-out 10%, then it is refitted on all the counts (so it fits twice; the
+        fitted attributes are those of the last fit). θ_spec
+        is fitted on the same 90% and scored on the same held-out contexts; when it
+        predicts better there, θ_spec is refitted and returned instead
+        (``choice_ == "spectral"``; :func:`streamspec.core.backoff.select_with_backoff`),
+        so that the default MEstimator is never worse than SpectralEstimator on
+        held-out counts. θ_spec is fitted as the identity weighting in the same
+        formulation: in the projected one that is θ_spec exactly, with factors (warm
+        starts keep working); in the dense one it is the dense identity-weighted
+        estimate. ``None``: the plain model (always θ_M).
+        Its effect on held-out log loss is in ``Notes`` (with and without it, by
+        ``python tests/test_mestimator_projected.py --bench``).
+    filter, window, min_proba
+        Passed to the fitted :class:`ObservableOperatorModel`.
+
+    Attributes
+    ----------
+    factors_
+        The fitted :class:`MFactors` (its ``loss``: the criterion at the solution
+        with W re-estimated there, comparable across fits).
+    weighting_
+        The weighting re-estimated at the solution (a
+        :class:`~streamspec.core.weighting.Weighting`, dense, or a
+        :class:`~streamspec.core.weighting.ProjectedWeighting`).
+    loss_history_
+        One list per outer iteration, every one recorded, rejected ones included.
+        Dense: the training loss after each accepted sweep (W fixed within one; a
+        rejected sweep ends the list and is in ``rejected_sweeps_``). Projected:
+        ``[loss at the previous operators, loss at the new ones]`` under that
+        iteration's W (only ``[loss]`` for the first, W = I, cold iteration); an
+        iteration whose solution is not finite or raises that loss is rejected
+        (listed in ``rejected_``) and ends the loop with the previous operators.
+    rejected_, rejected_sweeps_
+        The outer iterations in which a step was rejected, and one tuple ``(outer,
+        sweep, rejected loss, kept loss)`` per rejected step (dense: the sweep that
+        would have raised the loss under that iteration's W, which ends that
+        iteration's sweeps; projected: ``sweep`` is 1, the iteration's single step).
+        Empty when every step lowered the loss, as exact steps must: a non-empty
+        list points at numerical trouble, never hidden by the history.
+    rank_, n_conditions_, formulation_
+        The rank, k' (projected) and formulation actually used (also the fitted
+        model's ``rank``).
+    basis_
+        Projected: ``(U, Q)``, shapes (n, k) and (n, k').
+    model_
+        The fitted model (also returned by :meth:`fit`).
+    choice_, backoff_scores_
+        With ``backoff="auto"``: ``"m"`` or ``"spectral"``, the estimator whose model
+        was returned, and the held-out scores of both (mean log-likelihood per
+        held-out triple of the mixed model, θ_M first). The other fitted attributes
+        are those of the model returned.
+
+    Notes
+    -----
+    Why projected is the default: the dense formulation's per-symbol weighting
+    needs O(n⁴) memory, about 2.3 GiB at n = 100 and 30 GiB at n = 200 at rank 10
+    by its own estimate (``_dense_bytes``, which makes it refuse to start), and the
+    "dense p.s." column below shows its time at n = 26; the projected one is linear
+    in n and in nnz. Measured figures behind
+    the default weighting:
+
+    Held-out log loss (nats/symbol, window-2 filter, 20,000 held-out symbols) and
+    fit time, rank 10, ``python tests/test_mestimator_projected.py --bench``
+    (2 shared cores; times are indicative, the machine was loaded). Plain models
+    (``backoff=None``):
+
+    ===========================  =========  =========  =========  =========  =========
+    case (n, N)                  θ_spec     dense p.s. dense id.  proj. p.s. p.s. 3k
+    ===========================  =========  =========  =========  =========  =========
+    Alice letters (26, 88k)      2.6837     2.6168     2.6626     2.6255     2.6291
+      seconds                    0.008      8.1        0.074      0.042      0.067
+    random HMM m=5 (26, 10⁵)     3.1759     3.1753     3.1759     3.1742     3.1745
+      seconds                    0.002      3.5        0.028      0.039      0.051
+    Zipf HMM (1,000, 10⁴)        7.6033     –          –          7.6012     7.6034
+    Zipf HMM (1,000, 10⁵)        6.3765     –          –          6.3519     6.3473
+      seconds                    10.6       –          –          7.2        9.0
+    Zipf HMM (20,000, 10⁴)       9.8169     –          –          9.8166     9.8343
+    Zipf HMM (20,000, 10⁵)       9.2245     –          –          9.2169     9.2093
+      seconds                    5.2        –          –          14.4       18.0
+    ===========================  =========  =========  =========  =========  =========
+
+    With the Kneser–Ney backoff (both estimators' default), SpectralEstimator() /
+    MEstimator(): Alice 2.3836 / 2.3824; random HMM 3.1604 / 3.1604; Zipf n = 1,000:
+    4.8688 / 4.8691 (10⁴), 4.7617 / 4.7619 (10⁵); Zipf n = 20,000: 6.7241 / 6.7239
+    (10⁴), 6.5545 / 6.5564 (10⁵), in 1.5–3.8 s / 14–18 s.
+
+    (θ_spec above 26 symbols is the projected identity weighting, equal to it to
+    1e-10; the dense formulation cannot run there.) The projected ``"per_symbol"``
+    weighting was never worse than θ_spec as a plain model and is the default;
+    its k' = 2k default beat k' = 3k at 10⁴ symbols. Behind the backoff the
+    difference shrank to ±0.002 nats and was not always in θ_M's favour on large
+    alphabets: hence ``backoff="auto"`` keeps θ_spec when it scores better on the
+    held-out counts (``choice_``). ``"diagonal"`` equals θ_spec *exactly* in this basis: with
+    ``M = [Σ_k, 0]`` a diagonal ``Σ_x`` cannot couple the extra conditions to
+    the first k, so only a full ``Σ_x`` can use them; it is kept for completeness.
+    The dense per-symbol weighting (the old default) was the best at n = 26 on
+    Alice (2.617 against 2.626) at ~100× the time; it is one
+    ``formulation="dense"`` away.
+
+    Dense gauge: ``R_x Sᵀ`` is unchanged by ``R → R T, S → S T⁻ᵀ``; S is kept
+    orthonormal (QR after each S-step). A sweep that would raise the loss is
+    rejected, so with W held fixed the dense training loss never increases.
+
+    Examples
+    --------
+    >>> from streamspec import MomentAccumulator
+    >>> from streamspec.core.hmm import HMM
+    >>> hmm = HMM.random(n_states=2, n_symbols=3, random_state=0)
+    >>> acc = MomentAccumulator(n_symbols=3)
+    >>> acc.learn_many(hmm.sample(20_000, random_state=1))
+    >>> est = MEstimator(rank=2)
+    >>> model = est.fit(acc)
+    >>> est.formulation_, est.n_conditions_, model.B.shape
+    ('projected', 3, (3, 2, 2))
+    >>> p = model.predict_proba_next([0, 1])
+    >>> bool(abs(p.sum() - 1) < 1e-12 and (p >= 0).all())
+    True
+    >>> dense = MEstimator(rank=2, weighting="exact").fit(acc)   # "exact" needs the dense form
+    >>> dense.B.shape
+    (3, 3, 3)
+
+    References
+    ----------
+    Tran, Kim & Doshi-Velez (2016), Spectral M-estimation with applications to
+    hidden Markov models, AISTATS. Hsu, Kakade & Zhang (2012), A spectral
+    algorithm for learning hidden Markov models, JCSS 78(5).
+
+    """
+
+    def __init__(
+        self,
+        rank: int | str = defaults.RANK,
+        penalty: float = defaults.PENALTY,
+        weighting: str = defaults.WEIGHTING,
+        factorization: str = defaults.FACTORIZATION,
+        max_outer: int | None = None,
+        max_sweeps: int = defaults.MAX_SWEEPS,
+        tol: float = defaults.TOL,
+        n_restarts: int = 0,
+        random_state: int | None = None,
+        smoothing: float = 0.0,
+        shrinkage: float | str = defaults.SHRINKAGE,
+        ridge: float = defaults.RIDGE,
+        filter: str = defaults.FILTER,
+        window: int = defaults.WINDOW,
+        min_proba: float = defaults.MIN_PROBA,
+        formulation: str = defaults.FORMULATION,
+        n_conditions: int | None = None,
+        backoff: str | None = defaults.BACKOFF,
+    ):
+        self.rank = rank
+        self.penalty = penalty
+        self.weighting = weighting
+        self.factorization = factorization
+        self.max_outer = max_outer
+        self.max_sweeps = max_sweeps
+        self.tol = tol
+        self.n_restarts = n_restarts
+        self.random_state = random_state
+        self.smoothing = smoothing
+        self.shrinkage = shrinkage
+        self.ridge = ridge
+        self.filter = filter
+        self.window = window
+        self.min_proba = min_proba
+        self.formulation = formulation
+        self.n_conditions = n_conditions
+        self.backoff = backoff
+        self._validate()  # why: a bad setting is refused before anything is fitted
+
+    # ------------------------------------------------------------------ public
+
+    def _validate(self) -> None:
+        """Check every setting (:func:`streamspec.core.defaults.check_settings`). O(1)."""
+        defaults.check_settings(**{name: getattr(self, name) for name in _SETTINGS})
+        if self.formulation == "projected":
+            dense_only = self._dense_only()
+            if dense_only:
+                raise ValueError(
+                    f"{dense_only} is only available in the dense formulation: use formulation='dense' "
+                    "(or 'auto'), which takes n³ to n⁵ memory"
+                )
+
+    def _dense_only(self) -> str:
+        """The first option asked for that only the dense formulation offers, or ''."""
+        if self.penalty > 0:
+            return f"penalty={self.penalty!r} (L1 on the projected B̃_x would depend on the basis U)"
+        if self.weighting not in PROJECTED_WEIGHTINGS:
+            return f"weighting={self.weighting!r} (it couples all symbols)"
+        if self.factorization != "fixed":
+            return f"factorization={self.factorization!r}"
+        return ""
+
+    def _max_outer(self, projected: bool) -> int:
+        if self.max_outer is not None:
+            return self.max_outer
+        return defaults.MAX_OUTER_PROJECTED if projected else defaults.MAX_OUTER_DENSE
+
+    def _resolved_formulation(self) -> str:
+        if self.formulation != "auto":
+            return self.formulation
+        return "dense" if self._dense_only() else "projected"
+
+    def fit(self, data, init=None) -> ObservableOperatorModel:
+        """Fit on counts; returns the model.
+
+        ``data``: a :class:`~streamspec.core.triples.Triples` (sparse counts, any
+        alphabet size), a MomentAccumulator, or dense counts ``c3[x2, x3, x1]``.
+
+        ``init`` warm-starts from a previous solution: a model returned by an
+        earlier ``fit`` (it carries its factors), an :class:`MFactors`, or a fitted
+        MEstimator. W is then re-estimated at the previous operators (with the
+        current counts, and projected: expressed in the new basis,
+        ``B̃ ← U_newᵀ U_old B̃_old U_oldᵀ U_new``) before the first step, instead of
+        starting from W = I; a grown alphabet is handled by padding with zeros.
+        Factors of the other formulation, rank or factorization are ignored.
+        """
+        self._validate()
+        formulation = self._resolved_formulation()
+        if self.backoff == "auto":
+            return self._fit_with_backoff(data, init, formulation)
+        return self._fit_plain(data, init, formulation)
+
+    def _fit_plain(self, data, init, formulation: str) -> ObservableOperatorModel:
+        self.formulation_ = formulation
+        if formulation == "projected":
+            triples, labels = triples_of(data)
+            return self._fit_projected(triples, labels, init)
+        return self._fit_dense(data, init)
+
+    def _fit_with_backoff(self, data, init, formulation: str):
+        triples, labels = triples_of(data)
+        if init is self:  # its fitted attributes are dropped below: keep what the warm start needs
+            init = self.factors_
+        bases: dict = {}  # why: θ_M and θ_spec of the same counts share one truncated SVD
+
+        def fit_with(est: MEstimator, t: Triples, start) -> ObservableOperatorModel:
+            # why: the candidates' earlier fits were scored already; their operators (n·k²
+            # floats each) are freed before this fit allocates its own
+            for e in (self, twin):
+                for name in ("model_", "factors_", "weighting_"):
+                    e.__dict__.pop(name, None)
+            est.formulation_ = formulation
+            if formulation == "projected":
+                return est._fit_projected(t, labels, start, bases, scored_only=t is not triples)
+            model = est._fit_dense(t, start)
+            model.symbols = None if labels is None else list(labels)
+            return model
+
+        # the candidate θ_spec: the identity weighting in the same formulation (projected:
+        # exactly θ_spec, in the same basis) and with factors, so refits can warm-start
+        twin = copy.copy(self)
+        twin.weighting, twin.backoff = "identity", None
+        seed = 0 if self.random_state is None else self.random_state
+        index, self.model_, scores = select_with_backoff(
+            [lambda t: fit_with(self, t, init), lambda t: fit_with(twin, t, None)],
+            triples, holdout=0.1, random_state=seed)
+        self.choice_ = ("m", "spectral")[index]
+        self.backoff_scores_ = scores
+        if index == 1:  # the fitted attributes of the model returned
+            for name in _FITTED:
+                if hasattr(twin, name):
+                    setattr(self, name, getattr(twin, name))
+        return self.model_
+
+    # ------------------------------------------------------------------ projected formulation
+
+    def _fit_projected(self, triples: Triples, labels, init, bases: dict | None = None,
+                       scored_only: bool = False) -> ObservableOperatorModel:
+        n, N = triples.n, triples.total
+        if not N > 0:
+            raise ValueError(
+                "cannot fit on an empty accumulator: no triple counted yet (each stream needs 3 symbols)"
+            )
+        P1, P21 = triples.P1(), triples.P21()
+        k, kp = self._projected_sizes(P21, N, n)
+        key = (id(triples), kp)
+        if bases is not None and key in bases:
+            U, Q = bases[key]
+        else:
+            U, _, Q = top_singular(P21, kp)
+            if bases is not None:
+                bases[key] = (U, Q)
+        U = np.ascontiguousarray(U[:, :k])
+        M = U.T @ np.asarray(P21 @ Q)  # (k, k') = [Σ_k, 0] up to rounding
+        b1 = U.T @ P1
+        binf = np.linalg.pinv(np.asarray(P21.T @ U)) @ P1
+        active = self._weighted_symbols(triples, n, k, kp)
+        # why: only symbols whose weighting differs from the identity need their k × k'
+        # conditions A_x; the others keep θ_spec's operators (their own exact minimiser)
+        A = project_triples(triples, U, Q, middle=active)
+        # the W = I solution of every symbol, A_x Mᵀ(MMᵀ)⁻¹ = Uᵀ P3x1[x] (Q Mᵀ(MMᵀ)⁻¹):
+        # θ_spec's operators; from A where it exists, else one projection of the other
+        # symbols' triples, O(nnz·k + pairs·k²)
+        M_pinv = np.linalg.pinv(M)
+        base = np.empty((n, k, k))
+        if active.size < n:
+            rest = np.setdiff1d(np.arange(n), active, assume_unique=True)
+            project_triples(triples, U, Q @ M_pinv, middle=rest, out=base)
+        for a in range(0, active.size, 4096):
+            base[active[a : a + 4096]] = A[a : a + 4096] @ M_pinv
+        ops = self._projected_warm_ops(init, n, k, U)  # the operators W is estimated at
+        history, rejected, rejected_sweeps = [], [], []
+        progress = _Progress("projected", n, k)
+        # why: the first cold iteration is Algorithm 1's W = I (θ_spec); with W = I the
+        # solution does not depend on the operators, so further iterations change nothing
+        budget = 1 if self.weighting == "identity" else self._max_outer(projected=True)
+        for it in range(budget):
+            if ops is None:
+                new, before, after = base[active], None, _identity_loss(A, M, base[active])
+            else:
+                W = self._projected_weighting_at(self.weighting, triples, U, Q, ops)
+                new, before, after = _projected_step(W, active, A, M, ops[active])
+            history.append([after] if before is None else [before, after])
+            progress.line(f"outer={it + 1}/{budget}", after)
+            ok = np.isfinite(new).all() and np.isfinite(after) and (
+                before is None or after <= before * (1 + 1e-9) + 1e-300
+            )
+            if not ok:  # why: an exact minimiser under W cannot raise W's loss; if it did, it is numerics
+                rejected.append(it)
+                rejected_sweeps.append((it, 1, float(after), float(before if before is not None
+                                                                    else after)))
+                break
+            # only the weighted symbols change after the first iteration: the others hold
+            # θ_spec's operators (``base``, updated in place: no n·k² copies per iteration)
+            if it > 0:
+                converged = np.linalg.norm(new - ops[active]) <= self.tol * max(
+                    np.linalg.norm(ops[active]), 1e-300
+                )
+            elif ops is None:
+                converged = False
+            else:  # a warm start may already be the solution: compare every symbol once
+                full = base.copy()
+                full[active] = new
+                converged = np.linalg.norm(full - ops) <= self.tol * max(np.linalg.norm(ops), 1e-300)
+                del full
+            if it == 0:
+                ops = base
+            ops[active] = new
+            if converged:
+                break
+        if ops is None:  # pragma: no cover - the first cold iteration is W = I, never rejected
+            raise ValueError("the projected M-estimator found no finite solution")
+        if scored_only:  # a fit whose predictions alone are used (the backoff's 90%)
+            W, loss = None, history[-1][-1]
+        else:
+            W = self._projected_weighting_at(self.weighting, triples, U, Q, ops)
+            loss = _projected_loss(W, active, A, M, ops[active])
+        factors = MFactors(ops, U, "projected", loss=loss, history=history, rejected=rejected_sweeps)
+        self.factors_, self.weighting_, self.loss_history_ = factors, W, history
+        self.rejected_, self.rejected_sweeps_ = rejected, rejected_sweeps
+        self.rank_, self.n_conditions_, self.basis_ = k, kp, (U, Q)
+        model = ObservableOperatorModel(
+            b1, binf, ops, filter=self.filter, window=self.window, min_proba=self.min_proba,
+            symbols=labels, rank=k,
+        )
+        model.factors = factors
+        self.model_ = model
+        return model
+
+    def _projected_sizes(self, P21, N: float, n: int) -> tuple[int, int]:
+        """The rank k and the number k' of conditions per symbol for these counts."""
+        k = self._projected_rank(P21, N, n)
+        kmax = n if n <= DENSE_SVD_MAX else n - 1  # ARPACK needs k' < n
+        kp = max(k, min(kmax, self.n_conditions if self.n_conditions is not None else 2 * k))
+        if k > kmax:
+            raise ValueError(
+                f"rank {k} on {n} symbols: above {DENSE_SVD_MAX} symbols the rank must be below "
+                "the alphabet size"
+            )
+        return k, kp
+
+    def _projected_rank(self, P21, N: float, n: int) -> int:
+        if not (isinstance(self.rank, str) and self.rank == "auto"):
+            return check_rank(self.rank, n)
+        if n <= DENSE_SVD_MAX:
+            return select_rank_by_spectrum(P21.toarray(), N)
+        _, s, _ = top_singular(P21, min(n - 1, 100))
+        return max(1, int((s > 1.0 / np.sqrt(N)).sum()))
+
+    def _weighted_symbols(self, triples: Triples, n: int, k: int, kp: int) -> np.ndarray:
+        """The symbols whose weighted solution can differ from θ_spec's (sorted indices).
+
+        Small problems (n·k·k' ≤ 2²⁴ floats) keep every symbol, so the losses cover all
+        the conditions. On larger ones: none under ``"identity"``; otherwise the symbols
+        whose shrinkage is below 1 (under ``"auto"``, those with at least k'²/100 triples
+        in the middle): the losses in ``loss_history_`` then cover those symbols only.
+        """
+        if n * k * kp <= _FULL_CONDITIONS_MAX:
+            return np.arange(n)
+        if self.weighting == "identity":
+            return np.empty(0, dtype=np.int64)
+        n_middle = np.bincount(triples.x2, weights=triples.weights, minlength=n)
+        shrink = resolve_projected_shrinkage(self.shrinkage, n_middle, kp)
+        return np.flatnonzero((shrink < 1.0) & (n_middle > 0))
+
+    def _projected_weighting_at(self, mode, triples, U, Q, ops) -> ProjectedWeighting:
+        return projected_weighting(mode, triples, U, Q, ops, shrinkage=self.shrinkage, ridge=self.ridge)
+
+    def _projected_warm_ops(self, init, n: int, k: int, U: np.ndarray) -> np.ndarray | None:
+        """The previous operators in the new basis, ``U_newᵀ U_old B̃_old U_oldᵀ U_new``, or None."""
+        warm = _factors_of(init)
+        if warm is None or warm.factorization != "projected" or warm.R.shape[2] != k:
+            return None
+        warm = warm.padded(n)
+        T = U.T @ warm.S  # (k, k_old)
+        return np.einsum("ab,xbc,dc->xad", T, warm.R, T, optimize=True)
+
+    # ------------------------------------------------------------------ dense formulation
+
+    def _fit_dense(self, data, init) -> ObservableOperatorModel:
+        n = _alphabet_size(data)
+        k_guess = n if isinstance(self.rank, str) else int(min(max(self.rank, 1), max(n, 1)))
+        need = _dense_bytes(n, k_guess, self.weighting, self.factorization)
+        if need > DENSE_MEMORY_LIMIT:
+            raise ValueError(
+                f"the dense formulation (weighting={self.weighting!r}, factorization="
+                f"{self.factorization!r}) on {n} symbols at rank {k_guess} would need about "
+                f"{need / 2**30:.1f} GiB (it holds n³ counts and moments"
+                + (", n⁴ weights and an n³k² R-step" if self.weighting == "per_symbol" else "")
+                + f"); the limit is {DENSE_MEMORY_LIMIT / 2**30:.0f} GiB: use formulation='projected' "
+                "(linear in n)"
+            )
+        if isinstance(data, Triples):
+            data = data.to_dense(limit=max(DENSE_MEMORY_LIMIT // 8, 1))
+        c3, labels = counts_of(data)
+        n = c3.shape[0]
+        P1, P21, P3x1 = probabilities(c3)
+        N = float(c3.sum())
+        k = (
+            select_rank_by_spectrum(P21, N)
+            if isinstance(self.rank, str) and self.rank == "auto"
+            else check_rank(self.rank, n)
+        )
+        self._P21, self._P3j, self._c3 = P21, P3x1.transpose(2, 0, 1).copy(), c3
+        self._mu = self.penalty / np.sqrt(N)
+        warm = _factors_of(init)
+        if warm is not None:
+            warm = warm.padded(n)
+            if warm.R.shape[2] != k or warm.factorization != self.factorization:
+                warm = None  # a different rank or factorization: start afresh
+        if warm is not None:
+            B_prev = warm.operators()
+            R, S = warm.R.copy(), warm.S.copy()
+            if self.factorization == "fixed":  # S follows the counts: re-express B in the new U
+                S = top_subspace(P21, k)
+                R = B_prev @ S
+            best, W = self._run(R, S, self._weighting_at(B_prev))
+        else:
+            U = top_subspace(P21, k)
+            R0, S0 = self._spectral_start(P1, P21, P3x1, U)
+            best, W = self._run(R0, S0, None)
+            rng = np.random.default_rng(self.random_state)
+            for _ in range(self.n_restarts):
+                candidate, _ = self._run(*self._random_start(rng, n, k), None)
+                if self._loss(candidate.R, candidate.S, W) < self._loss(best.R, best.S, W):
+                    best = candidate
+        # report the loss under W re-estimated at the solution itself, so that fits
+        # reached by different paths (cold, warm, restarts) are comparable
+        W = self._weighting_at(best.operators())
+        best.loss = self._loss(best.R, best.S, W)
+        self.factors_ = best
+        self.weighting_ = W
+        self.loss_history_ = best.history
+        self.rejected_ = sorted({outer for outer, *_ in best.rejected})
+        self.rejected_sweeps_ = list(best.rejected)
+        self.rank_, self.n_conditions_, self.basis_ = k, None, None
+        model = ObservableOperatorModel(
+            P1, np.ones(n), best.operators(), filter=self.filter, window=self.window,
+            min_proba=self.min_proba, symbols=labels, rank=k,
+        )
+        model.factors = best
+        self.model_ = model
+        return model
+
+    # ------------------------------------------------------------------ starts
+
+    def _spectral_start(self, P1, P21, P3x1, U):
+        """θ_spec in M-form: S = U, R_x = U Uᵀ P3x1[x] (Uᵀ P21)⁺ (math.md section 6)."""
+        k = U.shape[1]
+        _, _, Bk = spectral_operators(P1, P21, P3x1, k)
+        R = np.einsum("dk,xkl->xdl", U, Bk, optimize=True)
+        S = U if self.factorization != "per_symbol" else np.broadcast_to(U, (len(P1),) + U.shape).copy()
+        return R, S.copy()
+
+    def _random_start(self, rng, n, k):
+        if self.factorization == "per_symbol":
+            S = np.stack([np.linalg.qr(rng.normal(size=(n, k)))[0] for _ in range(n)])
+        elif self.factorization == "fixed":
+            S = top_subspace(self._P21, k)
+        else:
+            S = np.linalg.qr(rng.normal(size=(n, k)))[0]
+        R = self._r_step(np.zeros((n, n, k)), S, build_weighting("identity", self._c3))
+        return R, S
+
+    # ------------------------------------------------------------------ Algorithm 1
+
+    def _weighting_at(self, B: np.ndarray) -> Weighting:
+        return build_weighting(
+            self.weighting, self._c3, B, smoothing=self.smoothing, shrinkage=self.shrinkage,
+            ridge=self.ridge,
+        )
+
+    def _run(self, R, S, W0):
+        """Outer loop: alternate under W, re-estimate W at the new operators, repeat."""
+        W = W0 if W0 is not None else build_weighting("identity", self._c3)
+        history, rejected = [], []
+        self._progress = _Progress("dense", R.shape[0], R.shape[2])
+        B_old = None
+        outer_budget = self._max_outer(projected=False) if self.weighting != "identity" else 1
+        for outer in range(outer_budget):
+            if outer > 0:
+                W = self._weighting_at(B_old)
+            R, S, losses, refused = self._alternate(R, S, W)
+            history.append(losses)
+            if refused is not None:
+                rejected.append((outer, len(losses), refused, losses[-1]))
+            self._progress.line(f"outer={outer + 1}/{outer_budget}", losses[-1])
+            B = _operators(R, S)
+            converged = B_old is not None and (
+                np.linalg.norm(B - B_old) < self.tol * max(np.linalg.norm(B_old), 1e-300)
+            )
+            B_old = B
+            if converged:
+                break
+        return MFactors(R, S, self.factorization, history=history, rejected=rejected), W
+
+    # ------------------------------------------------------------------ Algorithm 2
+
+    def _alternate(self, R, S, W):
+        """Sweeps under a fixed W: ``(R, S, losses, refused)``, ``refused`` being the loss of
+        the sweep that was rejected because it raised the loss (or was not finite), or None."""
+        loss = self._loss(R, S, W)
+        losses = [loss]
+        for _ in range(self.max_sweeps):
+            R_new, S_new = R, S
+            if self.factorization != "fixed":
+                S_new = self._s_step(R_new, S_new, W)
+                R_new, S_new = _regauge(R_new, S_new)
+            R_new = self._r_step(R_new, S_new, W)
+            new = self._loss(R_new, S_new, W)
+            if not np.isfinite(new) or new > loss:
+                # reject: an exact step cannot raise the loss under a fixed W, so this is
+                # numerics; recorded (rejected_sweeps_) rather than silently dropped
+                return R, S, losses, float(new)
+            R, S = R_new, S_new
+            improvement = loss - new
+            loss = new
+            losses.append(loss)
+            progress = getattr(self, "_progress", None)
+            if progress is not None:
+                progress.line(f"sweep={len(losses) - 1}", loss, every=5.0)
+            if improvement <= self.tol * max(loss, 1e-300):
+                break
+        return R, S, losses, None
+
+    def _z(self, S):
+        """Z[x, j, w] = (S_xᵀ P21)[w, j]."""
+        n = self._P21.shape[0]
+        if S.ndim == 2:
+            return np.broadcast_to((S.T @ self._P21).T, (n, n, S.shape[1]))
+        return np.einsum("xsw,sj->xjw", S, self._P21, optimize=True)
+
+    def _loss(self, R, S, W) -> float:
+        Z = self._z(S)
+        m = self._P3j - np.einsum("xiw,xjw->jxi", R, Z, optimize=True)
+        return W.quad(m) + self._mu * float(np.abs(R).sum())
+
+    def _r_step(self, R, S, W) -> np.ndarray:
+        """argmin over R of mᵀWm + μ‖R‖₁ (halved: ½θᵀHθ - cᵀθ + μ/2 ‖θ‖₁)."""
+        n, _, k = R.shape
+        Z = self._z(S)
+        WP = W.apply(self._P3j)
+        c = np.einsum("jxi,xjw->xiw", WP, Z, optimize=True)
+        mu = self._mu / 2
+        if W.blocks is None and W.K is None:  # rows (x, i) decouple
+            H = np.einsum("jxi,xjw,xjv->xiwv", W.lam, Z, Z, optimize=True).reshape(n * n, k, k)
+            groups, shape = (H, c.reshape(n * n, k)), (n * n, k)
+        elif W.blocks is not None:  # symbols x decouple
+            H = np.einsum("jxab,xjw,xjv->xawbv", W.blocks, Z, Z, optimize=True)
+            groups, shape = (H.reshape(n, n * k, n * k), c.reshape(n, n * k)), (n, n * k)
+        elif n * n * k <= _DENSE_MAX:
+            Wd = np.stack([W.dense_block(j) for j in range(n)]).reshape(n, n, n, n, n)
+            H = np.einsum("jxiyl,xjw,yjv->xiwylv", Wd, Z, Z, optimize=True)
+            p = n * n * k
+            groups, shape = (H.reshape(1, p, p), c.reshape(1, p)), (1, p)
+        else:
+            return self._r_step_iterative(R, Z, W, c)
+        H, cg = groups
+        if mu > 0:
+            theta = lasso_groups(H, cg, mu, theta0=R.reshape(shape))
+        else:
+            theta = solve_groups(H, cg)
+        return theta.reshape(n, n, k)
+
+    def _r_step_iterative(self, R, Z, W, c):
+        def matvec(theta):
+            m = np.einsum("xiw,xjw->jxi", theta, Z, optimize=True)
+            return np.einsum("jxi,xjw->xiw", W.apply(m), Z, optimize=True)
+
+        if self._mu > 0:
+            return fista(matvec, c, self._mu / 2, R)
+        diag = np.einsum("jxi,xjw->xiw", W.diagonal(), Z**2, optimize=True)
+        return conjugate_gradient(matvec, c, R, precond=np.maximum(diag, 1e-300))
+
+    def _s_step(self, R, S, W) -> np.ndarray:
+        """argmin over S of mᵀWm (the penalty does not involve S)."""
+        n, _, k = R.shape
+        P21 = self._P21
+        WP = W.apply(self._P3j)
+        if S.ndim == 2:
+            # m = P - R̃ (Sᵀ q_j): H[(s,w),(t,v)] = Σ_j q_j[s] q_j[t] (R̃ᵀ W_j R̃)[w, v]
+            WR = np.stack([W.apply(np.broadcast_to(R[:, :, v], (n, n, n))) for v in range(k)])
+            RWR = np.einsum("xiw,vjxi->jwv", R, WR, optimize=True)
+            H = np.einsum("sj,tj,jwv->swtv", P21, P21, RWR, optimize=True).reshape(n * k, n * k)
+            c = np.einsum("sj,xiw,jxi->sw", P21, R, WP, optimize=True).reshape(n * k)
+            return solve_groups(H[None], c[None])[0].reshape(n, k)
+
+        def matvec(theta):
+            T = np.einsum("xsw,sj->xjw", theta, P21, optimize=True)
+            m = np.einsum("xiw,xjw->jxi", R, T, optimize=True)
+            Y = np.einsum("jxi,xiw->xjw", W.apply(m), R, optimize=True)
+            return np.einsum("sj,xjw->xsw", P21, Y, optimize=True)
+
+        Y = np.einsum("jxi,xiw->xjw", WP, R, optimize=True)
+        c = np.einsum("sj,xjw->xsw", P21, Y, optimize=True)
+        return conjugate_gradient(matvec, c, S, max_iter=200)
+
+
+def _operators(R: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """``B_x = R_x S_xᵀ`` for a shared (n, k) or per-symbol (n, n, k) S."""
+    if S.ndim == 2:
+        return np.einsum("xiw,sw->xis", R, S, optimize=True)
+    return np.einsum("xiw,xsw->xis", R, S, optimize=True)
+
+
+def _regauge(R, S):
+    """Make S orthonormal (QR), moving its triangular factor into R: B is unchanged."""
+    if S.ndim == 2:
+        Q, T = np.linalg.qr(S)
+        return R @ T.T, Q
+    Q, T = np.linalg.qr(S)  # batched over x
+    return np.einsum("xiw,xvw->xiv", R, T), Q
+
+
+def _factors_of(init) -> MFactors | None:
+    if init is None:
+        return None
+    if isinstance(init, MFactors):
+        return init
+    if isinstance(init, MEstimator):
+        return getattr(init, "factors_", None)
+    return getattr(init, "factors", None)
+
+
+# ---------------------------------------------------------------------------
+# projected formulation: helpers
+# ---------------------------------------------------------------------------
+
+
+class _SigmaInverse:
+    """``Σ_x⁻¹`` of a group of symbols, applied to right-hand sides of shape (b, k', r).
+
+    Four forms, whichever is cheapest for the group: ``None`` (W = I), a scale
+    ``1 / c_x`` (Σ_x = c_x I: a symbol with no counted pair), a diagonal, the
+    Woodbury form ``(R - Vᵀ (c I + V Vᵀ)⁻¹ V R) / c`` for ``Σ_x = c I + Vᵀ V`` with V of
+    m ≪ k' rows (a symbol seen after few distinct x1), or dense inverses.
+    """
+
+    def __init__(self, kind: str, data=None, V=None, c=None):
+        self.kind, self.data, self.V, self.c = kind, data, V, c
+
+    def apply(self, R: np.ndarray) -> np.ndarray:
+        if self.kind == "identity":
+            return R
+        if self.kind == "scale":
+            return R * self.data[:, None, None]
+        if self.kind == "diagonal":
+            return R * self.data[:, :, None]
+        if self.kind == "woodbury":
+            VR = self.V @ R  # (b, m, r)
+            return (R - self.V.transpose(0, 2, 1) @ (self.data @ VR)) / self.c[:, None, None]
+        return self.data @ R
+
+
+def _sigma_groups(W: ProjectedWeighting, symbols: np.ndarray, kp: int):
+    """``(symbols, Σ⁻¹)`` pairs covering every symbol, each group sharing one form of Σ_x⁻¹.
+
+    "per_symbol": a symbol whose pair sums ``C[x, ·]`` have m entries has
+    ``Σ_x = c_x I + (1 - s_x) Q_Jᵀ diag(C[x, J]) Q_J``, the identity plus rank m. Most
+    symbols of a large alphabet are rare (m ≪ k'): they are solved by Woodbury,
+    O(m k' r + m³) each, batched by m rounded up to a power of two (zero rows pad V);
+    only the symbols with m > k'/2 get a dense k' × k' inverse, O(k'³). So a step
+    costs O(pairs · k' · k + n_dense · k'³) rather than O(n · k'³).
+    """
+    if W.mode in ("identity", "diagonal"):
+        step = max(1, _SYMBOL_BLOCK // kp)
+        for lo in range(0, symbols.size, step):
+            idx = symbols[lo : lo + step]
+            if W.mode == "identity":
+                yield idx, _SigmaInverse("identity")
+            else:
+                yield idx, _SigmaInverse("diagonal", 1.0 / W.factor_of(idx))
+        return
+    C = W.C
+    m = np.diff(C.indptr)[symbols]
+    live = W.tau_x[symbols] > 0
+    shrink = W.shrink[symbols]
+    c = np.where(live, (shrink + W.ridge) * W.tau_x[symbols], 1.0)
+    flat = ~live | (m == 0) | (shrink >= 1.0)
+    idx = np.flatnonzero(flat)
+    if idx.size:
+        yield symbols[idx], _SigmaInverse("scale", 1.0 / c[idx])
+    low_rank = ~flat & (2 * m <= kp) & (c > 0)
+    size = np.where(low_rank, 1 << np.ceil(np.log2(np.maximum(m, 1))).astype(np.int64), 0)
+    for mm in np.unique(size[low_rank]):
+        members = np.flatnonzero(size == mm)
+        step = max(1, _SYMBOL_BLOCK // (int(mm) * kp + int(mm) ** 2))
+        for a in range(0, members.size, step):
+            g = members[a : a + step]
+            yield symbols[g], _woodbury(W, symbols[g], int(mm), c[g])
+    dense = np.flatnonzero(~flat & ~low_rank)
+    step = max(1, _SYMBOL_BLOCK // (kp * kp))
+    for a in range(0, dense.size, step):
+        g = symbols[dense[a : a + step]]
+        F = W.factor_of(g)
+        try:
+            # why: one batched inverse per block, then only matrix products (the GLS step,
+            # the loss before and after all reuse it); Σ_x is positive definite once shrunk
+            yield g, _SigmaInverse("dense", np.linalg.inv(F))
+        except np.linalg.LinAlgError:  # Σ_x singular (shrinkage and ridge 0): pseudo-inverse
+            yield g, _SigmaInverse("dense", np.linalg.pinv(F, hermitian=True))
+
+
+def _woodbury(W: ProjectedWeighting, g: np.ndarray, mm: int, c: np.ndarray) -> _SigmaInverse:
+    """Woodbury form of ``Σ_x⁻¹`` for symbols ``g`` with at most ``mm`` pairs each."""
+    C, kp = W.C, W.Q.shape[1]
+    V = np.zeros((g.size, mm, kp))
+    for r, x in enumerate(g.tolist()):
+        lo, hi = C.indptr[x], C.indptr[x + 1]
+        V[r, : hi - lo] = np.sqrt((1 - W.shrink[x]) * C.data[lo:hi])[:, None] * W.Q[C.indices[lo:hi]]
+    inner = V @ V.transpose(0, 2, 1)
+    inner[:, np.arange(mm), np.arange(mm)] += c[:, None]
+    return _SigmaInverse("woodbury", np.linalg.inv(inner), V=V, c=c)
+
+
+def _projected_step(W: ProjectedWeighting, symbols: np.ndarray, A: np.ndarray, M: np.ndarray,
+                    previous: np.ndarray | None):
+    """GLS operators of ``symbols`` under W, and W's loss at ``previous`` (None if not given)
+    and at them. ``A`` and ``previous`` hold one row per symbol of ``symbols`` (sorted).
+
+    One group of symbols at a time (:func:`_sigma_groups`), so ``Σ_x`` never exists for
+    all symbols at once: O(block · k'²) scratch.
+    """
+    _, k, kp = A.shape
+    out = np.empty((symbols.size, k, k))
+    before, after = 0.0, 0.0
+    for g, inverse in _sigma_groups(W, symbols, kp):
+        rows = np.searchsorted(symbols, g)
+        Ag = A[rows]
+        # one application for every right-hand side: Σ⁻¹Mᵀ, Σ⁻¹Aᵀ (and Σ⁻¹G_prevᵀ); then
+        # Σ⁻¹G_newᵀ = Σ⁻¹Aᵀ - Σ⁻¹Mᵀ B̃ᵀ needs no further solve
+        rhs = [np.broadcast_to(M.T, (g.size, kp, k)), Ag.transpose(0, 2, 1)]
+        if previous is not None:
+            G_prev = Ag - previous[rows] @ M
+            rhs.append(G_prev.transpose(0, 2, 1))
+        Z = inverse.apply(np.concatenate(rhs, axis=2))
+        Y = Z[:, :, :k]
+        Bb = gls_operators(Ag, M, Y)
+        out[rows] = Bb
+        G_new = Ag - Bb @ M
+        after += W.tau * float(np.einsum("bak,bka->", G_new, Z[:, :, k : 2 * k] - Y @ Bb.transpose(0, 2, 1)))
+        if previous is not None:
+            before += W.tau * float(np.einsum("bak,bka->", G_prev, Z[:, :, 2 * k :]))
+    return out, (before if previous is not None else None), after
+
+
+def _projected_loss(W: ProjectedWeighting, symbols: np.ndarray, A: np.ndarray, M: np.ndarray,
+                    ops: np.ndarray) -> float:
+    """``Σ_x τ tr(G_x Σ_x⁻¹ G_xᵀ)`` over ``symbols`` (rows of A and ops); the cost of one step."""
+    total = 0.0
+    for g, inverse in _sigma_groups(W, symbols, A.shape[2]):
+        rows = np.searchsorted(symbols, g)
+        G = A[rows] - ops[rows] @ M
+        total += W.tau * float(np.einsum("bak,bka->", G, inverse.apply(G.transpose(0, 2, 1))))
+    return total
+
+
+def _identity_loss(A: np.ndarray, M: np.ndarray, ops: np.ndarray) -> float:
+    """The loss under W = I, ``Σ_x ‖A_x - B̃_x M‖²`` over the rows of A."""
+    return float(sum(np.square(A[a : a + 4096] - ops[a : a + 4096] @ M).sum()
+                     for a in range(0, A.shape[0], 4096)))
+
+
+def _alphabet_size(data) -> int:
+    if isinstance(data, Triples):
+        return data.n
+    if hasattr(data, "counts") and hasattr(data, "symbols"):
+        return int(data.n)
+    return int(np.shape(data)[0]) if np.ndim(data) else 0
+
+
+def _dense_bytes(n: int, k: int, weighting: str, factorization: str) -> int:
+    """Peak memory the dense formulation needs, roughly (its largest arrays together)."""
+    cells = 6 * n**3  # c3, P3x1 (two layouts), moments, W·m, scratch
+    if weighting == "per_symbol":
+        cells += 2 * n**4 + n**3 * k**2  # blocks and their inverses; R-step Hessians (n, nk, nk)
+    elif weighting == "exact":
+        cells += 6 * n**3 + min(n * n * k, _DENSE_MAX) ** 2  # Λ, D, K, CG vectors; explicit Hessian
+    else:
+        cells += n**2 * k**2  # R-step Hessians (n², k, k)
+    if factorization == "shared":
+        cells += k * n**3 + (n * k) ** 2
+    elif factorization == "per_symbol":
+        cells += 4 * n**2 * k
+    return 8 * int(cells)

@@ -1,0 +1,620 @@
+"""The observable-operator model: probabilities, filters, prediction and sampling.
+
+Costs are stated for n symbols and dimension d: a prediction costs O(n · d) (one
+product of the state with the n × d matrix ``C = b∞ᵀ B``), a state update O(d²).
+Batched routines work in chunks of positions sized so that their scratch stays
+under ~2²² floats (32 MiB), whatever n.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from streamspec.core.checkpoint import (
+    CheckpointError,
+    decode_value,
+    dump_checkpoint,
+    encode_value,
+    load_checkpoint_bytes,
+    read_checkpoint,
+    write_checkpoint,
+)
+
+__all__ = ["ObservableOperatorModel", "FILTERS"]
+
+FILTERS = ("window", "recursive")
+_CHUNK = 4096  # positions filtered at once by the vectorised window filter (small alphabets)
+_SCRATCH = 1 << 22  # floats of scratch a chunk may take: chunks shrink as n (or d²) grows
+
+
+class ObservableOperatorModel:
+    """An HMM in observable-operator form: ``Pr(x_1..x_t) = b∞ᵀ B_{x_t} … B_{x_1} b1``.
+
+    Parameters
+    ----------
+    b1
+        Initial state, shape (d,).
+    binf
+        Normaliser, shape (d,).
+    B
+        Operators, shape (n, d, d): ``B[x]`` for each symbol x.
+    filter
+        How a history becomes a state for prediction. ``"window"`` (default):
+        restart from ``b1`` and apply only the last ``window`` symbols, which bounds
+        the propagation of estimation error (math.md section 4); the prediction is
+        then ``Pr(next | last w symbols)`` under the stationary model.
+        ``"recursive"``: the textbook filter over the whole history.
+    window
+        Number of symbols the window filter looks back (>= 0).
+    min_proba
+        Floor of every predicted probability. Spectral estimates can give negative
+        or unnormalised values: predictions are clipped at 0, renormalised, then
+        floored at ``min_proba`` and renormalised again, so every prediction is a
+        valid distribution and every log loss is finite.
+    symbols
+        Optional labels of the symbol indices (informational; methods take indices).
+    backoff
+        Optional :class:`~streamspec.core.backoff.Backoff`: predictions become
+        ``λ_b · p_hmm(·|window) + (1 − λ_b) · p_kn(·|last)`` where ``p_hmm`` is the
+        HMM's prediction clipped at 0 and renormalised (not floored: the bigram
+        keeps every symbol possible) and ``last`` the last symbol of the history.
+        :meth:`without_backoff` gives the HMM alone, ``model.backoff`` the backoff
+        alone.
+    rank
+        The rank k the estimator used (an int; ``None``: the dimension d). It differs
+        from d for the dense M-estimator, whose n × n operators have rank k, and it
+        is what ``rank="auto"`` chose. Kept by :meth:`with_filter` and by
+        :meth:`save` / :meth:`load`.
+
+    Memory: O(n · d²) for the operators, plus O(P + n) for a backoff with P
+    distinct pairs.
+
+    Notes
+    -----
+    ``log_proba`` uses the chain rule over these clipped predictive
+    distributions, so it is the log-probability under a proper (normalised)
+    sequence model; :meth:`joint_proba` is the raw operator product, which may be
+    negative for an estimated model and is what the paper's error metric compares.
+    When a state update divides by a non-positive normaliser (the model gave the
+    observed symbol no mass), the state is rescaled by ``|b∞|ᵀ|state|`` instead.
+
+    Examples
+    --------
+    A two-symbol i.i.d. coin as a one-dimensional model:
+
+    >>> m = ObservableOperatorModel([1.0], [1.0], [[[0.25]], [[0.75]]])
+    >>> m.predict_proba_next([0, 1, 1]).tolist()
+    [0.25, 0.75]
+    >>> abs(m.log_proba([1, 1]) - 2 * float(np.log(0.75))) < 1e-12
+    True
+
+    """
+
+    def __init__(
+        self,
+        b1,
+        binf,
+        B,
+        filter: str = "window",
+        window: int = 2,
+        min_proba: float = 1e-6,
+        symbols: Sequence | None = None,
+        backoff=None,
+        rank: int | None = None,
+    ):
+        self.b1 = np.asarray(b1, dtype=np.float64)
+        self.binf = np.asarray(binf, dtype=np.float64)
+        self.B = np.asarray(B, dtype=np.float64)
+        self.filter = filter
+        self.window = window
+        self.min_proba = min_proba
+        self.symbols = list(symbols) if symbols is not None else None
+        self.backoff = backoff
+        self.rank = rank
+        self._check()
+        self.rank = int(self.B.shape[1] if rank is None else rank)
+        self._C = np.einsum("d,xde->xe", self.binf, self.B)  # C[x] · b = b∞ᵀ B_x b
+
+    def _check(self) -> None:
+        if self.B.ndim != 3 or self.B.shape[1] != self.B.shape[2]:
+            raise ValueError(f"B must have shape (n, d, d), got {self.B.shape}")
+        d = self.B.shape[1]
+        if self.b1.shape != (d,) or self.binf.shape != (d,):
+            raise ValueError(
+                f"b1 and binf must have shape ({d},), got {self.b1.shape} and {self.binf.shape}"
+            )
+        for name in ("b1", "binf", "B"):
+            if not np.isfinite(getattr(self, name)).all():
+                raise ValueError(f"{name} holds NaN or infinite values")
+        if self.filter not in FILTERS:
+            raise ValueError(f"filter must be one of {FILTERS}, got {self.filter!r}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int | np.integer):
+            raise ValueError(f"window must be a non-negative integer, got {self.window!r}")
+        if self.window < 0:
+            raise ValueError(f"window must be a non-negative integer, got {self.window!r}")
+        if not 0 <= self.min_proba < 1.0 / self.n_symbols:
+            raise ValueError(f"min_proba must be in [0, 1/n), got {self.min_proba!r}")
+        if self.symbols is not None and len(self.symbols) != self.n_symbols:
+            raise ValueError(f"{len(self.symbols)} symbol labels for {self.n_symbols} symbols")
+        r = self.rank
+        if r is not None and (isinstance(r, bool) or not isinstance(r, int | np.integer)
+                              or not 1 <= r <= max(self.n_symbols, self.dim)):
+            raise ValueError(f"rank must be an integer in 1..{max(self.n_symbols, self.dim)}, got {r!r}")
+        if self.backoff is not None and getattr(self.backoff, "n", None) != self.n_symbols:
+            raise ValueError(
+                f"a backoff over {getattr(self.backoff, 'n', None)} symbols for a model of {self.n_symbols}"
+            )
+
+    @property
+    def n_symbols(self) -> int:
+        """Alphabet size n. O(1)."""
+        return self.B.shape[0]
+
+    @property
+    def dim(self) -> int:
+        """Dimension d of the states. O(1)."""
+        return self.B.shape[1]
+
+    def _replace(self, **changes) -> ObservableOperatorModel:
+        """A copy with some constructor arguments changed; other attributes (``factors``) kept."""
+        args = dict(filter=self.filter, window=self.window, min_proba=self.min_proba,
+                    symbols=self.symbols, backoff=self.backoff, rank=self.rank) | changes
+        new = ObservableOperatorModel(self.b1, self.binf, self.B, **args)
+        for key, value in self.__dict__.items():
+            if key not in new.__dict__:
+                setattr(new, key, value)
+        return new
+
+    def with_filter(self, filter: str | None = None, window: int | None = None) -> ObservableOperatorModel:
+        """The same model (operators, backoff, ``factors``) with another filter or window. O(n · d²).
+
+        Examples
+        --------
+        >>> m = ObservableOperatorModel([1.0], [1.0], [[[0.25]], [[0.75]]])
+        >>> m.with_filter("recursive").filter
+        'recursive'
+        """
+        changes = {}
+        if filter is not None:
+            changes["filter"] = filter
+        if window is not None:
+            changes["window"] = window
+        return self._replace(**changes)
+
+    def with_backoff(self, backoff) -> ObservableOperatorModel:
+        """The same model mixed with ``backoff`` (a :class:`~streamspec.core.backoff.Backoff`). O(n · d²)."""
+        return self._replace(backoff=backoff)
+
+    def without_backoff(self) -> ObservableOperatorModel:
+        """The HMM alone (predictions clipped, renormalised and floored at ``min_proba``). O(n · d²).
+
+        Examples
+        --------
+        >>> m = ObservableOperatorModel([1.0], [1.0], [[[0.25]], [[0.75]]])
+        >>> m.without_backoff().backoff is None
+        True
+        """
+        return self._replace(backoff=None)
+
+    def _chunk(self) -> int:
+        """Positions per batch, so that (chunk, n) and (chunk, d, d) scratch stay ≤ ~2²² floats."""
+        return max(1, min(_CHUNK, _SCRATCH // max(self.n_symbols, self.dim * self.dim, 1)))
+
+    # ------------------------------------------------------------------ input checks
+
+    def _seq(self, seq) -> np.ndarray:
+        arr = np.asarray(seq)
+        if arr.size == 0:
+            return np.empty(0, dtype=np.int64)
+        if arr.ndim != 1:
+            raise ValueError(f"a sequence must be 1-D, got shape {arr.shape}")
+        if arr.dtype.kind not in "iu":
+            raise ValueError(f"symbols must be integer indices 0..{self.n_symbols - 1}, got {arr.dtype}")
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < 0 or hi >= self.n_symbols:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"unknown symbol {bad}: the model has symbols 0..{self.n_symbols - 1}")
+        return arr.astype(np.int64, copy=False)
+
+    # ------------------------------------------------------------------ filtering
+
+    def initial_state(self) -> np.ndarray:
+        """A copy of ``b1``, the state before any symbol. O(d)."""
+        return self.b1.copy()
+
+    def update_state(self, state: np.ndarray, x: int) -> np.ndarray:
+        """The state after observing symbol index ``x``. O(d²) time, O(d) memory."""
+        v = self.B[x] @ state
+        z = self.binf @ v
+        return v / _safe_norm(z, np.abs(self.binf) @ np.abs(v))
+
+    def predict_from_state(self, state: np.ndarray, last=None) -> np.ndarray:
+        """Next-symbol distribution from a state (d,), or from each row of states (c, d).
+
+        Clipped, renormalised and floored (without a backoff), or mixed with the
+        backoff's prediction from ``last`` (the last symbol: an int, ``None`` for an
+        empty context, or an array of c of them with -1 for none). Time O(n · d) per
+        state; scratch in chunks of ≤ ~2²² floats besides the (c, n) result.
+
+        Examples
+        --------
+        >>> m = ObservableOperatorModel([1.0], [1.0], [[[0.25]], [[0.75]]])
+        >>> m.predict_from_state(np.array([1.0])).tolist()
+        [0.25, 0.75]
+        """
+        S = np.asarray(state, dtype=np.float64)
+        single = S.ndim == 1
+        S = np.atleast_2d(S)
+        if last is None:
+            lasts = np.full(S.shape[0], -1, dtype=np.int64)
+        else:
+            lasts = np.broadcast_to(np.asarray(last, dtype=np.int64), (S.shape[0],))
+        out = self._rows(S, lasts)
+        return out[0] if single else out
+
+    def _rows(self, V: np.ndarray, lasts: np.ndarray) -> np.ndarray:
+        """Predictive rows (c, n) from states (c, d) and last symbols (c,), chunked."""
+        c, step = V.shape[0], self._chunk()
+        if c <= step:
+            return self._rows_chunk(V, lasts)
+        out = np.empty((c, self.n_symbols))
+        for lo in range(0, c, step):
+            out[lo : lo + step] = self._rows_chunk(V[lo : lo + step], lasts[lo : lo + step])
+        return out
+
+    def _rows_chunk(self, V: np.ndarray, lasts: np.ndarray) -> np.ndarray:
+        q = V @ self._C.T
+        if self.backoff is None:
+            return self._normalise(q)
+        return self.backoff.mix(_clip_normalise(q), lasts)
+
+    def clipped_row_sums(self, states: np.ndarray) -> np.ndarray:
+        """``Σ_x max(C[x] · s, 0)`` for each state s (rows of (c, d)): the HMM's normalisers. O(c · n · d)."""
+        S = np.atleast_2d(np.asarray(states, dtype=np.float64))
+        out = np.empty(S.shape[0])
+        step = self._chunk()
+        for lo in range(0, S.shape[0], step):
+            out[lo : lo + step] = np.clip(S[lo : lo + step] @ self._C.T, 0.0, None).sum(axis=1)
+        return out
+
+    def window_states(self, contexts) -> np.ndarray:
+        """States after each row of ``contexts`` (m, w) from ``b1``, shape (m, d). O(m · w · d²).
+
+        Row i is ``state_for(contexts[i])`` of a window filter with window ≥ w.
+        """
+        X = np.asarray(contexts, dtype=np.int64)
+        if X.ndim != 2:
+            raise ValueError(f"expected an (m, w) array of contexts, got shape {X.shape}")
+        self._seq(X.ravel())
+        out = np.empty((X.shape[0], self.dim))
+        absb = np.abs(self.binf)
+        step = self._chunk()
+        for lo in range(0, X.shape[0], step):
+            Xc = X[lo : lo + step]
+            V = np.broadcast_to(self.b1, (Xc.shape[0], self.dim)).copy()
+            for t in range(X.shape[1]):
+                Vn = np.einsum("tde,te->td", self.B[Xc[:, t]], V)
+                V = Vn / _safe_norm(Vn @ self.binf, np.abs(Vn) @ absb)[:, None]
+            out[lo : lo + step] = V
+        return out
+
+    def extend_states(self, states: np.ndarray) -> np.ndarray:
+        """The states after each symbol, from each of ``states`` (shape (c, d)).
+
+        Returns shape (c * n, d), ordered by state then symbol: row ``s * n + x``
+        is ``update_state(states[s], x)``. Used to tabulate every context at once.
+        Time O(c · n · d²), memory O(c · n · d): for small alphabets.
+        """
+        V = np.einsum("xde,ce->cxd", self.B, np.atleast_2d(states)).reshape(-1, self.dim)
+        return V / _safe_norm(V @ self.binf, np.abs(V) @ np.abs(self.binf))[:, None]
+
+    def state_for(self, history) -> np.ndarray:
+        """The state this model's filter assigns to a history. O(w · d²) (window) or O(t · d²)."""
+        h = self._seq(history)
+        if self.filter == "window":
+            h = h[max(0, len(h) - self.window) :]
+        state = self.initial_state()
+        for x in h:
+            state = self.update_state(state, x)
+        return state
+
+    def predict_proba_next(self, history) -> np.ndarray:
+        """Distribution of the next symbol given ``history`` (indices), shape (n,).
+
+        Always a valid distribution: non-negative, sums to 1. The backoff, if any,
+        sees the last symbol of the history. Time O(w · d² + n · d) for the window
+        filter (O(t · d²) recursive), memory O(n).
+        """
+        h = self._seq(history)
+        return self.predict_from_state(self.state_for(h), None if h.size == 0 else int(h[-1]))
+
+    def _normalise(self, q: np.ndarray) -> np.ndarray:
+        q = np.clip(q, 0.0, None)
+        s = q.sum(axis=-1, keepdims=True)
+        n = q.shape[-1]
+        q = np.where(s > 0, q / np.where(s > 0, s, 1.0), 1.0 / n)
+        if self.min_proba > 0:
+            q = np.maximum(q, self.min_proba)
+            q = q / q.sum(axis=-1, keepdims=True)
+        return q
+
+    def _chunks(self, x: np.ndarray):
+        """``(start, stop, V, lasts)``: the states predicting ``x[start:stop]`` and the symbols before."""
+        T, d = len(x), self.dim
+        step = self._chunk()
+        prev = np.concatenate(([-1], x[:-1])) if T else x
+        if self.filter == "recursive":
+            state = self.initial_state()
+            for start in range(0, T, step):
+                stop = min(T, start + step)
+                V = np.empty((stop - start, d))
+                for t in range(start, stop):
+                    V[t - start] = state
+                    state = self.update_state(state, x[t])
+                yield start, stop, V, prev[start:stop]
+            return
+        w = self.window
+        absb = np.abs(self.binf)
+        for start in range(0, T, step):
+            stop = min(T, start + step)
+            V = np.broadcast_to(self.b1, (stop - start, d)).copy()
+            pos = np.arange(start, stop)
+            for lag in range(w, 0, -1):  # apply x[t-lag] for lag = w..1, where t - lag >= 0
+                src = pos - lag
+                ok = src >= 0
+                if not ok.any():
+                    continue
+                Vn = np.einsum("tde,te->td", self.B[x[src[ok]]], V[ok])
+                z = Vn @ self.binf
+                V[ok] = Vn / _safe_norm(z, np.abs(Vn) @ absb)[:, None]
+            yield start, stop, V, prev[start:stop]
+
+    def predictive_sequence(self, seq) -> np.ndarray:
+        """Predictive distributions before each symbol of ``seq``: shape (t, n).
+
+        Row t is the prediction of ``seq[t]`` from ``seq[:t]`` by this model's filter
+        (and the backoff from ``seq[t-1]``). Time O(t · (w · d² + n · d)); memory: the
+        (t, n) result plus chunked scratch of ≤ ~2²² floats. To score a sequence
+        without the (t, n) result use :meth:`proba_sequence`.
+        """
+        x = self._seq(seq)
+        out = np.empty((len(x), self.n_symbols))
+        for start, stop, V, lasts in self._chunks(x):
+            out[start:stop] = self._rows(V, lasts)
+        return out
+
+    def proba_sequence(self, seq) -> np.ndarray:
+        """``Pr(seq[t] | seq[:t])`` for each t, shape (t,), without the (t, n) table.
+
+        Time O(t · (w · d² + n · d)), memory O(t) plus chunked scratch of ≤ ~2²² floats.
+
+        Examples
+        --------
+        >>> m = ObservableOperatorModel([1.0], [1.0], [[[0.25]], [[0.75]]])
+        >>> m.proba_sequence([0, 1]).tolist()
+        [0.25, 0.75]
+        """
+        x = self._seq(seq)
+        out = np.empty(len(x))
+        for start, stop, V, lasts in self._chunks(x):
+            out[start:stop] = self._proba_of(V, lasts, x[start:stop])
+        return out
+
+    def _proba_of(self, V: np.ndarray, lasts: np.ndarray, nexts: np.ndarray) -> np.ndarray:
+        """The predictive probability of ``nexts[i]`` from state ``V[i]`` (and ``lasts[i]``), (c,).
+
+        Only the row sums of the (c, n) products are needed, not the rows: three passes
+        over a (c, n) scratch that :meth:`_chunks` keeps ≤ ~2²² floats.
+        """
+        q = V @ self._C.T
+        np.clip(q, 0.0, None, out=q)
+        s = q.sum(axis=1)
+        num = q[np.arange(q.shape[0]), nexts]
+        n = self.n_symbols
+        ok = s > 0
+        a = np.where(ok, num / np.where(ok, s, 1.0), 1.0 / n)  # clipped and renormalised
+        if self.backoff is not None:
+            lam = self.backoff.lambda_of(lasts)
+            return lam * a + (1.0 - lam) * self.backoff.proba_of(lasts, nexts)
+        if self.min_proba > 0:
+            # floor at min_proba, renormalise: Σ_x max(q_x / s, m) = Σ_x max(q_x, m s) / s
+            sf = np.where(ok, s, 1.0)
+            np.maximum(q, (self.min_proba * sf)[:, None], out=q)
+            f = np.where(ok, q.sum(axis=1) / sf, 1.0)  # uniform rows: n · max(1/n, m) = 1 as m < 1/n
+            a = np.maximum(a, self.min_proba) / f
+        return a
+
+    # ------------------------------------------------------------------ probabilities
+
+    def log_proba(self, seq) -> float:
+        """``log Pr(x_1..x_t)`` by the chain rule over the predictive distributions.
+
+        Never underflows: a sum of log conditionals, each at least ``log(min_proba)``
+        (or positive by the backoff's floor). Time O(t · (w · d² + n · d)), memory O(t)
+        plus chunked scratch.
+        """
+        x = self._seq(seq)
+        if x.size == 0:
+            return 0.0
+        return float(np.log(self.proba_sequence(x)).sum())
+
+    def joint_proba(self, seq) -> float:
+        """The raw operator product ``b∞ᵀ B_{x_t} … B_{x_1} b1`` (may be negative; the HMM
+        alone, never the backoff). O(t · d²).
+
+        Computed with running rescaling, so only the final value can underflow.
+        """
+        x = self._seq(seq)
+        v = self.b1.copy()
+        log_scale = 0.0
+        for s in x:
+            v = self.B[s] @ v
+            norm = np.abs(v).max()
+            if norm == 0:
+                return 0.0
+            v /= norm
+            log_scale += np.log(norm)
+        return float(self.binf @ v * np.exp(log_scale))
+
+    def joint_proba_many(self, sequences: np.ndarray) -> np.ndarray:
+        """Raw joint probabilities of many sequences of one length, shape (m, t) in, (m,) out.
+
+        The HMM alone. O(m · t · d²) time, O(m · d²) memory.
+        """
+        X = np.asarray(sequences)
+        if X.ndim != 2:
+            raise ValueError(f"expected an (m, t) array of sequences, got shape {X.shape}")
+        self._seq(X.ravel())
+        V = np.broadcast_to(self.b1, (X.shape[0], self.dim)).copy()
+        for t in range(X.shape[1]):
+            V = np.einsum("mde,me->md", self.B[X[:, t]], V)
+        return V @ self.binf
+
+    def log_loss(self, sequences: Iterable) -> float:
+        """Mean negative log-likelihood per symbol (nats) over held-out sequences.
+
+        With a backoff, of the mixture; compare ``without_backoff().log_loss`` and
+        ``backoff.log_loss``. Time O(T · n · d) for T symbols, memory chunked.
+        """
+        total, count = 0.0, 0
+        for seq in sequences:
+            x = self._seq(seq)
+            total -= self.log_proba(x)
+            count += x.size
+        if count == 0:
+            raise ValueError("log_loss needs at least one symbol")
+        return total / count
+
+    def accuracy(self, sequences: Iterable) -> float:
+        """Fraction of symbols equal to the argmax of their predictive distribution. O(T · n · d)."""
+        hits, count = 0, 0
+        for seq in sequences:
+            x = self._seq(seq)
+            for start, stop, V, lasts in self._chunks(x):
+                hits += int((self._rows(V, lasts).argmax(axis=1) == x[start:stop]).sum())
+            count += x.size
+        if count == 0:
+            raise ValueError("accuracy needs at least one symbol")
+        return hits / count
+
+    def sample(self, length: int, random_state: int | np.random.Generator | None = None) -> np.ndarray:
+        """Draw a sequence of ``length`` symbol indices from the model's predictions (with the
+        backoff, if any). O(length · n · d) time, O(n) memory."""
+        rng = np.random.default_rng(random_state)
+        out = np.empty(int(length), dtype=np.int64)
+        u = rng.random(out.size)
+        state = self.initial_state()
+        for t in range(out.size):
+            if self.filter == "window":
+                state = self.state_for(out[max(0, t - self.window) : t])
+            p = self.predict_from_state(state, int(out[t - 1]) if t else None)
+            out[t] = min(int(np.searchsorted(np.cumsum(p), u[t], side="right")), self.n_symbols - 1)
+            if self.filter == "recursive":
+                state = self.update_state(state, out[t])
+        return out
+
+    # ------------------------------------------------------------------ persistence
+
+    _FORMAT = "streamspec.ObservableOperatorModel"
+    _VERSION = 2  # version 2 adds the backoff; models without one are still written as version 1
+
+    def _header_arrays(self) -> tuple[dict, dict]:
+        header = {
+            "filter": self.filter,
+            "window": int(self.window),
+            "min_proba": float(self.min_proba),
+            "rank": int(self.rank),
+            "symbols": None if self.symbols is None else [encode_value(s) for s in self.symbols],
+        }
+        arrays = {"b1": self.b1, "binf": self.binf, "B": self.B}
+        factors = getattr(self, "factors", None)
+        if factors is not None:  # kept so that a restarted refitter can warm-start
+            header["factorization"] = factors.factorization
+            arrays["R"], arrays["S"] = factors.R, factors.S
+        if self.backoff is not None:
+            bh, ba = self.backoff.to_parts()
+            header["backoff"] = bh
+            arrays.update({f"backoff_{k}": v for k, v in ba.items()})
+        return header, arrays
+
+    def _version(self) -> int:
+        return 1 if self.backoff is None else 2
+
+    def to_bytes(self) -> bytes:
+        """The model as a checkpoint in bytes (npz + JSON header, checksummed; no pickle).
+
+        Version 1 without a backoff, version 2 with one (its pair counts and weights as
+        arrays). Time and memory O(n · d² + P).
+        """
+        return dump_checkpoint(self._FORMAT, self._version(), *self._header_arrays())
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the model as a checkpoint file (atomic; the backoff included, as sparse arrays)."""
+        write_checkpoint(path, self._FORMAT, self._version(), *self._header_arrays())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str = "model") -> ObservableOperatorModel:
+        """The model of :meth:`to_bytes` (versions 1 and 2). O(n · d² + P)."""
+        header, arrays = load_checkpoint_bytes(data, cls._FORMAT, cls._VERSION, source)
+        return cls._from_parts(header, arrays, source)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ObservableOperatorModel:
+        """The model saved by :meth:`save` (versions 1 and 2). O(n · d² + P)."""
+        header, arrays = read_checkpoint(path, cls._FORMAT, cls._VERSION)
+        return cls._from_parts(header, arrays, str(path))
+
+    @classmethod
+    def _from_parts(cls, header, arrays, source) -> ObservableOperatorModel:
+        try:
+            symbols = header["symbols"]
+            backoff = None
+            if header.get("backoff") is not None:
+                from streamspec.core.backoff import Backoff
+
+                prefix = "backoff_"
+                backoff = Backoff.from_parts(
+                    header["backoff"], {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+                )
+            model = cls(
+                arrays["b1"],
+                arrays["binf"],
+                arrays["B"],
+                filter=header["filter"],
+                window=header["window"],
+                min_proba=header["min_proba"],
+                symbols=None if symbols is None else [decode_value(s) for s in symbols],
+                backoff=backoff,
+                rank=header.get("rank"),  # None in checkpoints written before it was kept
+            )
+            if "R" in arrays:
+                from streamspec.core.mestimator import MFactors
+
+                model.factors = MFactors(arrays["R"], arrays["S"], header["factorization"])
+            return model
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CheckpointError(f"{source}: malformed model checkpoint ({exc})") from None
+
+    def __repr__(self) -> str:
+        return (
+            f"ObservableOperatorModel(n_symbols={self.n_symbols}, dim={self.dim}, rank={self.rank}, "
+            f"filter={self.filter!r}, window={self.window}"
+            + (", backoff" if self.backoff is not None else "") + ")"
+        )
+
+
+def _safe_norm(z, fallback):
+    """``z`` where it is a usable positive normaliser, else the positive ``fallback``."""
+    z = np.asarray(z, dtype=np.float64)
+    fb = np.where(fallback > 0, fallback, 1.0)
+    return np.where(z > 1e-12 * fb, z, fb)
+
+
+def _clip_normalise(q: np.ndarray) -> np.ndarray:
+    """Rows clipped at 0 and renormalised (uniform where nothing is left)."""
+    q = np.clip(q, 0.0, None)
+    s = q.sum(axis=-1, keepdims=True)
+    return np.where(s > 0, q / np.where(s > 0, s, 1.0), 1.0 / q.shape[-1])

@@ -1,0 +1,1065 @@
+"""Incremental counts of observation triples from many interleaved streams, kept sparse."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from streamspec.core.alphabet import MAX_LABELS, OTHER, Alphabet
+from streamspec.core.checkpoint import (
+    CheckpointError,
+    decode_value,
+    encode_value,
+    read_checkpoint,
+    write_checkpoint,
+)
+from streamspec.core.moments import probabilities, second_moment_blocks
+from streamspec.core.triples import BITS, MAX_SYMBOLS, Triples, check_dense, unpack
+
+__all__ = ["MomentAccumulator", "OTHER"]
+
+_MODES = ("sliding", "sequences")
+_DONE = -(2**62)  # tail marker in sequences mode: this stream's triple is already counted
+_NEW = -(2**62) - 1  # tail of a stream not seen yet
+_MISSING = object()
+_M2 = (1 << (2 * BITS)) - 1  # two symbols: a tail
+_FLUSH_AT = 8192  # learn_one's triple codes kept in a list before they become one array
+_CONSOLIDATE_AT = 65536  # pending triples are merged into the sorted counts past max(this, nnz/2)
+_COMPACT_CELLS = 1 << 22  # learn_many counts runs with m³ below this by np.bincount
+_DENSE_CELLS = 1 << 16  # alphabets with n³ below this buffer counts in one dense n³ array (512 KiB)
+_PARALLEL_AT = 1 << 21  # runs longer than this are sorted as two halves in two threads
+_RESCALE_AT = 1e100  # forgetting: the running weight is folded into the counts past this
+assert MAX_LABELS == MAX_SYMBOLS
+
+
+class MomentAccumulator:
+    """Counts of symbol triples (x1, x2, x3), kept one symbol at a time, sparse.
+
+    The counts ``c3[x2, x3, x1]`` are all the state: ``c21`` and ``c1`` are their
+    marginals, because in both modes P1 and P21 are taken from the same triples
+    as P3x1 (``docs/math.md`` section 1). Probabilities divide by the
+    number (or, with forgetting, the total weight) of triples.
+
+    Parameters
+    ----------
+    n_symbols
+        ``None`` (default): symbols are arbitrary hashable labels and the alphabet
+        grows as new ones arrive. An integer n: symbols are exactly the integers
+        ``0..n-1``; anything else raises a ``ValueError`` naming the symbol.
+        At most 2²¹ = 2,097,152 symbols either way (three indices pack one int64).
+    mode
+        ``"sliding"`` (default): every consecutive triple of every stream counts
+        (long stationary streams). ``"sequences"``: each stream is one independent
+        sequence and only its first three symbols count (Hsu, Kakade & Zhang);
+        after :meth:`end` the same key starts a new sequence.
+    forgetting
+        Weight factor in (0, 1] applied to all earlier triples each time a triple
+        is counted: 1 (default) keeps plain counts; below 1 the counts are
+        exponentially weighted, with an effective memory of ``1 / (1 - forgetting)``
+        triples.
+    track_heads
+        Also keep the first two symbols of each stream, so that accumulators built
+        over consecutive pieces of the same streams (chunks of a file, say) can be
+        joined exactly with :meth:`concat`. Off by default: it adds per-stream state.
+    max_symbols
+        Growing alphabets only (``n_symbols=None``): cap the alphabet at this many
+        symbols, so that memory stays bounded whatever the stream sends. Policy: new
+        labels take indices ``0 .. max_symbols-2``; once these are used, every new
+        label is counted as the reserved symbol :data:`OTHER` (``"<other>"``), which
+        takes the last index, ``max_symbols-1``, the first time it is needed, and
+        :meth:`learn_one` returns that index. Labels already known keep their index.
+
+    Attributes
+    ----------
+    n_triples
+        Total weight of the counted triples (their number without forgetting).
+    symbols
+        The label of each index.
+
+    Notes
+    -----
+    Storage is sparse: the distinct triples as one sorted array of packed int64
+    codes (:func:`streamspec.core.triples.pack`, 21 bits a symbol) and one float64 array
+    of counts, 16 bytes per distinct triple, plus buffers of triples not merged yet.
+    Memory is O(distinct triples + alphabet + streams): 16 bytes a distinct triple,
+    the labels, and O(1) per stream (its last two symbol indices in one integer;
+    with ``track_heads`` also its first two).
+
+    :meth:`learn_one` costs amortised O(1) (it appends one code to a list; every
+    8,192 codes become one array) plus amortised O(log) for merging: buffered
+    triples are sorted and merged into the counts only when they reach
+    ``max(65,536, distinct/2)`` or when counts are read. :meth:`learn_many` is
+    vectorised: a run whose largest symbol index m has m³ ≤ 2²² is counted by one
+    ``np.bincount`` of compact codes, larger-alphabet runs by a sort of packed codes
+    (two halves in two threads for long runs). Alphabets with n³ ≤ 2¹⁶ also keep
+    their unmerged counts in one dense array of n³ integers (at most 512 KiB), so
+    that counting stays as fast as a bare ``np.bincount``.
+
+    Dense views -- :meth:`counts` (``c3``), ``c21``, ``probabilities``, ``P21``,
+    ``P3x1``, :meth:`second_moments` -- build numpy arrays from the sparse counts,
+    for small alphabets: above :data:`streamspec.core.triples.DENSE_LIMIT` cells they raise
+    :class:`streamspec.core.triples.DenseTooLarge` (a ``ValueError`` naming the size).
+    ``c1`` and ``P1`` are O(n) and always available; :meth:`triples` gives the
+    sparse counts at any size.
+
+    Every learning call is all-or-nothing: if :meth:`learn_one` or :meth:`learn_many`
+    raises (a bad symbol, ``MemoryError``), alphabet, stream tails and counts are as
+    they were before the call.
+
+    Examples
+    --------
+    >>> acc = MomentAccumulator(n_symbols=3)
+    >>> acc.learn_many([0, 1, 2, 0, 1], key="a")
+    >>> for x in [2, 2, 1]:
+    ...     _ = acc.learn_one(x, key="b")
+    >>> acc.n_triples
+    4.0
+    >>> acc.P21.sum(), acc.P3x1.shape
+    (np.float64(1.0), (3, 3, 3))
+    >>> acc.triples()
+    Triples(n=3, nnz=4, total=4)
+    >>> acc.learn_one(7)
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown symbol 7: this alphabet is fixed to the integers 0..2
+
+    With labels:
+
+    >>> words = MomentAccumulator()
+    >>> words.learn_many("abracadabra")
+    >>> words.symbols
+    ['a', 'b', 'r', 'c', 'd']
+    >>> int(words.counts()[words.symbols.index("r"), 0, 1])   # "b r a": x1=b, x2=r, x3=a
+    2
+
+    With a capped alphabet:
+
+    >>> capped = MomentAccumulator(max_symbols=3)
+    >>> [capped.learn_one(w) for w in ["to", "be", "or", "not", "to", "be"]]
+    [0, 1, 2, 2, 0, 1]
+    >>> capped.symbols
+    ['to', 'be', '<other>']
+
+    References
+    ----------
+    Hsu, Kakade & Zhang (2012), A spectral algorithm for learning hidden Markov models.
+
+    """
+
+    def __init__(
+        self,
+        n_symbols: int | None = None,
+        mode: str = "sliding",
+        forgetting: float = 1.0,
+        track_heads: bool = False,
+        max_symbols: int | None = None,
+    ):
+        self.n_symbols = n_symbols
+        self.mode = mode
+        self.forgetting = forgetting
+        self.track_heads = track_heads
+        self.max_symbols = max_symbols
+        self._validate()
+        self._alphabet = Alphabet(n_symbols, max_symbols)
+        self._fixed_n = int(n_symbols) if n_symbols is not None else -1
+        # stream codes and tails are numbers in this base: n for a fixed alphabet (small
+        # ints for small n: fast), 2²¹ for a growing one (no recoding when it grows)
+        self._base = int(n_symbols) if n_symbols is not None else 1 << BITS
+        self._base2 = self._base**2
+        self._plain = mode == "sliding" and forgetting == 1.0
+        # the counts: sorted distinct packed codes (x2, x3, x1) and their weights (stored units)
+        self._codes = np.empty(0, dtype=np.int64)
+        self._w = np.empty(0)
+        # triples not merged yet: arrays of packed codes (weights None = 1 each; sorted flag)
+        self._chunks: list[tuple[np.ndarray, np.ndarray | None, bool]] = []
+        self._chunked = 0
+        # small alphabets (n³ ≤ _DENSE_CELLS): unmerged counts also in one dense array,
+        # indexed (x2·m + x3)·m + x1 for the alphabet size m it was made for
+        self._dense: np.ndarray | None = None
+        self._dense_m = 0
+        # learn_one's triples as "stream codes" (x1·base + x2)·base + x3 (and forgetting weights)
+        self._pending: list[int] = []
+        self._pending_w: list[float] = []
+        self._default_buffer: list[int] = []  # symbols of the default stream not yet counted
+        # per stream: its last symbols, a·base + b, or -1 - b with one symbol, or _DONE
+        self._tails: dict[Hashable, int] = {}
+        # track_heads: per key, the first (up to two) symbol indices of its first
+        # segment here, and whether that segment was ended; see concat()
+        self._heads: dict[Hashable, tuple[tuple[int, ...], bool]] = {}
+        self._weight = 1.0  # forgetting: weight of the next triple in stored units
+        self._total = 0.0  # stored units, like _w (without the plain `_pending` list)
+
+    def _validate(self) -> None:
+        if self.track_heads and (self.mode != "sliding" or self.forgetting != 1.0):
+            raise ValueError("track_heads needs mode='sliding' and forgetting=1")
+        if self.mode not in _MODES:
+            raise ValueError(f"mode must be one of {_MODES}, got {self.mode!r}")
+        f = self.forgetting
+        if isinstance(f, bool) or not isinstance(f, int | float) or not 0 < f <= 1:
+            raise ValueError(f"forgetting must be a number in (0, 1], got {f!r}")
+        n = self.n_symbols
+        if n is not None:
+            if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 1 <= n <= MAX_SYMBOLS:
+                raise ValueError(f"n_symbols must be None or an integer in 1..{MAX_SYMBOLS}, got {n!r}")
+            if self.max_symbols is not None:
+                raise ValueError("max_symbols caps growing alphabets only: leave it None with n_symbols")
+        m = self.max_symbols
+        if m is not None and (
+            isinstance(m, bool) or not isinstance(m, int | np.integer) or not 1 <= m <= MAX_SYMBOLS
+        ):
+            raise ValueError(f"max_symbols must be None or an integer in 1..{MAX_SYMBOLS}, got {m!r}")
+
+    # ------------------------------------------------------------------ learning
+
+    def learn_one(self, x: Hashable, key: Hashable = None) -> int:
+        """Count one symbol of stream ``key`` (the default stream when ``None``).
+
+        Amortised O(1) time (a few dictionary and list operations; the buffered
+        triples are merged in bulk, amortised O(log) each); memory: 8 bytes per
+        buffered triple until the merge.
+
+        Returns
+        -------
+        int
+            The symbol's index in the alphabet (new labels get the next one; with a
+            full capped alphabet, the index of :data:`OTHER`).
+        """
+        # hottest path: a valid integer of the default stream (sliding, no forgetting)
+        # is only buffered; the buffer is counted by learn_many's vectorised code
+        if key is None and self._plain and type(x) is int and 0 <= x < self._fixed_n:
+            buffer = self._default_buffer
+            buffer.append(x)
+            if len(buffer) >= _FLUSH_AT:
+                try:
+                    self._flush_default()
+                except BaseException:
+                    buffer.pop()
+                    raise
+            return x
+        if key is None and self._default_buffer:
+            self._flush_default()  # keep the default stream's symbols in order
+        # the hot path (a known symbol continuing a sliding stream without forgetting)
+        # is kept to a few dictionary and list operations
+        if type(x) is int and 0 <= x < self._fixed_n:
+            i = x
+            n0 = -1
+        else:
+            n0 = len(self._alphabet._labels)
+            i = self._alphabet.index_of(x)
+        tails = self._tails
+        tail = tails.get(key, _NEW)
+        if tail >= 0 and self._plain:
+            code = tail * self._base + i
+            tails[key] = code % self._base2
+            pending = self._pending
+            pending.append(code)
+            if len(pending) >= _FLUSH_AT:
+                try:
+                    self._flush_pending()
+                except BaseException:
+                    pending.pop()
+                    tails[key] = tail
+                    if n0 >= 0:
+                        self._alphabet.truncate(n0)
+                    raise
+            return i
+        snap = self._snapshot(key, n0)
+        try:
+            self._learn_other(i, key, tail)
+        except BaseException:
+            self._restore(snap)
+            raise
+        return i
+
+    def _learn_other(self, i: int, key: Hashable, tail: int) -> None:
+        if self.track_heads:
+            self._note_head(key, tail, (i,))
+        if tail == _NEW:
+            self._tails[key] = -1 - i
+        elif tail >= 0:
+            if self.mode == "sequences":
+                self._tails[key] = _DONE
+            else:
+                self._tails[key] = (tail * self._base + i) % self._base2
+            self._count((tail * self._base + i,))
+        elif tail != _DONE:
+            self._tails[key] = (-1 - tail) * self._base + i
+
+    def learn_many(self, xs: Sequence | np.ndarray, key: Hashable = None) -> None:
+        """Count several consecutive symbols of one stream (a list or 1-D array).
+
+        Time O(m) for m symbols when the run's alphabet is small (m³ ≤ 2²²
+        compact codes, one ``np.bincount``), else O(m log m) (a sort of packed
+        codes); memory O(m) temporarily. The counted run is merged into the
+        sorted counts in bulk (amortised O(log) a triple).
+        """
+        if key is None and self._default_buffer:
+            self._flush_default()
+        snap = self._snapshot(key, len(self._alphabet._labels))
+        try:
+            self._learn_many(xs, key)
+        except BaseException:
+            self._restore(snap)
+            raise
+
+    def _learn_many(self, xs, key: Hashable) -> None:
+        idx = self._alphabet.encode(xs)
+        if idx.size == 0:
+            return
+        tail = self._tails.get(key)
+        if self.track_heads:
+            self._note_head(key, _NEW if tail is None else tail, idx[:2].tolist())
+        if tail is None:
+            head: list[int] = []
+        elif tail == _DONE:
+            return
+        elif tail < 0:
+            head = [-1 - tail]
+        else:
+            head = [tail // self._base, tail % self._base]
+        seq = np.concatenate([np.asarray(head, dtype=np.int64), idx]) if head else idx
+        if self.mode == "sequences":
+            if seq.size >= 3:
+                self._count(((int(seq[0]) * self._base + int(seq[1])) * self._base + int(seq[2]),))
+                self._tails[key] = _DONE
+            else:
+                self._store_tail(key, seq)
+            return
+        self._store_tail(key, seq)
+        if seq.size < 3:
+            return
+        if self.forgetting != 1.0:
+            self._count_weighted_run(seq)
+        elif seq.size - 2 < _FLUSH_AT:
+            self._pending.extend(_stream_codes(seq, self._base).tolist())
+            if len(self._pending) >= _FLUSH_AT:
+                self._flush_pending()
+        else:
+            n = len(self._alphabet)
+            if n**3 <= _DENSE_CELLS:
+                self._dense_add(_compact_counts(seq, n), n)
+            else:
+                self._add_chunk((*_count_run(seq, n), True))
+            self._total += seq.size - 2
+
+    def end(self, key: Hashable = None) -> None:
+        """Declare the sequence of stream ``key`` over: its next symbol starts a new one. O(1)."""
+        self._flush_default()
+        self._tails.pop(key, None)
+        if self.track_heads:  # an end closes the first segment if it is still open
+            symbols, _ = self._heads.get(key, ((), False))
+            self._heads[key] = (symbols, True)
+
+    @property
+    def keys(self) -> list:
+        """Keys of the streams with a live tail. O(streams)."""
+        self._flush_default()
+        return list(self._tails)
+
+    # ------------------------------------------------------------------ counts
+
+    @property
+    def symbols(self) -> list:
+        """The label of each index (a new list, O(n))."""
+        return self._alphabet.labels
+
+    @property
+    def alphabet(self) -> Alphabet:
+        """The :class:`~streamspec.core.alphabet.Alphabet` itself (not a copy). O(1)."""
+        return self._alphabet
+
+    @property
+    def n(self) -> int:
+        """Current alphabet size. O(1)."""
+        return len(self._alphabet)
+
+    @property
+    def n_triples(self) -> float:
+        """Total weight of the counted triples. O(1) (plus counting the default stream's buffer)."""
+        self._flush_default()
+        total = self._total + (len(self._pending) if not self._pending_w else 0)
+        return float(total / self._weight) if self.forgetting != 1.0 else float(total)
+
+    def triples(self) -> Triples:
+        """The counts as a :class:`~streamspec.core.triples.Triples` snapshot (a copy).
+
+        Independent of later learning. Time and memory O(nnz) (merging buffered
+        triples first: O(p log p) for p of them).
+
+        Examples
+        --------
+        >>> acc = MomentAccumulator()
+        >>> acc.learn_many("abcabc")
+        >>> t = acc.triples()
+        >>> t.nnz, t.total
+        (3, 4.0)
+        >>> [acc.symbols[i] + acc.symbols[j] + acc.symbols[k] for i, j, k in zip(t.x1, t.x2, t.x3)]
+        ['cab', 'abc', 'bca']
+        >>> t.weights.tolist()   # sorted by the middle symbol
+        [1.0, 2.0, 1.0]
+        """
+        self._flush()
+        w = self._w / self._weight if self.forgetting != 1.0 else self._w.copy()
+        return Triples(self.n, self._codes.copy(), w)
+
+    def memory_bytes(self) -> int:
+        """Estimated bytes held: counts, buffers, alphabet and per-stream state.
+
+        Counts: the sorted codes and weights plus the buffered arrays (exact
+        ``nbytes``); the learn_one buffers (list slots and int objects, ~40 bytes a
+        triple); the alphabet (``sys.getsizeof`` of its dict, list and labels); the
+        stream tails and heads (dict slots, ~100 bytes a stream). Not counted: numpy
+        and Python temporaries of a call in progress. O(n + streams) time.
+
+        Examples
+        --------
+        >>> acc = MomentAccumulator(26)
+        >>> acc.learn_many(np.arange(26).repeat(3))
+        >>> 0 < acc.memory_bytes() < 20_000
+        True
+        """
+        size = self._codes.nbytes + self._w.nbytes
+        size += self._dense.nbytes if self._dense is not None else 0
+        for codes, w, _ in self._chunks:
+            size += codes.nbytes + (w.nbytes if w is not None else 0)
+        size += 40 * (len(self._pending) + len(self._pending_w) + len(self._default_buffer))
+        a = self._alphabet
+        size += sys.getsizeof(a._index) + sys.getsizeof(a._labels)
+        size += sum(sys.getsizeof(s) for s in a._labels)
+        size += 100 * (len(self._tails) + len(self._heads))
+        return int(size)
+
+    def counts(self) -> np.ndarray:
+        """Triple counts ``c3[x2, x3, x1]`` of shape (n, n, n), float64 (a new dense array).
+
+        Time and memory O(n³ + nnz); raises :class:`~streamspec.core.triples.DenseTooLarge`
+        above ``DENSE_LIMIT`` cells (use :meth:`triples`).
+        """
+        check_dense((self.n,) * 3, "counts")
+        return self.triples().to_dense()
+
+    @property
+    def c3(self) -> np.ndarray:
+        """Alias of :meth:`counts`: ``c3[x2, x3, x1]``, dense (n, n, n)."""
+        return self.counts()
+
+    @property
+    def c21(self) -> np.ndarray:
+        """``c21[x2, x1]``: counts of pairs, the marginal of c3 over x3; dense (n, n), O(n² + nnz)."""
+        check_dense((self.n,) * 2, "pair counts")
+        return self.triples().c21().toarray()
+
+    @property
+    def c1(self) -> np.ndarray:
+        """``c1[x1]``: counts of first symbols of the triples; dense (n,), O(n + nnz)."""
+        return self.triples().c1()
+
+    def probabilities(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(P1, P21, P3x1)`` at once, dense; O(n³ + nnz), raises ``DenseTooLarge`` like :meth:`counts`."""
+        return probabilities(self.counts())
+
+    @property
+    def P1(self) -> np.ndarray:
+        """``P1[j] = Pr(x1 = j)``, shape (n,); O(n + nnz), available at any alphabet size."""
+        return self.triples().P1()
+
+    @property
+    def P21(self) -> np.ndarray:
+        """``P21[i, j] = Pr(x2 = i, x1 = j)``, dense (n, n); O(n² + nnz); ``DenseTooLarge`` above limit."""
+        check_dense((self.n,) * 2, "P21")
+        return self.triples().P21().toarray()
+
+    @property
+    def P3x1(self) -> np.ndarray:
+        """``P3x1[x][i, j] = Pr(x3 = i, x2 = x, x1 = j)``, dense (n, n, n); like :meth:`counts`."""
+        return self.probabilities()[2]
+
+    def second_moments(self, B: np.ndarray, smoothing: float = 0.0) -> np.ndarray:
+        """``sum_n m(X_n) m(X_n)ᵀ`` at operators ``B`` (n, n, n), as n blocks of n² × n².
+
+        The moment conditions' second moments need no running state of their own:
+        block j (x1 = j) is ``L D_j Lᵀ`` with ``D_j`` the counts (math.md section 3).
+        See :mod:`streamspec.core.weighting` for the factored forms the estimators use.
+        Dense: O(n⁵) memory, small alphabets only (``DenseTooLarge`` otherwise).
+        """
+        B = np.asarray(B, dtype=np.float64)
+        if B.shape != (self.n,) * 3:
+            raise ValueError(f"B must have shape {(self.n,) * 3}, got {B.shape}")
+        return second_moment_blocks(self.counts(), B, smoothing)
+
+    def _note_head(self, key: Hashable, tail: int, new: Sequence[int]) -> None:
+        """Record symbols of the first segment of ``key`` while it has fewer than two."""
+        head = self._heads.get(key)
+        if head is None:
+            if tail == _NEW:
+                self._heads[key] = (tuple(new[:2]), False)
+        elif not head[1] and len(head[0]) < 2 and tail != _NEW:
+            self._heads[key] = ((head[0] + tuple(new))[:2], False)
+
+    # ------------------------------------------------------------------ merging
+
+    def merge(self, other: MomentAccumulator) -> MomentAccumulator:
+        """A new accumulator holding both sets of counts, matched by symbol label.
+
+        Exact when the two were fed disjoint sets of streams. For a key present in
+        both, the tail of ``other`` is kept (it is taken to be the later part); to
+        join consecutive pieces of the same streams exactly, use :meth:`concat`.
+        With ``max_symbols``, labels of ``other`` that do not fit become :data:`OTHER`.
+        Time O((nnz₁ + nnz₂) log + n + streams), memory of the result.
+        """
+        out, mapping = self._merge_counts(other)
+        for key, tail in other._tails.items():
+            out._tails[key] = _remap_tail(tail, mapping, out._base)
+        for key, (symbols, ended) in other._heads.items():
+            out._heads.setdefault(key, (tuple(int(mapping[s]) for s in symbols), ended))
+        return out
+
+    def _merge_counts(self, other: MomentAccumulator) -> tuple[MomentAccumulator, np.ndarray]:
+        """A copy of self with other's counts added, and other's index -> new index."""
+        if not isinstance(other, MomentAccumulator):
+            raise TypeError(f"can only merge a MomentAccumulator, not {type(other).__name__}")
+        for name in ("mode", "n_symbols", "forgetting", "max_symbols"):
+            if getattr(self, name) != getattr(other, name):
+                raise ValueError(
+                    f"cannot merge accumulators with {name}={getattr(self, name)!r} and "
+                    f"{getattr(other, name)!r}"
+                )
+        out = self.copy()
+        if other.n_symbols is not None:
+            mapping = np.arange(other.n, dtype=np.int64)
+        else:
+            mapping = np.array([out._alphabet.index_of(s) for s in other._alphabet._labels],
+                               dtype=np.int64)
+        out._normalise_weight()
+        t = other.triples()
+        if t.nnz:
+            x1, x2, x3 = t._xs()
+            codes = (mapping[x2] << 2 * BITS) | (mapping[x3] << BITS) | mapping[x1]
+            out._add_chunk((codes, t.weights, False))
+        out._total += other.n_triples
+        out._flush()
+        return out, mapping
+
+    def concat(self, later: MomentAccumulator) -> MomentAccumulator:
+        """A new accumulator for this one followed by ``later`` on the same streams.
+
+        Both must have been built with ``track_heads=True``. Every stream that was
+        still open here continues with ``later``'s first symbols of it, so the triples
+        that straddle the border are counted: the result equals one accumulator fed
+        both pieces in order. ``concat`` is associative, so chunks can be reduced by
+        a tree of joins (in order); streams that do not cross between the two are
+        simply merged. Time O((nnz₁ + nnz₂) log + n + streams).
+
+        Examples
+        --------
+        >>> first, second = (MomentAccumulator(3, track_heads=True) for _ in range(2))
+        >>> first.learn_many([0, 1, 2, 0])
+        >>> second.learn_many([1, 2])
+        >>> whole = MomentAccumulator(3)
+        >>> whole.learn_many([0, 1, 2, 0, 1, 2])
+        >>> first.concat(second).triples() == whole.triples()
+        True
+        """
+        if not (self.track_heads and later.track_heads):
+            raise ValueError("concat needs accumulators built with track_heads=True")
+        out, mapping = self._merge_counts(later)
+        for key, (symbols, ended) in later._heads.items():
+            head = tuple(int(mapping[s]) for s in symbols)
+            left_tail = _tail_list(out._tails.get(key), out._base)
+            joined = left_tail + list(head)
+            codes = [(joined[p] * out._base + joined[p + 1]) * out._base + joined[p + 2]
+                     for p in range(len(joined) - 2)]
+            if codes:
+                out._count(codes)
+            later_tail = later._tails.get(key)
+            if later_tail is None:
+                out._tails.pop(key, None)
+            elif not ended and len(head) < 2:
+                out._store_tail(key, np.asarray(joined[-2:], dtype=np.int64))
+            else:
+                out._tails[key] = _remap_tail(later_tail, mapping, out._base)
+            mine = out._heads.get(key)
+            if mine is None:
+                out._heads[key] = (head, ended)
+            elif not mine[1]:  # the first segment here was open: `later` continues it
+                out._heads[key] = ((mine[0] + head)[:2], ended)
+        for key, tail in later._tails.items():  # streams opened by `later` before any head
+            if key not in later._heads:
+                out._tails[key] = _remap_tail(tail, mapping, out._base)
+        return out
+
+    def __add__(self, other: MomentAccumulator) -> MomentAccumulator:
+        """``a + b`` is :meth:`merge`."""
+        return self.merge(other)
+
+    def copy(self) -> MomentAccumulator:
+        """An independent copy. Time and memory O(nnz + n + streams)."""
+        self._flush()
+        out = MomentAccumulator(self.n_symbols, self.mode, self.forgetting, self.track_heads,
+                                self.max_symbols)
+        out._alphabet = self._alphabet.copy()
+        out._codes, out._w = self._codes.copy(), self._w.copy()
+        out._tails = dict(self._tails)
+        out._heads = dict(self._heads)
+        out._weight = self._weight
+        out._total = self._total
+        return out
+
+    # ------------------------------------------------------------------ persistence
+
+    _FORMAT = "streamspec.MomentAccumulator"
+    _VERSION = 2  # 1: dense c3; 2: sparse codes + weights
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write a checksummed npz+JSON checkpoint, atomically. O(nnz + n + streams)."""
+        write_checkpoint(path, *self.to_checkpoint())
+
+    def to_checkpoint(self) -> tuple[str, int, dict, dict[str, np.ndarray]]:
+        """(format, version, header, arrays) of this accumulator, for any checkpoint sink.
+
+        Version 2: arrays ``codes`` (sorted packed triples), ``weights``, ``n_triples``,
+        ``tail_a``, ``tail_b``; labels, keys and heads in the header. Raises
+        ``CheckpointError`` (before anything is written) if a label or key cannot
+        be stored, or if the labels would not read back as distinct symbols.
+        O(nnz + n + streams).
+        """
+        self._flush()
+        keys = list(self._tails)
+        ab = [_tail_symbols(self._tails[k], self._base) for k in keys]
+        a = np.array([p[0] for p in ab], dtype=np.int64)
+        b = np.array([p[1] for p in ab], dtype=np.int64)
+        labels = None
+        if self.n_symbols is None:
+            labels = [encode_value(s) for s in self._alphabet._labels]
+            back = [decode_value(v) for v in labels]
+            if len(set(back)) != len(back):  # could not be read back: refuse to write it
+                raise CheckpointError("labels that are equal once stored (e.g. 1 and 1.0 as keys)")
+        header = {
+            "n_symbols": self.n_symbols,
+            "mode": self.mode,
+            "forgetting": self.forgetting,
+            "max_symbols": self.max_symbols,
+            "labels": labels,
+            "keys": [encode_value(k) for k in keys],
+            "track_heads": self.track_heads,
+            "heads": [[encode_value(k), list(sym), ended] for k, (sym, ended) in self._heads.items()],
+        }
+        weights = self._w / self._weight if self.forgetting != 1.0 else self._w
+        arrays = {"codes": self._codes, "weights": weights, "n_triples": np.array(self.n_triples),
+                  "tail_a": a, "tail_b": b}
+        return self._FORMAT, self._VERSION, header, arrays
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> MomentAccumulator:
+        """Read a checkpoint written by :meth:`save` (version 1 or 2); ``CheckpointError`` if bad."""
+        header, arrays = read_checkpoint(path, cls._FORMAT, cls._VERSION)
+        return cls.from_checkpoint(header, arrays, source=str(path))
+
+    @classmethod
+    def from_checkpoint(cls, header: dict, arrays: dict, source: str = "checkpoint"):
+        """The accumulator of a checkpoint's header and arrays (sparse v2 or dense v1).
+
+        Validates everything: array shapes and types, sorted distinct codes, symbol
+        indices below n, non-negative counts, tails and heads; raises
+        ``CheckpointError`` naming the problem. O(nnz + n + streams) (v1: O(n³)).
+        """
+        def bad(what: str) -> CheckpointError:
+            return CheckpointError(f"{source}: {what}")
+
+        try:
+            acc = cls(header["n_symbols"], header["mode"], header["forgetting"],
+                      bool(header.get("track_heads", False)), header.get("max_symbols"))
+            if header["labels"] is not None:
+                labels = [decode_value(v) for v in header["labels"]]
+                acc._alphabet.add_labels(labels)
+                if acc.n != len(labels):
+                    raise bad(f"{len(labels)} labels but {acc.n} distinct symbols")
+            n = acc.n
+            for key, symbols, ended in header.get("heads", []):
+                sym = tuple(int(v) for v in symbols)
+                if len(sym) > 2 or any(not 0 <= v < n for v in sym):
+                    raise bad(f"head {sym} of stream {key!r} out of range for {n} symbols")
+                acc._heads[decode_value(key)] = (sym, bool(ended))
+            if "codes" in arrays:
+                codes, w = np.asarray(arrays["codes"]), np.asarray(arrays["weights"])
+                if codes.ndim != 1 or w.shape != codes.shape:
+                    raise bad(f"codes of shape {codes.shape} and weights of shape {w.shape}")
+                if codes.size and codes.dtype.kind not in "iu":
+                    raise bad(f"codes of type {codes.dtype}")
+                codes, w = codes.astype(np.int64), w.astype(np.float64)
+                if codes.size and (codes[0] < 0 or (np.diff(codes) <= 0).any()):
+                    raise bad("codes are not sorted and distinct")
+                if codes.size and max(int(a.max()) for a in unpack(codes)) >= n:
+                    raise bad(f"a triple has a symbol index out of range for {n} symbols")
+            elif "c3" in arrays:  # version 1: dense counts
+                c3 = np.asarray(arrays["c3"], dtype=np.float64)
+                if c3.shape != (n, n, n):
+                    raise bad(f"counts of shape {c3.shape} for {n} symbols")
+                if (c3 < 0).any():
+                    raise bad("negative counts")
+                t = Triples.from_dense(c3)
+                codes, w = t.codes, t.weights
+            else:
+                raise bad("no counts (neither 'codes' nor 'c3')")
+            if (w < 0).any():
+                raise bad("negative counts")
+            if not np.isfinite(w).all():
+                raise bad("counts hold NaN or infinite values")
+            keep = w > 0
+            acc._codes, acc._w = codes[keep], w[keep]
+            total = float(arrays["n_triples"])
+            if not (np.isfinite(total) and total >= 0):
+                raise bad(f"n_triples {total!r} is not a non-negative number")
+            acc._total = total
+            keys = [decode_value(k) for k in header["keys"]]
+            for key, a, b in zip(keys, arrays["tail_a"].tolist(), arrays["tail_b"].tolist(),
+                                 strict=True):
+                if not (a == b == -2 or (a == -1 and 0 <= b < n) or (0 <= a < n and 0 <= b < n)):
+                    raise bad(f"tail ({a}, {b}) of stream {key!r} out of range for {n} symbols")
+                acc._tails[key] = _tail_code(a, b, acc._base)
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"{source}: malformed accumulator checkpoint ({exc})") from None
+        return acc
+
+    # ------------------------------------------------------------------ internals
+
+    def _snapshot(self, key: Hashable, n_labels: int) -> tuple:
+        """What a learning call may change, to undo it exactly (O(1))."""
+        return (key, n_labels, self._tails.get(key, _MISSING), self._heads.get(key, _MISSING),
+                self._chunks, len(self._chunks), self._chunked, self._codes, self._w,
+                self._pending, len(self._pending), self._pending_w, len(self._pending_w),
+                self._total, self._weight, self._dense, self._dense_m)
+
+    def _restore(self, snap: tuple) -> None:
+        (key, n_labels, tail, head, chunks, n_chunks, chunked, codes, w,
+         pending, n_pending, pending_w, n_pending_w, total, weight, dense, dense_m) = snap
+        if n_labels >= 0:
+            self._alphabet.truncate(n_labels)
+        for store, value in ((self._tails, tail), (self._heads, head)):
+            if value is _MISSING:
+                store.pop(key, None)
+            else:
+                store[key] = value
+        del chunks[n_chunks:]
+        del pending[n_pending:]
+        del pending_w[n_pending_w:]
+        self._chunks, self._chunked, self._codes, self._w = chunks, chunked, codes, w
+        self._pending, self._pending_w = pending, pending_w
+        self._total, self._weight = total, weight
+        self._dense, self._dense_m = dense, dense_m
+
+    def _store_tail(self, key, seq: np.ndarray) -> None:
+        if seq.size == 1:
+            self._tails[key] = -1 - int(seq[-1])
+        else:
+            self._tails[key] = int(seq[-2]) * self._base + int(seq[-1])
+
+    def _count(self, codes) -> None:
+        """Count triples given as stream codes ``(x1·base + x2)·base + x3``."""
+        if self.forgetting == 1.0:
+            self._pending.extend(codes)
+            if len(self._pending) >= _FLUSH_AT:
+                self._flush_pending()
+            return
+        g = self.forgetting
+        for code in codes:
+            self._weight /= g
+            self._pending.append(code)
+            self._pending_w.append(self._weight)
+            self._total += self._weight
+        if self._weight > _RESCALE_AT or len(self._pending) >= _FLUSH_AT:
+            self._normalise_weight()
+
+    def _count_weighted_run(self, seq: np.ndarray) -> None:
+        codes = _to_packed(_stream_codes(seq, self._base), self._base)
+        g = self.forgetting
+        # weights grow geometrically along the run; fold them in blocks that stay finite
+        block = max(1, int(np.log(_RESCALE_AT) / -np.log(g)) // 2)
+        for start in range(0, codes.size, block):
+            part = codes[start : start + block]
+            w = self._weight * g ** -np.arange(1, part.size + 1, dtype=np.float64)
+            self._add_chunk((part, w, False))
+            self._total += float(w.sum())
+            self._weight = float(w[-1])
+            self._normalise_weight()
+
+    def _normalise_weight(self) -> None:
+        """Fold the running forgetting weight into the stored counts (O(nnz + buffered))."""
+        if self._weight == 1.0:
+            return
+        self._flush_pending()
+        weight = self._weight
+        chunks = [(c, (w if w is not None else np.ones(c.size)) / weight, s) for c, w, s in self._chunks]
+        self._w, self._chunks = self._w / weight, chunks
+        self._total /= weight
+        self._weight = 1.0
+
+    def _flush_default(self) -> None:
+        buffer = self._default_buffer
+        if buffer:
+            self._default_buffer = []
+            try:  # already validated symbol by symbol; learn_many is all-or-nothing
+                self.learn_many(np.array(buffer, dtype=np.int64))
+            except BaseException:
+                self._default_buffer = buffer
+                raise
+
+    def _flush_pending(self) -> None:
+        """Turn learn_one's list of triples into one array of packed codes (all-or-nothing)."""
+        if not self._pending:
+            return
+        stream = np.array(self._pending, dtype=np.int64)
+        weights = np.array(self._pending_w) if self._pending_w else None
+        n, base = len(self._alphabet), self._base
+        if weights is None and base == n and n**3 <= 4 * stream.size:  # small alphabet: count now
+            # stream code x1·n² + (x2·n + x3) -> compact code (x2·n + x3)·n + x1
+            counts = np.bincount(stream % (n * n) * n + stream // (n * n), minlength=n**3)
+            if n**3 <= _DENSE_CELLS:
+                self._dense_add(counts, n)
+            else:
+                self._add_chunk((*_compact_to_packed(counts, n), True))
+        else:
+            self._add_chunk((_to_packed(stream, base), weights, False))
+        if weights is None:
+            self._total += stream.size
+        self._pending, self._pending_w = [], []
+
+    def _dense_add(self, counts: np.ndarray, m: int) -> None:
+        """Add compact counts over m symbols to the dense buffer (the in-place add comes last)."""
+        if self._dense is not None and self._dense_m != m:
+            self._flush_dense()
+        if self._dense is None:
+            self._dense, self._dense_m = counts, m
+        else:
+            self._dense += counts
+
+    def _flush_dense(self) -> None:
+        if self._dense is not None:
+            self._add_chunk((*_compact_to_packed(self._dense, self._dense_m), True))
+            self._dense = None
+
+    def _add_chunk(self, chunk: tuple[np.ndarray, np.ndarray | None, bool]) -> None:
+        """Buffer counted triples, merging all buffers into the counts when they are large."""
+        if chunk[2] and self._codes.size <= 4 * chunk[0].size:  # O(chunk) to merge now
+            w = chunk[1] if chunk[1] is not None else np.ones(chunk[0].size)
+            self._codes, self._w = _merge_sorted(self._codes, self._w, chunk[0], w)
+        elif self._chunked + chunk[0].size >= max(_CONSOLIDATE_AT, self._codes.size // 2):
+            self._consolidate([*self._chunks, chunk])
+        else:
+            self._chunks.append(chunk)
+            self._chunked += chunk[0].size
+
+    def _consolidate(self, chunks: list) -> None:
+        """Merge buffered triples into the sorted counts; assigns only at the end."""
+        if not chunks:
+            return
+        if len(chunks) == 1 and chunks[0][2]:
+            codes, w = chunks[0][0], chunks[0][1]
+            if w is None:
+                w = np.ones(codes.size)
+        else:
+            codes = np.concatenate([c for c, _, _ in chunks])
+            if all(w is None for _, w, _ in chunks):
+                codes, w = _sort_reduce(codes)
+            else:
+                weights = np.concatenate([w if w is not None else np.ones(c.size) for c, w, _ in chunks])
+                codes, w = _sort_reduce_weighted(codes, weights)
+        codes, w = _merge_sorted(self._codes, self._w, codes, w)
+        if self.forgetting != 1.0:
+            keep = w > 0  # weights that underflowed to zero
+            if not keep.all():
+                codes, w = codes[keep], w[keep]
+        self._codes, self._w, self._chunks, self._chunked = codes, w, [], 0
+
+    def _flush(self) -> None:
+        """Everything counted so far merged into the sorted arrays."""
+        self._flush_default()
+        self._flush_pending()
+        self._flush_dense()
+        self._consolidate(self._chunks)
+
+    def __repr__(self) -> str:
+        return (
+            f"MomentAccumulator(n_symbols={self.n_symbols!r}, mode={self.mode!r}, "
+            f"forgetting={self.forgetting!r}; {self.n} symbols, {self.n_triples:g} triples, "
+            f"{len(self._tails)} streams)"
+        )
+
+
+# ---------------------------------------------------------------------------- counting kernels
+
+
+def _stream_codes(seq: np.ndarray, base: int) -> np.ndarray:
+    """``(x1·base + x2)·base + x3`` of every consecutive triple of ``seq`` (learn_one's order)."""
+    return (seq[:-2] * base + seq[1:-1]) * base + seq[2:]
+
+
+def _to_packed(stream: np.ndarray, base: int) -> np.ndarray:
+    """Stream codes (x1, x2, x3) in ``base`` to packed codes (x2, x3, x1)."""
+    if base == 1 << BITS:
+        return ((stream & _M2) << BITS) | (stream >> 2 * BITS)
+    x1, rest = np.divmod(stream, base * base)
+    x2, x3 = np.divmod(rest, base)
+    return (x2 << 2 * BITS) | (x3 << BITS) | x1
+
+
+_CHUNK = 1 << 18  # symbols per block in the compact count: the codes stay in cache
+
+
+def _count_run(seq: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct packed codes of the consecutive triples of ``seq`` and their counts.
+
+    Small alphabets (m³ ≤ 2²² for the largest index m, and not much more cells
+    than triples): one ``np.bincount`` of compact codes ``(x2·m + x3)·m + x1``
+    computed block by block into a reused buffer (the arithmetic runs in cache),
+    whose non-zeros are in packed order already. Otherwise a sort of packed codes.
+    """
+    T = seq.size - 2
+    m = n
+    if m**3 > _COMPACT_CELLS or m**3 > 4 * T:
+        m = int(seq.max()) + 1
+    if m**3 <= _COMPACT_CELLS and m**3 <= 4 * T:
+        return _compact_to_packed(_compact_counts(seq, m), m)
+    codes = np.empty(T, dtype=np.int64)
+    tmp = np.empty(T, dtype=np.int64)
+    np.left_shift(seq[1:-1], 2 * BITS, out=codes)
+    np.left_shift(seq[2:], BITS, out=tmp)
+    codes |= tmp
+    codes |= seq[:-2]
+    del tmp
+    return _sort_reduce(codes)
+
+
+def _compact_counts(seq: np.ndarray, m: int) -> np.ndarray:
+    """Counts of the consecutive triples of ``seq`` indexed ``(x2·m + x3)·m + x1``, int64 (m³,).
+
+    Computed block by block into one reused buffer, so that the code arithmetic runs
+    in cache instead of streaming temporaries of the input's size through memory.
+    """
+    T = seq.size - 2
+    counts = np.zeros(m**3, dtype=np.int64)
+    buf = np.empty(min(_CHUNK, T), dtype=np.int64)
+    for s in range(0, T, _CHUNK):
+        k = min(_CHUNK, T - s)
+        b = buf[:k]
+        np.multiply(seq[s + 1 : s + 1 + k], m, out=b)
+        b += seq[s + 2 : s + 2 + k]
+        b *= m
+        b += seq[s : s + k]
+        counts += np.bincount(b, minlength=m**3)
+    return counts
+
+
+def _compact_to_packed(counts: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Non-zeros of counts indexed ``(x2·m + x3)·m + x1``, as sorted packed codes and weights."""
+    nz = np.flatnonzero(counts)
+    x2, rest = np.divmod(nz, m * m)
+    x3, x1 = np.divmod(rest, m)
+    return (x2 << 2 * BITS) | (x3 << BITS) | x1, counts[nz].astype(np.float64)
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _run_starts(c: np.ndarray) -> np.ndarray:
+    """Positions where a run of equal values of the sorted, non-empty ``c`` starts."""
+    first = np.empty(c.size, dtype=bool)
+    first[0] = True
+    np.not_equal(c[1:], c[:-1], out=first[1:])
+    return np.flatnonzero(first)
+
+
+def _reduce_sorted(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if c.size == 0:
+        return c, np.empty(0)
+    starts = _run_starts(c)
+    counts = np.empty(starts.size)  # run lengths, written as float64 in one pass
+    np.subtract(starts[1:], starts[:-1], out=counts[:-1], casting="unsafe")
+    counts[-1] = c.size - starts[-1]
+    return c[starts], counts
+
+
+def _sort_reduce(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct codes and their multiplicities (sorts ``codes`` in place).
+
+    Long arrays are sorted as two halves in two threads (numpy's sort releases the
+    GIL), then merged by one stable sort, which finds the two sorted runs and
+    merges them in linear time.
+    """
+    global _POOL
+    if codes.size >= _PARALLEL_AT and (os.cpu_count() or 1) > 1:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(2, thread_name_prefix="streamspec-sort")
+        h = codes.size // 2
+        list(_POOL.map(np.ndarray.sort, [codes[:h], codes[h:]]))
+        codes.sort(kind="stable")
+    else:
+        codes.sort()
+    return _reduce_sorted(codes)
+
+
+def _sort_reduce_weighted(codes: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(codes, kind="stable")
+    c = codes[order]
+    if c.size == 0:
+        return c, np.empty(0)
+    starts = _run_starts(c)
+    return c[starts], np.add.reduceat(weights[order], starts)
+
+
+def _merge_sorted(a: np.ndarray, aw: np.ndarray, b: np.ndarray, bw: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Union of two sorted distinct code arrays, weights summed. O(len(a) + len(b) log len(a))."""
+    if a.size == 0:
+        return b, bw
+    if b.size == 0:
+        return a, aw
+    pos = np.searchsorted(a, b)
+    hit = a[np.minimum(pos, a.size - 1)] == b
+    w = aw.copy()
+    w[pos[hit]] += bw[hit]
+    miss = ~hit
+    return np.insert(a, pos[miss], b[miss]), np.insert(w, pos[miss], bw[miss])
+
+
+# ---------------------------------------------------------------------------- tails
+
+
+def _tail_symbols(tail: int, base: int) -> tuple[int, int]:
+    """(second-last, last) symbol of a tail; -1 where absent, (-2, -2) when done."""
+    if tail == _DONE:
+        return -2, -2
+    if tail < 0:
+        return -1, -1 - tail
+    return tail // base, tail % base
+
+
+def _tail_list(tail: int | None, base: int) -> list[int]:
+    """The symbols of a tail as a list of 0, 1 or 2 indices."""
+    if tail is None or tail == _DONE:
+        return []
+    a, b = _tail_symbols(tail, base)
+    return [b] if a < 0 else [a, b]
+
+
+def _tail_code(a: int, b: int, base: int) -> int:
+    if a == -2:
+        return _DONE
+    if a == -1:
+        return -1 - b
+    return a * base + b
+
+
+def _remap_tail(tail: int, mapping: np.ndarray, base: int) -> int:
+    a, b = _tail_symbols(tail, base)
+    if a >= 0:
+        a = int(mapping[a])
+    if b >= 0:
+        b = int(mapping[b])
+    return _tail_code(a, b, base)

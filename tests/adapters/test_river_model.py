@@ -1,0 +1,577 @@
+"""Tests of streamspec.adapters.river_model: river conventions, predictions, keyed streams, threads."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import threading
+from collections import Counter
+
+import numpy as np
+import pytest
+from river import checks, compose, evaluate, metrics
+
+from streamspec import HMM, MEstimator, SpectralEstimator, SpectralHMM
+from streamspec.adapters.river_model import PredictionTable
+
+LETTERS = "abcdefgh"
+
+
+@pytest.fixture(scope="module")
+def hmm_letters() -> list[str]:
+    hmm = HMM.random(n_states=3, n_symbols=8, random_state=3, concentration=0.3)
+    return [LETTERS[i] for i in hmm.sample(20_000, random_state=4)]
+
+
+def sessions(n_sessions: int, length: int, seed: int = 0) -> list[tuple[dict, str]]:
+    """Interleaved sessions, each a noisy cycle a→b→c→d→a with its own phase."""
+    rng = np.random.default_rng(seed)
+    pos = rng.integers(0, 4, size=n_sessions)
+    out = []
+    for _ in range(length):
+        s = int(rng.integers(n_sessions))
+        pos[s] = (pos[s] + 1) % 4 if rng.random() < 0.9 else rng.integers(4)
+        out.append(({"session": f"s{s}", "noise": float(rng.random())}, "abcd"[pos[s]]))
+    return out
+
+
+def assert_distribution(p: dict) -> None:
+    assert p, "empty distribution"
+    assert all(0.0 <= v <= 1.0 for v in p.values())
+    assert math.isclose(sum(p.values()), 1.0, rel_tol=0, abs_tol=1e-9)
+
+
+# ---------------------------------------------------------------------- river conventions
+
+
+@pytest.mark.parametrize(
+    "params",
+    [*SpectralHMM._unit_test_params(), {"rank": 2, "refit_every": 50, "background": True}],
+    ids=["defaults", "spectral-refits", "auto-rank-refits", "m-refits", "hmm-states", "background"],
+)
+def test_check_estimator(params):
+    checks.check_estimator(SpectralHMM(**params))
+
+
+def test_fits_happen_during_the_checks_datasets():
+    """The refit_every=50 configuration really exercises fitted models in check_estimator."""
+    from river import datasets
+
+    for estimator in ("spectral", "m"):
+        model = SpectralHMM(rank=2, refit_every=50, estimator=estimator)
+        for x, y in datasets.ImageSegments().take(200):
+            assert_distribution(model.predict_proba_one(x) or {"": 1.0})
+            model.learn_one(x, y)
+        assert model.refitter.n_fits == 4 and model.refitter.last_error is None
+        if estimator == "m":
+            assert [r.warm for r in model.refitter.records] == [False, True, True, True]
+
+
+def test_clone_and_params():
+    model = SpectralHMM(rank=5, window=1, key="session", refit_every=123)
+    for x, y in sessions(3, 300):
+        model.learn_one(x, y)
+    params = model._get_params()
+    assert params["rank"] == 5 and params["key"] == "session" and params["refit_every"] == 123
+    clone = model.clone()
+    assert clone._get_params() == params
+    assert clone.symbols == [] and clone.predict_proba_one({"session": "s0"}) == {}
+    assert model.refitter.n_fits == 2 and clone.refitter.n_fits == 0
+    assert model.clone({"window": 2}).window == 2
+    assert repr(clone) == repr(model.clone())
+
+
+def test_pipeline_matches_the_bare_model():
+    data = sessions(4, 2_000, seed=1)
+    bare = SpectralHMM(rank=4, refit_every=500, key="session")
+    pipe = compose.Select("session") | SpectralHMM(rank=4, refit_every=500, key="session")
+    for x, y in data:
+        assert pipe.predict_one(x) == bare.predict_one(x)
+        assert pipe.predict_proba_one(x) == pytest.approx(bare.predict_proba_one(x), abs=0)
+        pipe.learn_one(x, y)
+        bare.learn_one(x, y)
+    assert pipe["SpectralHMM"].refitter.n_fits == 4
+
+
+def test_progressive_val_score_beats_the_unigram():
+    data = sessions(20, 6_000, seed=2)
+    scores = {}
+    for name, model in [
+        ("hmm", SpectralHMM(rank=4, refit_every=1_000, key="session")),
+        ("unigram", SpectralHMM(rank=4, refit_every=None, key="session")),
+    ]:
+        metric = metrics.Accuracy() + metrics.CrossEntropy()
+        evaluate.progressive_val_score(data, model, metric)
+        acc, ce = metric
+        assert math.isfinite(ce.get())
+        scores[name] = (acc.get(), ce.get())
+    # the cycles are 90% deterministic given the last symbol: far above the unigram (~25%)
+    assert scores["hmm"][0] > 0.75 > 0.35 > scores["unigram"][0]
+    assert scores["hmm"][1] < scores["unigram"][1] - 0.5
+
+
+def test_log_loss_metric_on_a_binary_stream():
+    rng = np.random.default_rng(0)
+    data = [({}, bool(t % 3 == 0) ^ bool(rng.random() < 0.05)) for t in range(3_000)]
+    metric = metrics.LogLoss()
+    evaluate.progressive_val_score(data, SpectralHMM(rank=2, refit_every=500), metric)
+    assert metric.get() < 0.45  # coin: 0.64; knowing the phase: ~0.2
+
+
+# ---------------------------------------------------------------------- predictions
+
+
+def test_predictions_before_a_fit_are_symbol_frequencies():
+    model = SpectralHMM(refit_every=1_000)
+    assert model.predict_proba_one({}) == {} and model.predict_one({}) is None
+    for y in "abbcbb":
+        model.learn_one({}, y)
+    assert model.model is None
+    assert model.predict_proba_one({}) == pytest.approx({"a": 1 / 6, "b": 4 / 6, "c": 1 / 6})
+    assert model.predict_one({}) == "b"
+
+
+def test_table_predictions_equal_the_models(hmm_letters):
+    model = SpectralHMM(rank=3, refit_every=5_000, key="k", min_proba=1e-4)
+    for t, y in enumerate(hmm_letters):
+        model.learn_one({"k": t % 3}, y)
+    oom = model.model
+    index = {s: i for i, s in enumerate(oom.symbols)}
+    streams = {k: [y for t, y in enumerate(hmm_letters) if t % 3 == k] for k in range(3)}
+    streams["new"] = []
+    model.learn_one({"k": "short"}, "c")
+    streams["short"] = ["c"]
+    for k, seq in streams.items():
+        hist = [index[s] for s in seq]
+        p = model.predict_proba_one({"k": k})
+        expected = oom.predict_proba_next(np.array(hist[-2:], dtype=np.int64))
+        np.testing.assert_allclose([p[s] for s in oom.symbols], expected, rtol=0, atol=1e-12)
+        assert model.predict_one({"k": k}) == oom.symbols[int(np.argmax(expected))]
+
+
+def test_lazy_table_for_large_contexts_agrees_with_the_eager_one(hmm_letters, monkeypatch):
+    model = SpectralHMM(rank=3, refit_every=None)
+    for y in hmm_letters[:3_000]:
+        model.learn_one({}, y)
+    model.refit()
+    eager = PredictionTable(model.model, window=2)
+    monkeypatch.setattr("streamspec.adapters.river_model._EAGER_MAX", 10)
+    lazy = PredictionTable(model.model, window=2)
+    assert len(lazy.rows) < len(eager.rows)
+    for a in range(8):
+        for b in range(8):
+            code = eager.encode([a, b])
+            np.testing.assert_allclose(lazy.row_of(code), eager.rows[code], atol=1e-12)
+            assert lazy.argmax_of(code) == eager.argmax[code]
+
+
+def test_unseen_symbols_get_the_floor_and_contexts_fall_back():
+    model = SpectralHMM(rank=3, refit_every=None, min_proba=1e-3)
+    for y in "abc" * 100:
+        model.learn_one({}, y)
+    model.refit()
+    oom = model.model
+    model.learn_one({}, "z")  # unknown to the fitted model
+    p = model.predict_proba_one({})
+    assert_distribution(p)
+    assert set(p) == {"a", "b", "c", "z"}
+    base = oom.predict_proba_next(np.array([], dtype=np.int64))  # the empty context
+    scale = 1 / (1 + 1e-3)
+    assert p["z"] == pytest.approx(1e-3 * scale)
+    assert [p[s] for s in "abc"] == pytest.approx((base * scale).tolist())
+    model.learn_one({}, "a")  # context (z, a): falls back to (a)
+    p = model.predict_proba_one({})
+    expected = oom.predict_proba_next(np.array([0])) * scale
+    assert [p[s] for s in "abc"] == pytest.approx(expected.tolist())
+    assert model.predict_one({}) == "b"
+    model.refit()
+    assert model.model.n_symbols == 4
+
+
+def test_predict_one_is_the_argmax_of_predict_proba_one(hmm_letters):
+    model = SpectralHMM(rank=4, refit_every=2_000, key="k")
+    for t, y in enumerate(hmm_letters[:8_000]):
+        x = {"k": t % 5}
+        p = model.predict_proba_one(x)
+        if p:
+            assert p[model.predict_one(x)] == max(p.values())
+        model.learn_one(x, y)
+
+
+def test_window_zero_ignores_the_history():
+    model = SpectralHMM(rank=2, window=0, refit_every=100, key="k")
+    for t in range(300):
+        model.learn_one({"k": t % 2}, "ab"[t % 2])
+    assert model.predict_proba_one({"k": 0}) == model.predict_proba_one({"k": 1})
+
+
+def test_end_stream_restarts_the_context():
+    model = SpectralHMM(rank=3, refit_every=300, key="k")
+    for t in range(300):
+        model.learn_one({"k": "x"}, "abc"[t % 3])
+    assert model.predict_one({"k": "x"}) == "a"
+    model.end_stream("x")
+    assert model.predict_proba_one({"k": "x"}) == model.predict_proba_one({"k": "never"})
+
+
+def test_pickle_roundtrip_continues_identically(hmm_letters):
+    model = SpectralHMM(rank=3, refit_every=1_000, key="k")
+    for t, y in enumerate(hmm_letters[:2_500]):
+        model.learn_one({"k": t % 2}, y)
+    copy_ = pickle.loads(pickle.dumps(model))
+    for t, y in enumerate(hmm_letters[2_500:5_000]):
+        x = {"k": t % 2}
+        assert copy_.predict_proba_one(x) == model.predict_proba_one(x)
+        model.learn_one(x, y)
+        copy_.learn_one(x, y)
+    assert copy_.refitter.n_fits == model.refitter.n_fits == 5
+
+
+def test_invalid_window_and_estimator():
+    with pytest.raises(ValueError, match="window"):
+        SpectralHMM(window=-1).learn_one({}, "a")
+    with pytest.raises(ValueError, match="estimator"):
+        SpectralHMM(estimator="em").learn_one({}, "a")
+
+
+def test_estimator_object_template():
+    template = MEstimator(rank=2, weighting="identity")
+    model = SpectralHMM(estimator=template, refit_every=200, window=1)
+    for t in range(600):
+        model.learn_one({}, "abc"[t % 3])
+    assert model.refitter.n_fits == 3 and not hasattr(template, "factors_")
+    assert model.model.window == 2  # the estimator's own window; predictions use window=1
+    assert model.refitter.prepared.window == 1
+    assert model.predict_one({}) == "a"
+
+
+# ---------------------------------------------------------------------- keyed streams
+
+
+def test_stream_predictions_depend_on_other_streams_only_through_the_model(hmm_letters):
+    a_part, b_part = hmm_letters[:3_000], hmm_letters[3_000:6_000]
+    one = SpectralHMM(rank=3, refit_every=None, key="s")
+    two = SpectralHMM(rank=3, refit_every=None, key="s")
+    for m in (one, two):
+        for ya, yb in zip(a_part, b_part, strict=True):
+            m.learn_one({"s": "A"}, ya)
+            m.learn_one({"s": "B"}, yb)
+        m.refit()
+    # stream B goes on in `two` only, with symbols chosen to differ from A's last ones
+    for y in "hhgghh" * 50:
+        two.learn_one({"s": "B"}, y)
+    assert one.predict_proba_one({"s": "A"}) == two.predict_proba_one({"s": "A"})
+    assert one.predict_proba_one({"s": "B"}) != two.predict_proba_one({"s": "B"})
+    # once the model is refitted, B's symbols reach A through the shared model only
+    two.refit()
+    p_two = two.predict_proba_one({"s": "A"})
+    expected = two.model.predict_proba_next(
+        np.array([two.symbols.index(s) for s in a_part[-2:]], dtype=np.int64)
+    )
+    assert [p_two[s] for s in two.model.symbols] == pytest.approx(expected.tolist(), abs=1e-12)
+
+
+# ---------------------------------------------------------------------- threads
+
+
+def label_triples(model: SpectralHMM) -> Counter:
+    """Triple counts keyed by labels, so that alphabets in different orders compare."""
+    c3 = model.accumulator.counts()
+    labels = model.accumulator.symbols
+    return Counter(
+        {
+            (labels[j], labels[x], labels[i]): c3[x, i, j]
+            for x, i, j in zip(*np.nonzero(c3), strict=True)
+        }
+    )
+
+
+def test_background_mode_under_concurrent_threads(hmm_letters):
+    n_threads, per_thread = 4, 3_000
+    streams = {
+        f"t{k}": hmm_letters[k * per_thread : (k + 1) * per_thread] for k in range(n_threads)
+    }
+    # no backoff: its held-out split is seeded over symbol indices, and the two models number
+    # their labels in different (thread) orders, so their mixing weights may differ slightly
+    plain = SpectralEstimator(rank=3, backoff=None)
+    model = SpectralHMM(rank=3, estimator=plain, refit_every=500, background=True, key="s")
+    errors: list[BaseException] = []
+    bad: list[dict] = []
+    start = threading.Barrier(n_threads + 1)
+
+    def learner(key: str, seq: list[str]) -> None:
+        try:
+            start.wait()
+            other = {"s": f"t{(int(key[1:]) + 1) % n_threads}"}
+            for y in seq:
+                x = {"s": key}
+                p = model.predict_proba_one(x)
+                if p and not (
+                    math.isclose(sum(p.values()), 1.0, abs_tol=1e-9)
+                    and all(0 <= v <= 1 for v in p.values())
+                ):
+                    bad.append(p)
+                model.predict_one(x)
+                model.predict_proba_one(other)  # read another thread's stream
+                model.learn_one(x, y)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=learner, args=item) for item in streams.items()]
+    for t in threads:
+        t.start()
+    start.wait()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert model.refitter.wait(60)
+    assert errors == [] and bad == []
+    assert model.refitter.n_fits >= 1 and model.refitter.last_error is None
+
+    inline = SpectralHMM(rank=3, estimator=plain, refit_every=500, key="s")
+    for key, seq in streams.items():
+        for y in seq:
+            inline.learn_one({"s": key}, y)
+    assert model.accumulator.n_triples == inline.accumulator.n_triples == 4 * (per_thread - 2)
+    assert label_triples(model) == label_triples(inline)
+    # the per-stream contexts agree too: after a refit on the same counts, same predictions
+    model.refit()
+    inline.refit()
+    for key in streams:
+        p, q = model.predict_proba_one({"s": key}), inline.predict_proba_one({"s": key})
+        assert p == pytest.approx(q, abs=1e-9)
+
+
+# ---------------------------------------------------------------------- rank="auto"
+
+
+def cycle_hmm_sessions(n_sessions: int, length: int) -> list[tuple[dict, int]]:
+    """Sessions of a 5-state HMM that mostly cycles through its states, 12 symbols."""
+    rng = np.random.default_rng(0)
+    m, n = 5, 12
+    T = np.full((m, m), 0.05 / (m - 1))
+    for h in range(m):
+        T[(h + 1) % m, h], T[h, h] = 0.75, 0.20
+    T /= T.sum(axis=0)
+    emissions = rng.dirichlet(np.full(n, 0.15), size=m).T
+    seqs = HMM(T, emissions).sample_many(n_sessions, length, random_state=1)
+    order = np.repeat(np.arange(n_sessions), length)
+    rng.shuffle(order)
+    pos = np.zeros(n_sessions, dtype=np.int64)
+    data = []
+    for s in order.tolist():
+        data.append(({"k": s}, int(seqs[s, pos[s]])))
+        pos[s] += 1
+    return data
+
+
+def progressive_log_loss(model: SpectralHMM, data, start: int) -> float:
+    total = 0.0
+    for t, (x, y) in enumerate(data):
+        if t >= start:
+            total -= math.log(model.predict_proba_one(x)[y])
+        model.learn_one(x, y)
+    return total / (len(data) - start)
+
+
+def test_auto_rank_finds_a_low_rank_and_beats_full_rank():
+    from streamspec import SpectralEstimator
+
+    data = cycle_hmm_sessions(300, 100)
+    auto = SpectralHMM(key="k", refit_every=3_000)
+    full = SpectralHMM(rank=12, key="k", refit_every=3_000)
+    loss_auto = progressive_log_loss(auto, data, 6_000)
+    loss_full = progressive_log_loss(full, data, 6_000)
+    assert 3 <= auto.rank_ <= 8 and full.rank_ == 12
+    # the default estimator's Kneser-Ney backoff rescues the overfitted full rank
+    # (measured: 1.850 against 1.882 nats), so the rank choice shows best without it
+    assert loss_auto < loss_full
+    ranks = [r.rank for r in auto.refitter.records]
+    assert len(ranks) == 10 and all(r <= 12 for r in ranks)
+    bare_auto = SpectralHMM(key="k", refit_every=3_000,
+                            estimator=SpectralEstimator(min_proba=1e-3, backoff=None))
+    bare_full = SpectralHMM(rank=12, key="k", refit_every=3_000,
+                            estimator=SpectralEstimator(rank=12, min_proba=1e-3, backoff=None))
+    loss_bare_auto = progressive_log_loss(bare_auto, data, 6_000)
+    assert loss_bare_auto < progressive_log_loss(bare_full, data, 6_000) - 0.1  # 1.87 vs 2.75
+    assert 3 <= bare_auto.rank_ <= 8
+
+
+def test_rank_scores_are_the_online_losses_of_the_candidates(monkeypatch):
+    monkeypatch.setattr("streamspec.adapters.river_model._SCORE_EVERY", 1)  # score every symbol
+    data = cycle_hmm_sessions(50, 100)
+    model = SpectralHMM(key="k", refit_every=None)
+    for x, y in data[:3_000]:
+        model.learn_one(x, y)
+    model.refit()
+    candidates = model.model.candidates
+    assert model.rank_ in candidates and len(candidates) >= 2
+    hist: dict = {}
+    for x, y in data[:3_000]:
+        hist.setdefault(x["k"], []).append(y)
+    index = {s: i for i, s in enumerate(model.symbols)}
+    expected = dict.fromkeys(candidates, 0.0)
+    for x, y in data[3_000:4_000]:
+        h = [index[s] for s in hist.setdefault(x["k"], [])[-2:]]
+        for r, cand in candidates.items():
+            expected[r] -= math.log(cand.predict_proba_next(np.array(h, dtype=np.int64))[index[y]])
+        model.learn_one(x, y)
+        hist[x["k"]].append(y)
+    scores = model.rank_scores
+    assert sorted(scores) == sorted(candidates)
+    for r in candidates:
+        assert scores[r] == pytest.approx(expected[r] / 1_000, rel=1e-9)
+    best = min(scores, key=scores.get)
+    model.refit()
+    assert model.rank_ == best
+
+
+def test_only_every_fourth_symbol_is_scored():
+    model = SpectralHMM(refit_every=None)
+    for y in "abcd" * 100:
+        model.learn_one({}, y)
+    model.refit()
+    for y in "abcd" * 10:
+        model.learn_one({}, y)
+    assert model._scores.count == 10
+
+
+# ---------------------------------------------------------------------- options
+
+
+def test_refit_interval_triggers_fits(fake_refitter_time):
+    fake = fake_refitter_time
+    model = SpectralHMM(rank=2, refit_every=None, refit_interval=60.0)
+    for t in range(1_000):
+        model.learn_one({}, "abc"[t % 3])
+    assert model.refitter.n_fits == 0  # no time has passed
+    fake.now = 61.0
+    for t in range(300):  # the clock is looked at every 256 symbols
+        model.learn_one({}, "abc"[t % 3])
+    assert model.refitter.n_fits == 1
+    assert 1_000 < model.refitter.fitted_on_symbols <= 1_256
+
+
+def test_forgetting_follows_a_changed_stream():
+    model = SpectralHMM(rank=2, refit_every=500, forgetting=0.99)
+    for t in range(3_000):
+        model.learn_one({}, "ab"[t % 2])  # a b a b ...
+    for t in range(3_000):
+        model.learn_one({}, "aab"[t % 3])  # then a a b a a b ...
+    assert model.refitter.n_fits == 12
+    # with a memory of ~100 triples, only the new pattern is left: after "b" comes "a"
+    assert model.predict_one({}) == "a"
+    model.learn_one({}, "a")
+    assert model.predict_one({}) == "a"  # "b a" -> "a"
+    model.learn_one({}, "a")
+    assert model.predict_one({}) == "b"  # "a a" -> "b"
+
+
+# ---------------------------------------------------------------------- hidden states (n_states)
+
+
+def sticky_hmm() -> HMM:
+    """Two sticky states with disjoint emissions: state 0 emits a/b, state 1 emits c/d."""
+    return HMM(T=[[0.95, 0.05], [0.05, 0.95]],
+               O=[[0.6, 0.0], [0.4, 0.0], [0.0, 0.3], [0.0, 0.7]])
+
+
+def test_predicted_states_track_the_true_states():
+    from streamspec import HiddenMarkovModel
+
+    truth = HiddenMarkovModel.from_hmm(sticky_hmm(), symbols=list("abcd"))
+    symbols, states = truth.sample(6_000, random_state=1)
+    model = SpectralHMM(rank=2, refit_every=1_000, n_states=2, key="s")
+    assert model.predict_state_one({}) == {}
+    for y in symbols[:3_000]:
+        model.learn_one({}, y)
+    assert model.hmm is not None and model.hmm.n_states == 2
+    predicted = []
+    for y in symbols[3_000:]:
+        model.learn_one({}, y)
+        post = model.predict_state_one({})
+        assert sorted(post) == [0, 1] and math.isclose(sum(post.values()), 1.0, abs_tol=1e-9)
+        predicted.append(max(post, key=post.get))
+    predicted, true = np.array(predicted), states[3_000:]
+    agreement = max((predicted == true).mean(), (predicted == 1 - true).mean())
+    assert agreement >= 0.9
+    # a stream started after the last refit: its state is the HMM's own filter
+    fits = model.refitter.n_fits
+    fresh = symbols[:50]
+    for y in fresh:
+        model.learn_one({"s": "fresh"}, y)
+    assert model.refitter.n_fits == fits
+    got = model.predict_state_one({"s": "fresh"})
+    assert [got[0], got[1]] == pytest.approx(model.hmm.filter(fresh)[-1].tolist(), abs=1e-9)
+
+
+def test_hmm_predictor_gives_valid_distributions():
+    from streamspec import HiddenMarkovModel
+
+    truth = HiddenMarkovModel.from_hmm(sticky_hmm(), symbols=list("abcd"))
+    symbols, _ = truth.sample(3_000, random_state=2)
+    model = SpectralHMM(rank=2, refit_every=500, n_states=2, predictor="hmm", key="k")
+    for t, y in enumerate(symbols):
+        model.learn_one({"k": t % 3}, y)
+        if t % 97 == 0:
+            p = model.predict_proba_one({"k": t % 3})
+            assert_distribution(p)
+            assert model.predict_one({"k": t % 3}) == max(p, key=p.get)
+    assert model.hmm is not None
+    p = model.predict_proba_one({"k": 0})
+    assert sorted(p) == list("abcd")
+    # after a long run in state 0 (a/b), the next symbol is most likely a or b
+    for y in "abababab":
+        model.learn_one({"k": 9}, y)
+    p = model.predict_proba_one({"k": 9})
+    assert p["a"] + p["b"] > 0.8
+    # a label the HMM has not seen gets the floor; the distribution stays valid
+    model.learn_one({"k": 9}, "z")
+    p = model.predict_proba_one({"k": 9})
+    assert_distribution(p)
+    assert p["z"] < 0.01
+    assert sorted(model.predict_state_one({"k": 9})) == [0, 1]
+
+
+def test_state_vectors_are_per_stream():
+    from streamspec import HiddenMarkovModel
+
+    truth = HiddenMarkovModel.from_hmm(sticky_hmm(), symbols=list("abcd"))
+    symbols, _ = truth.sample(2_000, random_state=3)
+    model = SpectralHMM(rank=2, refit_every=500, n_states=2, key="user")
+    for y in symbols:
+        model.learn_one({"user": "train"}, y)
+    for y in "ababbaab":
+        model.learn_one({"user": "u1"}, y)
+    for y in "cdcddcdc":
+        model.learn_one({"user": "u2"}, y)
+    s1, s2 = model.predict_state_one({"user": "u1"}), model.predict_state_one({"user": "u2"})
+    h1, h2 = max(s1, key=s1.get), max(s2, key=s2.get)
+    assert h1 != h2 and s1[h1] > 0.9 and s2[h2] > 0.9
+    before = dict(s1)
+    model.learn_one({"user": "u2"}, "d")  # another stream's symbol leaves u1's state alone
+    assert model.predict_state_one({"user": "u1"}) == before
+    model.end_stream("u1")  # a forgotten stream restarts from the start distribution
+    assert model.predict_state_one({"user": "u1"}) == pytest.approx(
+        dict(enumerate(model.hmm.startprob_.tolist())))
+    clone = pickle.loads(pickle.dumps(model))
+    assert clone.predict_state_one({"user": "u2"}) == model.predict_state_one({"user": "u2"})
+
+
+def test_invalid_hmm_settings():
+    with pytest.raises(ValueError, match="n_states"):
+        SpectralHMM(predictor="hmm").learn_one({}, "a")
+    with pytest.raises(ValueError, match="predictor"):
+        SpectralHMM(n_states=2, predictor="viterbi").learn_one({}, "a")
+    with pytest.raises(ValueError, match="n_states"):
+        SpectralHMM(n_states=0).learn_one({}, "a")
+    assert SpectralHMM().predict_state_one({}) == {}
+
+
+def test_too_many_states_keep_the_window_model():
+    model = SpectralHMM(rank=2, refit_every=30, n_states=3, predictor="hmm")
+    for t in range(90):
+        model.learn_one({}, "ab"[t % 2])
+    assert model.refitter.n_fits >= 1 and model.hmm is None
+    assert model.predict_state_one({}) == {}
+    assert_distribution(model.predict_proba_one({}))

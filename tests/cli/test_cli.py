@@ -1,0 +1,395 @@
+"""The ``consume``, ``learn``, ``predict`` and ``inspect`` commands (no broker needed).
+
+``learn`` is also the files connector's resumable runner: it is killed with
+SIGKILL while following a file that is being written and rotated, and must
+resume without losing or repeating a symbol.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamspec import cli
+from streamspec.cli.commands import config_from_args, describe_checkpoint, main
+from streamspec.core.model import ObservableOperatorModel
+from streamspec.streaming.accumulator import MomentAccumulator
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT = 120
+
+
+def by_label(acc: MomentAccumulator) -> dict[tuple, float]:
+    c3, s = acc.counts(), acc.symbols
+    return {(s[x1], s[x2], s[x3]): float(c3[x2, x3, x1])
+            for x2, x3, x1 in zip(*np.nonzero(c3), strict=True)}
+
+
+def token_lines(n_lines: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    words = ["red", "green", "blue", "cyan"]
+    return [" ".join(words[i] for i in rng.integers(0, 4, size=rng.integers(1, 8)))
+            for _ in range(n_lines)]
+
+
+def direct(lines: list[str]) -> MomentAccumulator:
+    acc = MomentAccumulator()
+    for line in lines:
+        acc.learn_many(line.split())
+    return acc
+
+
+def wait_until(condition, what: str, proc=None) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited with {proc.returncode} waiting for {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------- help and wiring
+
+
+def test_commands_are_registered_in_the_cli():
+    assert ("streamspec.cli.commands", "register") in cli._COMMANDS
+
+
+@pytest.mark.parametrize(
+    "command, flags",
+    [
+        ("consume", ["--bootstrap", "--topic", "--group", "--state-dir", "--rank", "--penalty",
+                     "--refit-every", "--config", "--dead-letter-topic", "--metrics-port"]),
+        ("learn", ["FILE", "--out", "--state", "--follow", "--encoding", "--rank", "--states"]),
+        ("predict", ["--model", "HISTORY", "--top"]),
+        ("inspect", ["CKPT", "--json", "--top"]),
+        ("decode", ["--model", "FILE", "--posterior", "--encoding", "MODEL.hmm"]),
+    ],
+)
+def test_help_describes_every_command(command, flags, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for flag in flags:
+        assert flag in text, f"{command} --help does not mention {flag}"
+    assert "example:" in text
+
+
+def test_settings_come_from_toml_then_flags(tmp_path):
+    toml = tmp_path / "daemon.toml"
+    toml.write_text(
+        'bootstrap = "10.0.0.1:9092"\ntopic = "clicks"\nrank = 3\nrefit_every = 777\n'
+        '[format]\nvalue_format = "json"\nsymbol_field = "page"\n'
+    )
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    from streamspec.cli.commands import register
+
+    register(parser.add_subparsers())
+    args = parser.parse_args(["consume", "--config", str(toml), "--rank", "4",
+                              "--symbol-field", "item", "--alphabet", "a,b,c"])
+    cfg = config_from_args(args)
+    assert cfg.bootstrap == "10.0.0.1:9092" and cfg.topic == "clicks"
+    assert cfg.rank == 4  # the flag wins over the file
+    assert cfg.refit_every == 777  # the file wins over the default
+    assert cfg.format == {"value_format": "json", "symbol_field": "item"}
+    assert cfg.alphabet == ("a", "b", "c")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('topic = "t"\nrefit_evry = 5\n')
+    args = parser.parse_args(["consume", "--config", str(bad)])
+    with pytest.raises(ValueError, match="refit_evry"):
+        config_from_args(args)
+
+
+def test_consume_rejects_missing_topic(capsys):
+    assert main(["consume", "--bootstrap", "127.0.0.1:1"]) == 2
+    assert "no topic" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- learn and friends
+
+
+def test_learn_predict_inspect_round_trip(tmp_path, capsys):
+    lines = token_lines(300, seed=1)
+    data = tmp_path / "colors.txt"
+    data.write_text("\n".join(lines) + "\n")
+    model_path, counts_path = tmp_path / "m.ckpt", tmp_path / "c.ckpt"
+    code = main(["learn", str(data), "--encoding", "tokens", "--rank", "2", "--out",
+                 str(model_path), "--counts", str(counts_path), "--progress", "always"])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "100.0%" in err  # the progress bar reached the end
+    counts = MomentAccumulator.load(counts_path)
+    assert by_label(counts) == by_label(direct(lines))
+    model = ObservableOperatorModel.load(model_path)
+    assert sorted(model.symbols) == ["blue", "cyan", "green", "red"]
+
+    assert main(["predict", "--model", str(model_path), "red green", "blue purple",
+                 "--top", "2"]) == 0
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(out) == 2
+    assert len(out[0]["next"]) == 2 and out[0]["top"] in model.symbols
+    assert out[1]["unknown"] == ["purple"]
+    full = model.predict_proba_next([model.symbols.index("red"), model.symbols.index("green")])
+    assert out[0]["next"][out[0]["top"]] == pytest.approx(full.max(), abs=1e-6)
+
+    assert main(["inspect", str(model_path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["format"] == "streamspec.ObservableOperatorModel" and info["n_symbols"] == 4
+    assert main(["inspect", str(counts_path)]) == 0
+    text = capsys.readouterr().out
+    assert f"n_triples: {counts.n_triples}" in text
+
+
+def test_learn_takes_settings_from_toml(tmp_path):
+    data = tmp_path / "words.txt"
+    data.write_text("A b a B c a b\n")
+    toml = tmp_path / "learn.toml"
+    toml.write_text('no-fit = true\ncounts = "%s"\n[format]\nencoding = "tokens"\n'
+                    'lowercase = true\n' % (tmp_path / "c.ckpt"))
+    assert main(["learn", str(data), "--config", str(toml), "--progress", "never"]) == 0
+    acc = MomentAccumulator.load(tmp_path / "c.ckpt")
+    assert sorted(acc.symbols) == ["a", "b", "c"] and acc.n_triples == 5
+    toml.write_text("rnak = 3\n")
+    assert main(["learn", str(data), "--config", str(toml)]) == 2
+
+
+def test_inspect_rejects_a_file_that_is_no_checkpoint(tmp_path, capsys):
+    junk = tmp_path / "junk.ckpt"
+    junk.write_bytes(b"not a checkpoint")
+    assert main(["inspect", str(junk)]) == 1
+    assert "not a streamspec checkpoint" in capsys.readouterr().err
+
+
+def test_learn_resumes_from_its_state_without_loss_or_duplication(tmp_path):
+    lines = token_lines(400, seed=2)
+    data, state = tmp_path / "log.txt", tmp_path / "state.ckpt"
+    data.write_text("\n".join(lines[:150]) + "\n")
+    assert main(["learn", str(data), "--encoding", "tokens", "--state", str(state),
+                 "--no-fit", "--progress", "never"]) == 0
+    with data.open("a") as f:
+        f.write("\n".join(lines[150:]) + "\n")
+    assert main(["learn", str(data), "--encoding", "tokens", "--state", str(state),
+                 "--no-fit", "--progress", "never"]) == 0
+    info = describe_checkpoint(state)
+    assert info["format"] == "streamspec.SourceState"
+    assert info["records"] == sum(len(line.split()) for line in lines)
+    from connectors.state import SourceState
+
+    assert by_label(SourceState.load(state).acc) == by_label(direct(lines))
+
+
+def _learner(data: Path, state: Path, log: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "streamspec.cli.commands", "learn", str(data), "--follow",
+           "--encoding", "tokens", "--state", str(state), "--no-fit", "--progress", "never",
+           "--checkpoint-interval", "0.05", "--poll-interval", "0.02"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env,
+                            cwd=ROOT)
+
+
+def _records(state: Path) -> int:
+    if not state.exists():
+        return 0
+    from connectors.state import SourceState
+
+    return SourceState.load(state).records
+
+
+def test_follow_mode_survives_sigkill_and_rotation(tmp_path):
+    """Kill the follower at random moments while lines are appended and the file rotates."""
+    import threading
+
+    lines = token_lines(1500, seed=3)
+    data, state, log = tmp_path / "app.log", tmp_path / "state.ckpt", tmp_path / "learn.log"
+    done = threading.Event()
+
+    def writer():  # appends lines steadily; rotates the file twice on the way
+        f = data.open("w")
+        for i, line in enumerate(lines):
+            if i in (400, 900):
+                f.close()
+                data.rename(tmp_path / f"app.log.{i}")
+                f = data.open("w")
+            f.write(line + "\n")
+            if i % 5 == 0:
+                f.flush()
+                time.sleep(0.03)
+        f.close()
+        done.set()
+
+    rng = random.Random(5)
+    feeding = threading.Thread(target=writer)
+    proc = _learner(data, state, log)
+    feeding.start()
+    busy_kills, base = 0, 0
+
+    def started():  # the last learner has installed its signal handlers
+        # (counted from the log as it was before that learner started: a learner killed
+        # while it was still importing never logs, so a running total would never be reached)
+        return log.read_text().count("event=following") > base
+
+    try:
+        for _ in range(6):
+            target = _records(state)
+            wait_until(lambda t=target: _records(state) > t or done.is_set(), "progress",
+                       proc=proc)
+            time.sleep(rng.uniform(0.0, 0.3))
+            busy_kills += not done.is_set()
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+            base = log.read_text().count("event=following")
+            proc = _learner(data, state, log)
+        feeding.join()
+        total = sum(len(line.split()) for line in lines)
+        wait_until(lambda: _records(state) == total and started(), "every record", proc=proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+        feeding.join()
+    assert code == 0
+    assert busy_kills >= 5, f"only {busy_kills} kills came while the file was being written"
+    assert sorted(p.name for p in tmp_path.glob("app.log*")) == [
+        "app.log", "app.log.400", "app.log.900"]
+    from connectors.state import SourceState
+
+    assert by_label(SourceState.load(state).acc) == by_label(direct(lines))
+
+
+# ---------------------------------------------------------------------------- hidden states
+
+
+def sticky_file(path: Path, length: int = 4_000, seed: int = 0) -> tuple[list[str], np.ndarray]:
+    """Characters of a sticky 2-state HMM (state 0: a/b, state 1: c/d), 50 per line."""
+    from streamspec.core.hidden_markov_model import HiddenMarkovModel
+
+    truth = HiddenMarkovModel([0.5, 0.5], [[0.95, 0.05], [0.05, 0.95]],
+                              [[0.6, 0.4, 0.0, 0.0], [0.0, 0.0, 0.3, 0.7]], symbols=list("abcd"))
+    symbols, states = truth.sample(length, random_state=seed)
+    path.write_text("\n".join("".join(symbols[i:i + 50]) for i in range(0, length, 50)) + "\n")
+    return symbols, states
+
+
+def test_learn_states_inspect_and_decode(tmp_path, capsys):
+    from streamspec.core.hidden_markov_model import HiddenMarkovModel
+
+    data = tmp_path / "hmm.txt"
+    symbols, states = sticky_file(data)
+    model_path = tmp_path / "m.ckpt"
+    assert main(["learn", str(data), "--rank", "2", "--states", "2", "--out", str(model_path),
+                 "--progress", "never"]) == 0
+    assert ObservableOperatorModel.load(model_path).n_symbols == 4  # the operator model as before
+    hmm_path = tmp_path / "m.ckpt.hmm"
+    hmm = HiddenMarkovModel.load(hmm_path)
+    assert hmm.n_states == 2 and sorted(hmm.symbols) == list("abcd")
+    capsys.readouterr()
+
+    assert main(["inspect", str(hmm_path)]) == 0
+    text = capsys.readouterr().out
+    assert "streamspec.HiddenMarkovModel" in text and "transmat (2x2" in text
+    assert "startprob:" in text and "state 0:" in text and "state 1:" in text
+    rows = text.split("transmat")[1].splitlines()[2:4]  # the two rows after the header
+    assert [len(r.split()) for r in rows] == [3, 3]  # a state number and two probabilities
+    assert main(["inspect", str(hmm_path), "--json", "--top", "2"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert np.asarray(info["transmat"]).shape == (2, 2)
+    assert np.allclose(info["transmat"], hmm.transmat_, atol=1e-6)
+    assert [len(e) for e in info["emissions"]] == [2, 2]
+    tops = {frozenset(s for s, _ in e) for e in info["emissions"]}
+    assert tops == {frozenset("ab"), frozenset("cd")}  # each state's own symbols
+
+    assert main(["decode", "--model", str(hmm_path), str(data)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(symbols)
+    cells = [line.split("\t") for line in lines]
+    assert [c[0] for c in cells] == symbols
+    decoded = np.array([int(c[1]) for c in cells])
+    assert decoded.tolist() == hmm.decode(symbols)[1].tolist()
+    assert max((decoded == states).mean(), (decoded == 1 - states).mean()) >= 0.9
+
+    assert main(["decode", "--model", str(hmm_path), str(data), "--posterior"]) == 0
+    post = np.array([[float(v) for v in line.split("\t")[1:]]
+                     for line in capsys.readouterr().out.splitlines()])
+    assert post.shape == (len(symbols), 2)
+    assert np.allclose(post, hmm.predict_proba(symbols), atol=1e-6)
+
+
+def test_decode_splits_sequences_and_prints_keys(tmp_path, capsys):
+    from streamspec.core.hidden_markov_model import HiddenMarkovModel
+
+    data = tmp_path / "hmm.txt"
+    sticky_file(data, length=2_000, seed=1)
+    model_path = tmp_path / "m.ckpt"
+    assert main(["learn", str(data), "--states", "2", "--out", str(model_path),
+                 "--progress", "never"]) == 0
+    hmm = HiddenMarkovModel.load(str(model_path) + ".hmm")
+    lines = ["abab", "cdcc", "aacd"]
+    short = tmp_path / "short.txt"
+    short.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["decode", "--model", str(model_path) + ".hmm", str(short), "--end-each-line"]) == 0
+    got = [int(line.split("\t")[1]) for line in capsys.readouterr().out.splitlines()]
+    want = [h for line in lines for h in hmm.decode(list(line))[1].tolist()]
+    assert got == want
+
+    jsonl = tmp_path / "events.jsonl"
+    events = [("u1", "a"), ("u2", "c"), ("u1", "b"), ("u2", "d"), ("u1", "a"), ("u2", "c")]
+    jsonl.write_text("".join(json.dumps({"user": k, "s": s}) + "\n" for k, s in events))
+    assert main(["decode", "--model", str(model_path) + ".hmm", str(jsonl), "--encoding", "jsonl",
+                 "--key-field", "user", "--symbol-field", "s"]) == 0
+    cells = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [(c[0], c[1]) for c in cells] == events  # file order, the key first
+    u1 = hmm.decode(["a", "b", "a"])[1].tolist()
+    u2 = hmm.decode(["c", "d", "c"])[1].tolist()
+    assert [int(c[2]) for c in cells] == [u1[0], u2[0], u1[1], u2[1], u1[2], u2[2]]
+
+
+def test_hmm_commands_reject_bad_input_without_traceback(tmp_path, capsys):
+    data = tmp_path / "hmm.txt"
+    sticky_file(data, length=1_000)
+    model_path = tmp_path / "m.ckpt"
+    assert main(["learn", str(data), "--states", "5", "--out", str(model_path),
+                 "--progress", "never"]) == 1
+    err = capsys.readouterr().err
+    assert "--states 5" in err and "Traceback" not in err
+    assert not model_path.exists()
+    assert main(["learn", str(data), "--states", "2", "--out", str(model_path),
+                 "--progress", "never"]) == 0
+    hmm_path = str(model_path) + ".hmm"
+    capsys.readouterr()
+
+    bad = tmp_path / "bad.txt"
+    bad.write_text("abcd\nabxz\n")
+    assert main(["decode", "--model", hmm_path, str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "line 2" in err and "'x'" in err and "Traceback" not in err
+    assert main(["decode", "--model", str(model_path), str(data)]) == 1  # the operator model
+    assert "MODEL.hmm" in capsys.readouterr().err
+    assert main(["decode", "--model", str(tmp_path / "missing.hmm"), str(data)]) == 1
+    assert main(["decode", "--model", hmm_path, str(tmp_path / "missing.txt")]) == 1
+    assert "no such file" in capsys.readouterr().err
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert main(["decode", "--model", hmm_path, str(empty)]) == 1
+    assert "no symbol" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["learn", str(data), "--states", "0"])
+    assert exc.value.code == 2
+
+    # as a process: a clear message, a non-zero status, no traceback
+    proc = subprocess.run([sys.executable, "-m", "streamspec", "decode", "--model", hmm_path,
+                           str(bad)], capture_output=True, text=True, cwd=ROOT, timeout=WAIT)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("streamspec decode:")

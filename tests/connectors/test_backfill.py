@@ -1,0 +1,314 @@
+"""Parallel backfills (connectors.backfill): chunking, exact reduction, executors."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from connectors.backfill import (
+    Chunk,
+    add_backfill_arguments,
+    backfill,
+    backfill_result,
+    chunk_bounds,
+    count_chunk,
+    file_chunks,
+    reduce_in_order,
+    run_backfill_from_args,
+    serial_count,
+)
+from connectors.files import FileSource
+from connectors.records import RecordFormat
+from streamspec.streaming.accumulator import MomentAccumulator
+
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def assert_same(acc: MomentAccumulator, ref: MomentAccumulator) -> None:
+    """Same labels in the same order, same counts, and the same open stream tails."""
+    assert acc.symbols == ref.symbols
+    assert acc.n_triples == ref.n_triples
+    assert np.array_equal(acc.counts(), ref.counts())
+    assert sorted(map(repr, acc.keys)) == sorted(map(repr, ref.keys))
+    # the tails agree if continuing every open stream gives the same counts
+    acc, ref = acc.copy(), ref.copy()
+    for key in ref.keys:
+        for x in ("a", "b"):
+            acc.learn_one(x, key)
+            ref.learn_one(x, key)
+    assert np.array_equal(acc.counts(), ref.counts())
+
+
+def write(folder: Path, name: str, data: bytes) -> Path:
+    path = folder / name
+    if name.endswith(".gz"):
+        with gzip.open(path, "wb") as fh:
+            fh.write(data)
+    else:
+        path.write_bytes(data)
+    return path
+
+
+# ----------------------------------------------------------------------------- chunking
+
+
+@FAST
+@given(data=st.lists(st.sampled_from([b"a", b"bc", b"\n", b"\n\n", b"\r\n", b"xyz"]), max_size=40)
+       .map(b"".join), chunk_bytes=st.integers(1, 24))
+def test_every_line_is_in_exactly_one_chunk(data: bytes, chunk_bytes: int) -> None:
+    bounds = chunk_bounds(data, chunk_bytes)
+    # contiguous, non-empty, covering the data
+    assert [s for s, _ in bounds[:1]] == ([0] if data else [])
+    assert all(s < e for s, e in bounds)
+    assert all(e == s2 for (_, e), (s2, _) in zip(bounds, bounds[1:], strict=False))
+    assert (bounds[-1][1] if bounds else 0) == len(data)
+    # every cut is a line start, so the lines of the chunks are the lines of the data
+    assert all(data[s - 1:s] == b"\n" for s, _ in bounds[1:])
+    assert [ln for s, e in bounds for ln in data[s:e].splitlines(keepends=True)] == \
+        data.splitlines(keepends=True)
+    # a chunk starts after the first line break at or after its nominal start
+    starts = {s for s, _ in bounds}
+    for nominal in range(chunk_bytes, len(data), chunk_bytes):
+        nl = data.find(b"\n", nominal)
+        assert (len(data) if nl < 0 else nl + 1) in starts | {len(data)}
+    # the file version reads only around the cuts and agrees
+    with tempfile.TemporaryDirectory() as folder:
+        path = write(Path(folder), "f.txt", data)
+        assert [(c.start, c.end) for c in file_chunks([path], chunk_bytes)] == bounds
+
+
+def test_gzip_and_empty_files_are_chunked_whole(tmp_path: Path) -> None:
+    gz = write(tmp_path, "a.txt.gz", b"abc\n" * 100)
+    empty = write(tmp_path, "e.txt", b"")
+    plain = write(tmp_path, "p.txt", b"abc\n" * 10)
+    chunks = file_chunks([gz, empty, plain], 8)
+    assert chunks[0] == Chunk(str(gz))
+    assert [c.path for c in chunks[1:]] == [str(plain)] * 5
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        file_chunks([plain], 0)
+
+
+def test_reduce_in_order_is_a_balanced_ordered_tree() -> None:
+    calls = []
+
+    def join(a, b):
+        calls.append((a, b))
+        return a + b
+
+    assert reduce_in_order(list("abcdefg"), join) == "abcdefg"
+    assert len(calls) == 6
+    assert ("ab", "cd") in calls  # pairs are joined level by level, not left to right
+    with pytest.raises(ValueError):
+        reduce_in_order([])
+
+
+# ----------------------------------------------------------------------------- exactness
+
+KEYS = st.sampled_from(["u1", "u2", "u3", "7"])
+SYMBOLS = st.sampled_from(["a", "b", "c", "d", "e", "é"])
+ROW = st.tuples(KEYS, st.one_of(SYMBOLS, st.just("")), st.booleans())
+
+
+def csv_bytes(rows, header: bool) -> bytes:
+    lines = ["key,symbol,ts,end"] if header else []
+    for key, symbol, end in rows:
+        lines.append(f"{key},{symbol},,{int(end or not symbol)}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+@FAST
+@given(files=st.lists(st.lists(ROW, max_size=30), min_size=1, max_size=3),
+       chunk_bytes=st.integers(1, 64), header=st.booleans())
+def test_keyed_backfill_equals_one_accumulator_fed_in_order(files, chunk_bytes, header) -> None:
+    fmt = RecordFormat("csv")
+    with tempfile.TemporaryDirectory() as folder:
+        paths = [write(Path(folder), f"f{i}.csv", csv_bytes(rows, header))
+                 for i, rows in enumerate(files)]
+        result = backfill_result(paths, fmt, n_workers=1, chunk_bytes=chunk_bytes)
+        ref = serial_count(paths, fmt)
+    assert_same(result.acc, ref)
+    assert result.records == sum(1 for rows in files for _, s, _ in rows if s)
+    assert result.errors == {}
+
+
+TEXT = st.lists(st.sampled_from(["a", "B", "c", " ", "\n", "\r\n", "\r", "é", "\ufeff", "xyzw", "7"]),
+                max_size=60).map("".join)
+
+
+@FAST
+@given(texts=st.lists(TEXT, min_size=1, max_size=2), chunk_bytes=st.integers(1, 40),
+       lowercase=st.booleans(), keep=st.sampled_from([None, "abc", "aBc \r"]),
+       end_each_line=st.booleans(), max_bytes=st.sampled_from([3, 5, 1 << 20]),
+       encoding=st.sampled_from(["chars", "chars", "tokens"]), int_symbols=st.booleans(),
+       key=st.sampled_from([None, "doc", ("doc", 1)]))
+def test_text_backfill_equals_the_parser(texts, chunk_bytes, lowercase, keep, end_each_line,
+                                         max_bytes, encoding, int_symbols, key) -> None:
+    fmt = RecordFormat(encoding, lowercase=lowercase, keep=keep if encoding == "chars" else None,
+                       end_each_line=end_each_line, max_bytes=max_bytes,
+                       int_symbols=int_symbols, key=key)
+    with tempfile.TemporaryDirectory() as folder:
+        paths = [write(Path(folder), f"t{i}.txt", t.encode()) for i, t in enumerate(texts)]
+        acc = backfill(paths, fmt, n_workers=1, chunk_bytes=chunk_bytes)
+        ref = serial_count(paths, fmt)
+    assert_same(acc, ref)
+
+
+def test_chars_fast_path_counts_like_the_parser(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    letters = rng.choice(list(b"abcdXYZ \r"), size=50_000).astype(np.uint8)
+    letters[rng.random(letters.size) < 0.02] = ord("\n")
+    path = write(tmp_path, "big.txt", letters.tobytes())
+    fmt = RecordFormat("chars", lowercase=True, keep="abcdxy \r")
+    result = backfill_result([path, path], fmt, n_workers=1, chunk_bytes=4096)
+    ref = serial_count([path], fmt)
+    ref_twice = ref.copy()
+    for rec, _ in FileSource([str(path)], fmt):  # the same file again, continuing the stream
+        ref_twice.learn_one(rec.symbol, rec.key)
+    assert_same(result.acc, ref_twice)
+    assert result.records == 2 * int(np.isin(letters, list(b"abcdXY ")).sum())
+    assert result.lines > 0
+
+
+def test_alphabet_fixes_the_first_labels(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.txt", b"cabbage\nbad cab\n")
+    acc = backfill([path], RecordFormat("chars", keep="abcdeg"), n_workers=1, chunk_bytes=5,
+                   alphabet="abcdefg")
+    assert acc.symbols == list("abcdefg")
+    ref = MomentAccumulator()
+    ref.alphabet.add_labels("abcdefg")
+    ref.learn_many(list("cabbagebadcab"))
+    assert np.array_equal(acc.counts(), ref.counts())
+
+
+def test_csv_header_is_found_by_every_chunk_and_bad_lines_are_skipped(tmp_path: Path) -> None:
+    rows = "".join(f"{t},{'xyz'[t % 3]},k{t % 4}\n" for t in range(200))
+    path = write(tmp_path, "h.csv", ("ts,symbol,key\n" + rows + "oops,\"\n" + rows).encode())
+    gz = write(tmp_path, "h.csv.gz", ("ts,symbol,key\n" + rows).encode())
+    fmt = RecordFormat("csv")
+    result = backfill_result([path, gz], fmt, n_workers=1, chunk_bytes=100)
+    assert_same(result.acc, serial_count([path, gz], fmt))
+    assert result.records == 600
+    assert result.errors == {"bad-csv": 1}
+    assert sorted(result.acc.keys) == ["k0", "k1", "k2", "k3"]
+
+
+def test_jsonl_keys_recurring_across_files_continue(tmp_path: Path) -> None:
+    lines = [json.dumps({"key": f"s{i % 3}", "symbol": i % 5, **({"end": 1} if i % 17 == 0 else {})})
+             for i in range(300)]
+    a = write(tmp_path, "a.jsonl", "\n".join(lines[:150]).encode())  # no final line break
+    b = write(tmp_path, "b.jsonl", ("\n".join(lines[150:]) + "\n").encode())
+    fmt = RecordFormat("jsonl")
+    acc = backfill([a, b], fmt, n_workers=1, chunk_bytes=200)
+    assert_same(acc, serial_count([a, b], fmt))
+    assert acc.n_triples > 0
+
+
+# ----------------------------------------------------------------------------- executors
+
+
+def keyed_files(folder: Path) -> list[Path]:
+    """Two CSV files and a chars file whose streams run across many chunk borders."""
+    rng = np.random.default_rng(1)
+    paths = []
+    for i in range(2):
+        rows = [(f"user{rng.integers(5)}", "abcdef"[rng.integers(6)], rng.random() < 0.02)
+                for _ in range(3000)]
+        paths.append(write(folder, f"k{i}.csv", csv_bytes(rows, header=True)))
+    text = "".join(rng.choice(list("abcde\n"), size=20_000))
+    paths.append(write(folder, "c.txt", text.encode()))
+    return paths
+
+
+def test_process_pool_equals_serial(tmp_path: Path) -> None:
+    paths = keyed_files(tmp_path)[:2]
+    fmt = RecordFormat("csv")
+    result = backfill_result(paths, fmt, n_workers=2, chunk_bytes=4096)
+    assert len(file_chunks(paths, 4096)) > 10
+    assert_same(result.acc, serial_count(paths, fmt))
+    assert result.records == sum(1 for rec, _ in FileSource([str(p) for p in paths], fmt)
+                                 if rec.symbol is not None)
+
+
+def test_dask_local_cluster_equals_serial(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    paths = keyed_files(tmp_path)
+    csv_fmt, chars_fmt = RecordFormat("csv"), RecordFormat("chars")
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                  host="127.0.0.1", dashboard_address=None) as cluster:
+        # a LocalCluster object, then a scheduler address (what --dask passes)
+        keyed = backfill(paths[:2], csv_fmt, scheduler=cluster, chunk_bytes=3000)
+        chars = backfill(paths[2:], chars_fmt, scheduler=cluster.scheduler_address, chunk_bytes=1000)
+        with distributed.Client(cluster) as client:
+            assert len(client.scheduler_info()["workers"]) == 2
+            # and a Client: the merges run as tasks on the workers too
+            again = backfill(paths[:1], csv_fmt, scheduler=client, chunk_bytes=2000)
+    assert len(file_chunks(paths[:2], 3000)) > 10 and len(file_chunks(paths[2:], 1000)) > 10
+    assert_same(keyed, serial_count(paths[:2], csv_fmt))
+    assert_same(chars, serial_count(paths[2:], chars_fmt))
+    assert_same(again, serial_count(paths[:1], csv_fmt))
+
+
+def test_dask_local_starts_and_stops_its_own_cluster(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    path = keyed_files(tmp_path)[2]
+    acc = backfill([path], RecordFormat("chars"), scheduler="local", n_workers=2, chunk_bytes=2000)
+    assert_same(acc, serial_count([path], RecordFormat("chars")))
+
+
+def test_dask_missing_names_the_extra(tmp_path: Path, monkeypatch) -> None:
+    path = write(tmp_path, "t.txt", b"abc\n")
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(ImportError, match=r"streamspec\[dask\]"):
+        backfill([path], RecordFormat(), scheduler="tcp://127.0.0.1:1")
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def test_run_backfill_from_args(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.txt", b"abcabcabc\n" * 50)
+    p = argparse.ArgumentParser()
+    p.add_argument("files", nargs="+")
+    p.add_argument("--mode", default="sliding")
+    add_backfill_arguments(p)
+    acc = run_backfill_from_args(p.parse_args([str(path), "--workers", "1", "--chunk-mb", "1"]),
+                                 RecordFormat())
+    assert_same(acc, serial_count([path], RecordFormat()))
+    for argv, message in [(["--workers", "0"], "--workers"), (["--chunk-mb", "0"], "--chunk-mb"),
+                          (["--workers", "2", "--mode", "sequences"], "sliding")]:
+        with pytest.raises(ValueError, match=message):
+            run_backfill_from_args(p.parse_args([str(path), *argv]), RecordFormat())
+    with pytest.raises(FileNotFoundError):
+        backfill([tmp_path / "missing.txt"], RecordFormat(), n_workers=1)
+
+
+def test_count_chunk_of_a_range_reads_only_its_lines(tmp_path: Path) -> None:
+    path = write(tmp_path, "t.txt", b"aaaa\nbbbb\ncccc\n")
+    res = count_chunk(Chunk(str(path), 5, 10), RecordFormat())
+    assert res.acc.symbols == ["b"]
+    assert (res.records, res.lines) == (4, 1)
+
+
+@pytest.mark.parametrize("first", [b"z" * 21, b"z" * 22, b"z" * 25, b"", b"\xff"])
+def test_csv_header_after_an_odd_first_line(tmp_path: Path, first: bytes) -> None:
+    # FileSource parses a first line of up to max_bytes + 1 bytes (which makes it the header
+    # candidate even when it is malformed) and drops a longer one unparsed
+    rows = "".join(f"{'xy'[t % 2]},k{t % 3}\n" for t in range(60))
+    path = write(tmp_path, "odd.csv", first + b"\nsymbol,key\n" + rows.encode())
+    fmt = RecordFormat("csv", max_bytes=20)
+    result = backfill_result([path], fmt, n_workers=1, chunk_bytes=30)
+    ref = serial_count([path], fmt)
+    assert_same(result.acc, ref)
+    records = [rec for rec, _ in FileSource([str(path)], fmt)]
+    assert result.records == len(records) >= 60
+    # the header line is a row exactly when the odd first line was the header candidate
+    assert ("symbol" in result.acc.keys) == (len(first) <= 21)
