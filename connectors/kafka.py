@@ -287,6 +287,7 @@ class ConsumerDaemon:
         self._broker_down_since: float | None = None
         self._next_probe_log = 0.0
         self._probe_errors = 0
+        self._refit_failures_logged = 0
         # parsed records of short (key, value) pairs: streams repeat a few symbols, and
         # parsing depends on nothing else (records are immutable; timestamps are not used)
         self._parse_cache: dict[tuple, list] = {}
@@ -986,8 +987,8 @@ class ConsumerDaemon:
     def _after_batch(self) -> None:
         cfg = self.config
         self._take_model()
-        seen = self.metrics.refit_failures
-        if self._refit_failures() > seen:
+        if self._refit_failures() > self._refit_failures_logged:
+            self._refit_failures_logged = self.metrics.refit_failures
             log.warning("event=refit-failed failures=%d error=%r (the previous model is kept)",
                         self.metrics.refit_failures,
                         str(getattr(self._refitter, "last_error", None))[:_DETAIL_MAX])
