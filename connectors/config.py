@@ -73,6 +73,7 @@ def mestimator_params(**settings: Any) -> dict[str, Any]:
 
 _MODES = ("sliding", "sequences")
 _BACKENDS = ("local", "kafka")
+_OUT_OF_RANGE = ("fail", "reset")
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,13 @@ class DaemonConfig:
     state_topic
         The state topic of the kafka backend (default ``<topic>.state``; created
         with as many partitions as the source topic).
+    on_offset_out_of_range
+        What to do with a partition whose checkpoint offset is beyond the log's
+        high-water mark, or before its log-start offset (the topic was deleted and
+        re-created, or retention removed records not yet read): ``"fail"``
+        (default: the partition is not read, an error names it, the exit status is
+        not 0) or ``"reset"`` (keep the counts, read from the log start, log what
+        was skipped).
 
     Examples
     --------
@@ -221,12 +229,16 @@ class DaemonConfig:
     retry_backoff_max: float = 30.0
     state_backend: str = "local"
     state_topic: str | None = None
+    on_offset_out_of_range: str = "fail"
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or not self.topic:
             raise ValueError("topic must be a non-empty string")
         if self.state_backend not in _BACKENDS:
             raise ValueError(f"state_backend must be one of {_BACKENDS}, got {self.state_backend!r}")
+        if self.on_offset_out_of_range not in _OUT_OF_RANGE:
+            raise ValueError(f"on_offset_out_of_range must be one of {_OUT_OF_RANGE}, "
+                             f"got {self.on_offset_out_of_range!r}")
         if self.mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {self.mode!r}")
         if self.alphabet is not None:

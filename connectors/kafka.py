@@ -101,7 +101,12 @@ from collections.abc import Iterable
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.errors import KafkaError, MessageSizeTooLargeError
+from kafka.errors import (
+    KafkaError,
+    MessageSizeTooLargeError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+)
 from kafka.structs import OffsetAndMetadata
 
 from connectors.config import DaemonConfig, mestimator_params
@@ -117,7 +122,7 @@ from connectors.model_topic import (
 from connectors.predictions import StreamPredictor
 from connectors.process_fit import ProcessMEstimator, shutdown_worker, start_worker
 from connectors.records import MalformedRecord, RecordFormat, format_from_options, parse_kafka
-from connectors.state import PartitionState, StateStore, merge_accumulators
+from connectors.state import ForeignCheckpoint, PartitionState, StateStore, merge_accumulators
 from connectors.state_topic import (
     LatestSnapshots,
     Snapshot,
@@ -137,8 +142,8 @@ from streamspec.streaming.accumulator import MomentAccumulator
 from streamspec.streaming.refitter import Refitter
 from streamspec.streaming.with_hmm import WithHMM
 
-__all__ = ["ConsumerDaemon", "MODEL_SNAPSHOT_HEADERS", "EXIT_STATE_FAILURE", "learn_record",
-           "StateFailure"]
+__all__ = ["ConsumerDaemon", "MODEL_SNAPSHOT_HEADERS", "EXIT_STATE_FAILURE",
+           "EXIT_PARTITION_FAILURE", "learn_record", "StateFailure"]
 
 log = logging.getLogger("streamspec.daemon")
 
@@ -151,8 +156,13 @@ _CACHED_VALUE_BYTES = 64  # only short values are cached
 _DETAIL_MAX = 300  # characters of a parse error kept in the dead-letter header
 _LOG_EVERY_DEAD = 1000  # after the first 10 of a reason, log one dead letter in this many
 _SEND_TIMEOUT = 30.0  # seconds to wait for the broker to acknowledge a state snapshot
+_COMMIT_TIMEOUT_MS = 3000  # one offset-commit attempt; a failed one is logged, then retried
+_OFFSETS_TIMEOUT_MS = 5000  # one look-up of a partition's log-start / high-water offsets
 EXIT_STATE_FAILURE = 3
 """Exit status of a daemon stopped because its state could not grow or be checkpointed."""
+EXIT_PARTITION_FAILURE = 4
+"""Exit status of a daemon that left a partition unread (refused, unreadable or out-of-range
+checkpoint, a failure while taking it over): the others were consumed normally."""
 
 
 class StateFailure(Exception):
@@ -259,7 +269,7 @@ class ConsumerDaemon:
             alphabet = tuple(int(s) for s in alphabet)
         self._allowed = frozenset(alphabet) if alphabet is not None else None
         self.client_id = config.client_id or f"streamspec-{socket.gethostname()}-{os.getpid()}"
-        self.store = StateStore(config.state_dir, owner=self.client_id)
+        self.store = StateStore(config.state_dir, owner=self.client_id, group=config.group)
         self.states: dict[TopicPartition, PartitionState] = {}
         self.metrics = DaemonMetrics()
         self._lock = threading.RLock()  # partition states: poll loop vs rebalance callbacks
@@ -267,6 +277,17 @@ class ConsumerDaemon:
         self._consumer: KafkaConsumer | None = None
         self._producer: KafkaProducer | None = None
         self._dirty: set[TopicPartition] = set()
+        # partitions left unread, and why (shown in the status line, metrics, exit status)
+        self.failed: dict[TopicPartition, str] = {}
+        self._ever_failed: dict[TopicPartition, str] = {}  # for the exit status
+        # restored partitions, paused until their offset is checked against the log
+        self._to_verify: set[TopicPartition] = set()
+        self._commit_errors = 0  # consecutive failed commits: the backoff
+        self._next_commit = 0.0  # monotonic time before which no commit is tried
+        self._broker_down_since: float | None = None
+        self._next_probe_log = 0.0
+        self._probe_errors = 0
+        self._refit_failures_logged = 0
         # parsed records of short (key, value) pairs: streams repeat a few symbols, and
         # parsing depends on nothing else (records are immutable; timestamps are not used)
         self._parse_cache: dict[tuple, list] = {}
@@ -344,7 +365,14 @@ class ConsumerDaemon:
             self._loop()
         finally:
             self._shutdown()
-        return EXIT_STATE_FAILURE if self.fatal is not None else 0
+        if self.fatal is not None:
+            return EXIT_STATE_FAILURE
+        if self._ever_failed:
+            log.error("event=exit status=%d reason=partitions-failed partitions=%s",
+                      EXIT_PARTITION_FAILURE,
+                      ",".join(f"{tp.partition}:{r}" for tp, r in sorted(self._ever_failed.items())))
+            return EXIT_PARTITION_FAILURE
+        return 0
 
     @property
     def metrics_port(self) -> int | None:
@@ -365,7 +393,9 @@ class ConsumerDaemon:
                     group_id=cfg.group,
                     client_id=self.client_id,
                     enable_auto_commit=False,
-                    auto_offset_reset="earliest",
+                    # why: an out-of-range offset must be seen (the on_offset_out_of_range
+                    # policy), never reset silently; every partition is sought explicitly
+                    auto_offset_reset="none",
                     session_timeout_ms=cfg.session_timeout_ms,
                     heartbeat_interval_ms=cfg.heartbeat_interval_ms,
                     max_poll_interval_ms=cfg.max_poll_interval_ms,
@@ -471,6 +501,14 @@ class ConsumerDaemon:
                     timeout_ms=cfg.poll_timeout_ms, max_records=cfg.max_poll_records
                 )
                 errors = 0
+            except OffsetOutOfRangeError as exc:  # the log moved under a partition being read
+                self._out_of_range_while_reading(exc)
+                continue
+            except NoOffsetForPartitionError as exc:  # a partition nobody sought: a bug
+                for tp in (exc.args[0] if exc.args and isinstance(exc.args[0], Iterable)
+                           else []):
+                    self._fail_partition(tp, "no-position", repr(exc))
+                continue
             except KafkaError as exc:
                 errors += 1
                 delay = min(0.5 * 2 ** min(errors, 10), cfg.retry_backoff_max)
@@ -487,6 +525,10 @@ class ConsumerDaemon:
                 break
             if self._pending:
                 self._restore_pending()
+            if self._to_verify:
+                self._verify_offsets()
+            if not batch:
+                self._probe_broker()
             self._after_batch()
             now = time.monotonic()
             if cfg.status_interval and now - last_status >= cfg.status_interval:
@@ -522,43 +564,167 @@ class ConsumerDaemon:
     # ------------------------------------------------------------------ partitions
 
     def _acquire(self, partitions: Iterable[TopicPartition]) -> None:
+        """Take over newly assigned partitions (in the rebalance callback).
+
+        kafka-python swallows what a rebalance callback raises, so nothing escapes:
+        a partition whose take-over fails is paused and listed as failed (status
+        line, metrics, exit status) instead of being silently left unread.
+        """
         with self._lock:
             for tp in partitions:
                 if tp in self.states:
                     continue
-                if self._kafka_state:
-                    # paused until its snapshot is read from the state topic (in the poll loop:
-                    # no blocking reads in this callback)
-                    self._consumer.pause(tp)
-                    self._pending.add(tp)
-                    continue
                 try:
-                    state = self.store.load(tp.topic, tp.partition)
-                except CheckpointError as exc:
-                    # never start such a partition afresh (that would count it twice):
-                    # leave it paused, unread, until the file is repaired or removed
-                    self._consumer.pause(tp)
-                    self.metrics.unreadable_checkpoints += 1
-                    log.error("event=checkpoint-unreadable partition=%s-%d action=paused "
-                              "error=%r", tp.topic, tp.partition, str(exc))
+                    self._acquire_one(tp)
+                except Exception as exc:  # noqa: BLE001 - see the docstring
+                    self._fail_partition(tp, "assign-failed", f"{type(exc).__name__}: {exc}")
+
+    def _acquire_one(self, tp: TopicPartition) -> None:
+        self.failed.pop(tp, None)
+        if self._kafka_state:
+            # paused until its snapshot is read from the state topic (in the poll loop:
+            # no blocking reads in this callback); a position, so that no reset is needed
+            self._consumer.seek(tp, 0)
+            self._consumer.pause(tp)
+            self._pending.add(tp)
+            return
+        try:
+            restored = self.store.restore(tp.topic, tp.partition)
+        except ForeignCheckpoint as exc:
+            self.metrics.unreadable_checkpoints += 1
+            self._fail_partition(tp, "foreign-checkpoint", str(exc))
+            return
+        except CheckpointError as exc:
+            # never start such a partition afresh (that would count it twice):
+            # leave it paused, unread, until the file is repaired or removed
+            self.metrics.unreadable_checkpoints += 1
+            self._fail_partition(tp, "unreadable-checkpoint", str(exc))
+            return
+        state = restored.state
+        if state is None:
+            state = PartitionState(tp.topic, tp.partition, self._new_accumulator())
+            self._consumer.seek_to_beginning(tp)
+        else:
+            if restored.source == "previous-checkpoint":
+                self.metrics.unreadable_checkpoints += 1
+                log.warning(
+                    "event=checkpoint-fallback partition=%s-%d newest_error=%r "
+                    "action=use-previous offset=%d records=%d (the records from this offset "
+                    "on are read again from the log: nothing is lost or counted twice)",
+                    tp.topic, tp.partition, restored.newest_error, state.offset, state.records)
+            self._consumer.seek(tp, state.offset)
+            self._to_verify.add(tp)  # checked against the log once its high-water mark is known
+        self.states[tp] = state
+        log.info(
+            "event=assigned partition=%s-%d offset=%d from=%s records=%d",
+            tp.topic, tp.partition, state.offset, restored.source, state.records,
+        )
+
+    def _fail_partition(self, tp: TopicPartition, reason: str, error: str) -> None:
+        """Leave ``tp`` unread, visibly: paused, listed as failed, exit status not 0."""
+        self.failed[tp] = reason
+        self._ever_failed[tp] = reason
+        self.states.pop(tp, None)
+        self._to_verify.discard(tp)
+        self._pending.discard(tp)
+        self._dirty.discard(tp)
+        self._uncommitted.pop(tp, None)
+        try:
+            self._consumer.seek(tp, 0)  # a position (never fetched: paused), so no reset is asked
+            self._consumer.pause(tp)
+        except Exception as exc:  # noqa: BLE001 - already failing; say so, keep going
+            log.error("event=pause-failed partition=%s-%d error=%r", tp.topic, tp.partition,
+                      str(exc))
+        log.error("event=partition-failed partition=%s-%d reason=%s action=paused "
+                  "(not read until fixed; exit status %d) error=%r", tp.topic, tp.partition,
+                  reason, EXIT_PARTITION_FAILURE, error[:2 * _DETAIL_MAX])
+
+    def _failed_text(self) -> str:
+        return ",".join(f"{tp.partition}:{r}" for tp, r in sorted(self.failed.items()))
+
+    def _verify_offsets(self) -> None:
+        """Check restored offsets against the log; apply ``on_offset_out_of_range``.
+
+        A checkpoint offset beyond the high-water mark (the topic was re-created, the
+        log truncated) or before the log-start offset (records removed unread) would
+        otherwise skip records silently. The high-water mark is the one of the first
+        fetch response (some brokers answer offset look-ups inexactly); a partition
+        whose fetch at its offset returns records needs no check.
+        """
+        with self._lock:
+            ready = []
+            for tp in sorted(self._to_verify):
+                if tp not in self.states:
+                    self._to_verify.discard(tp)
                     continue
-                if state is None:
-                    state = PartitionState(tp.topic, tp.partition, self._new_accumulator())
-                    self._consumer.seek_to_beginning(tp)
-                    source = "beginning"
-                else:
-                    self._consumer.seek(tp, state.offset)
-                    source = "checkpoint"
-                self.states[tp] = state
-                log.info(
-                    "event=assigned partition=%s-%d offset=%d from=%s records=%d",
-                    tp.topic, tp.partition, state.offset, source, state.records,
-                )
+                hw = self._consumer.highwater(tp)
+                if hw is not None:
+                    ready.append((tp, hw))
+        if not ready:
+            return
+        try:
+            starts = self._consumer.beginning_offsets([tp for tp, _ in ready],
+                                                      timeout_ms=_OFFSETS_TIMEOUT_MS)
+        except KafkaError as exc:
+            log.warning("event=offsets-unavailable partitions=%s error=%r retry=next-poll",
+                        ",".join(str(tp.partition) for tp, _ in ready), str(exc))
+            return
+        with self._lock:
+            for tp, hw in ready:
+                if tp not in self._to_verify or tp not in self.states:
+                    continue  # revoked, or records arrived meanwhile
+                self._to_verify.discard(tp)
+                state, start = self.states[tp], starts.get(tp) or 0
+                if not start <= state.offset <= hw:
+                    self._offset_out_of_range(tp, state, start, hw)
+
+    def _offset_out_of_range(self, tp: TopicPartition, state: PartitionState, start: int,
+                             end: int | None) -> bool:
+        """Apply the policy to a partition whose offset is outside the log; True: read on."""
+        where = "beyond the high-water mark" if end is not None and state.offset > end else \
+            "before the log-start offset"
+        if self.config.on_offset_out_of_range == "reset":
+            skipped = max(0, start - state.offset) if state.offset < start else 0
+            log.warning(
+                "event=offset-reset partition=%s-%d checkpoint_offset=%d log_start=%d "
+                "high_water=%s (%s) action=read-from-log-start records_kept=%d "
+                "records_never_read=%d", tp.topic, tp.partition, state.offset, start,
+                end, where, state.records, skipped)
+            state.offset = start
+            self._consumer.seek(tp, start)
+            self._dirty.add(tp)
+            return True
+        self._fail_partition(
+            tp, "offset-out-of-range",
+            f"checkpoint offset {state.offset} of {tp.topic}-{tp.partition} is {where} "
+            f"(log start {start}, high-water mark {end}): the topic was re-created or "
+            "records were removed before they were read; restart with "
+            "--on-offset-out-of-range reset to keep the counts and read from the log start")
+        return False
+
+    def _out_of_range_while_reading(self, exc: OffsetOutOfRangeError) -> None:
+        """The fetch position left the log while reading: the same policy as on restore."""
+        positions = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+        tps = [tp for tp in positions if tp in self.states]
+        try:
+            starts = self._consumer.beginning_offsets(tps, timeout_ms=_OFFSETS_TIMEOUT_MS)
+            ends = self._consumer.end_offsets(tps, timeout_ms=_OFFSETS_TIMEOUT_MS)
+        except KafkaError as err:
+            log.warning("event=offsets-unavailable error=%r retry=next-poll", str(err))
+            self._stop.wait(0.5)
+            return
+        with self._lock:
+            for tp in tps:
+                state = self.states.get(tp)
+                if state is not None:
+                    self._offset_out_of_range(tp, state, starts.get(tp, 0), ends.get(tp))
 
     def _release(self, partitions: Iterable[TopicPartition], lost: bool) -> None:
         with self._lock:
             for tp in partitions:
                 self._pending.discard(tp)
+                self._to_verify.discard(tp)
+                self.failed.pop(tp, None)  # another member takes it (and reports it if it fails)
                 if self._kafka_state and tp.partition == REFITTER_PARTITION:
                     if self._is_refitter:
                         log.info("event=refitter-resigned version=%d", self._next_version - 1)
@@ -613,14 +779,20 @@ class ConsumerDaemon:
                 else:
                     try:
                         state = snap.state()
+                        state.check_identity(tp.topic, tp.partition, None,
+                                             f"state-topic snapshot of partition {tp.partition}")
+                    except ForeignCheckpoint as exc:
+                        self.metrics.unreadable_checkpoints += 1
+                        self._fail_partition(tp, "foreign-checkpoint", str(exc))
+                        continue
                     except CheckpointError as exc:  # never recount: stay paused
                         self.metrics.unreadable_checkpoints += 1
-                        log.error("event=checkpoint-unreadable partition=%s-%d action=paused "
-                                  "error=%r", tp.topic, tp.partition, str(exc))
+                        self._fail_partition(tp, "unreadable-checkpoint", str(exc))
                         continue
                     self._snapshots.offer(snap)
                     self._consumer.seek(tp, state.offset)
                     source = "state-topic"
+                    self._to_verify.add(tp)  # resumed once its offset is checked
                 self.states[tp] = state
                 self._consumer.resume(tp)
                 log.info(
@@ -701,6 +873,8 @@ class ConsumerDaemon:
         predictor = self._predictor
         cache = self._parse_cache
         learned = 0
+        if messages:
+            self._to_verify.discard(tp)  # records at its offset: the offset is in the log
         for m in messages:
             if m.offset < state.offset:
                 continue  # already counted (fetched before the seek)
@@ -813,6 +987,11 @@ class ConsumerDaemon:
     def _after_batch(self) -> None:
         cfg = self.config
         self._take_model()
+        if self._refit_failures() > self._refit_failures_logged:
+            self._refit_failures_logged = self.metrics.refit_failures
+            log.warning("event=refit-failed failures=%d error=%r (the previous model is kept)",
+                        self.metrics.refit_failures,
+                        str(getattr(self._refitter, "last_error", None))[:_DETAIL_MAX])
         if self._kafka_state:
             self._maybe_refit_global()
         else:
@@ -1025,27 +1204,79 @@ class ConsumerDaemon:
             }
         self._since_checkpoint = 0
         self._last_checkpoint = time.monotonic()
-        if offsets:
-            try:
-                self._consumer.commit(offsets)
-                self.metrics.commits += 1
-                with self._lock:
-                    for tp, om in offsets.items():
-                        if self._uncommitted.get(tp) == om.offset:
-                            del self._uncommitted[tp]
-            except KafkaError as exc:  # the checkpoint is the truth: try again next time
-                self.metrics.commit_failures += 1
-                log.warning("event=commit-failed error=%r", str(exc))
+        if offsets and (final or self._last_checkpoint >= self._next_commit):
+            self._commit(offsets)
         if final:
             log.info(
                 "event=final-checkpoint partitions=%s",
                 ",".join(f"{tp.partition}:{s.offset}" for tp, s in sorted(self.states.items())),
             )
 
+    def _commit(self, offsets: dict) -> None:
+        """Commit ``offsets``: one bounded attempt; a failure is logged with its backoff.
+
+        The checkpoints already hold the offsets (they are the truth), so a failed
+        commit loses nothing: it is tried again after the backoff, and the line per
+        failed attempt shows that the broker is unreachable while it is.
+        """
+        try:
+            self._consumer.commit(offsets, timeout_ms=_COMMIT_TIMEOUT_MS)
+        except KafkaError as exc:
+            self.metrics.commit_failures += 1
+            self._commit_errors += 1
+            delay = min(0.5 * 2 ** min(self._commit_errors - 1, 10), self.config.retry_backoff_max)
+            self._next_commit = time.monotonic() + delay
+            log.warning("event=commit-failed attempt=%d error=%r retry_in=%.1fs "
+                        "(the checkpoints hold the offsets: nothing is lost)",
+                        self._commit_errors, str(exc) or type(exc).__name__, delay)
+            return
+        if self._commit_errors:
+            log.info("event=commit-recovered failed_attempts=%d", self._commit_errors)
+        self._commit_errors, self._next_commit = 0, 0.0
+        self.metrics.commits += 1
+        with self._lock:
+            for tp, om in offsets.items():
+                if self._uncommitted.get(tp) == om.offset:
+                    del self._uncommitted[tp]
+
+    def _probe_broker(self) -> None:
+        """After an empty poll: while the group coordinator is unreachable, say so, with backoff.
+
+        An idle daemon has nothing to commit, so without this an outage would be
+        silent until the next message. One line per backoff step, as at start-up.
+        """
+        coordinator = getattr(self._consumer, "_coordinator", None)
+        try:
+            down = coordinator is not None and coordinator.coordinator_unknown()
+        except Exception:  # noqa: BLE001 - a private API: never let it stop the loop
+            return
+        now = time.monotonic()
+        if not down:
+            if self._broker_down_since is not None:
+                log.info("event=broker-available down_seconds=%.1f",
+                         now - self._broker_down_since)
+            self._broker_down_since = None
+            return
+        if self._broker_down_since is None:
+            self._broker_down_since, self._probe_errors = now, 0
+            self._next_probe_log = now
+        if now >= self._next_probe_log:
+            self._probe_errors += 1
+            self.metrics.broker_failures += 1
+            delay = min(0.5 * 2 ** min(self._probe_errors - 1, 10), self.config.retry_backoff_max)
+            self._next_probe_log = now + delay
+            log.warning("event=broker-unavailable bootstrap=%s attempt=%d down_seconds=%.1f "
+                        "retry_in=%.1fs", self.config.bootstrap, self._probe_errors,
+                        now - self._broker_down_since, delay)
+
     # ------------------------------------------------------------------ reporting
 
     def lag(self) -> int | None:
-        """Messages behind the high-water marks of the assigned partitions (None: unknown)."""
+        """Messages behind the high-water marks of the assigned partitions.
+
+        ``None`` (``lag=?``) when unknown, and whenever a partition failed (it is not
+        read, so how far behind it is cannot be known from the fetches).
+        """
         total, known = 0, False
         with self._lock:
             items = list(self.states.items())
@@ -1057,6 +1288,8 @@ class ConsumerDaemon:
             if hw is not None:
                 total += max(0, hw - state.offset)
                 known = True
+        if self.failed:
+            return None  # an unread partition's lag is unknown: never report it as caught up
         return total if known else None
 
     def _status(self) -> None:
@@ -1065,26 +1298,44 @@ class ConsumerDaemon:
         m = self.metrics
         log.info(
             "event=status rate=%.0f/s records=%d lag=%s partitions=%s refits=%d last_loss=%s "
-            "dead_letters=%d model_version=%d symbols=%d counts_mb=%.1f%s",
+            "dead_letters=%d model_version=%d symbols=%d counts_mb=%.1f failed=%s paused=%s "
+            "refit_failures=%d%s",
             rate, m.records, "?" if lag is None else lag,
             ",".join(str(tp.partition) for tp in sorted(self.states)) or "-",
             m.refits, "nan" if math.isnan(m.last_loss) else f"{m.last_loss:.6g}",
             sum(m.dead_letters.values()), self._model_version, self._n_symbols(),
-            self.counts_bytes() / 1e6,
+            self.counts_bytes() / 1e6, self._failed_text() or "-", self._paused_text() or "-",
+            self._refit_failures(),
             f" refitter={int(self._is_refitter)} global_records={self._snapshots.records()}"
             if self._kafka_state else "",
         )
 
     def _render_metrics(self) -> str:
         lag = self.lag() if self._consumer is not None else None
+        self._refit_failures()
         gauges = {"partitions": len(self.states), "model_version": self._model_version,
-                  "counts_bytes": self.counts_bytes(), "symbols": self._n_symbols()}
+                  "counts_bytes": self.counts_bytes(), "symbols": self._n_symbols(),
+                  "failed_partitions": len(self.failed),
+                  "paused_partitions": len(self._paused())}
         if self._kafka_state:
             gauges["refitter"] = int(self._is_refitter)
             gauges["global_records"] = self._snapshots.records()
         if lag is not None:
             gauges["lag"] = lag
         return self.metrics.prometheus(gauges)
+
+    def _paused(self) -> list[TopicPartition]:
+        """Partitions taken but not read yet: waiting for their state or their offset check."""
+        with self._lock:
+            return sorted(self._pending | self._to_verify)
+
+    def _paused_text(self) -> str:
+        return ",".join(str(tp.partition) for tp in self._paused())
+
+    def _refit_failures(self) -> int:
+        """Failed refits so far (the refitter's count; also kept in the metrics)."""
+        self.metrics.refit_failures = int(getattr(self._refitter, "n_failures", 0))
+        return self.metrics.refit_failures
 
     def _n_symbols(self) -> int:
         """Largest alphabet among the assigned partitions."""

@@ -40,6 +40,8 @@ class DaemonMetrics:
     last_fit_seconds: float = math.nan
     predictions: int = 0
     unreadable_checkpoints: int = 0
+    refit_failures: int = 0
+    broker_failures: int = 0
     started: float = field(default_factory=time.monotonic)
     _last_status_time: float = field(default_factory=time.monotonic)
     _last_status_messages: int = 0
@@ -74,6 +76,10 @@ class DaemonMetrics:
             f"streamspec_refits_total {self.refits}",
             "# TYPE streamspec_unreadable_checkpoints_total counter",
             f"streamspec_unreadable_checkpoints_total {self.unreadable_checkpoints}",
+            "# TYPE streamspec_refit_failures_total counter",
+            f"streamspec_refit_failures_total {self.refit_failures}",
+            "# TYPE streamspec_broker_failures_total counter",
+            f"streamspec_broker_failures_total {self.broker_failures}",
             "# TYPE streamspec_predictions_total counter",
             f"streamspec_predictions_total {self.predictions}",
             "# TYPE streamspec_last_loss gauge",

@@ -11,8 +11,15 @@ because merging matches symbols by label.
 
 Layout of a state folder::
 
-    <state_dir>/<topic>/partition-00000.ckpt   one per partition
-    <state_dir>/<topic>/model.ckpt             the latest model
+    <state_dir>/<topic>/partition-00000.ckpt        one per partition: the newest
+    <state_dir>/<topic>/partition-00000.ckpt.prev   the one before it (the fallback)
+    <state_dir>/<topic>/model.ckpt                  the latest model
+
+A partition checkpoint names what it belongs to: its header holds the topic,
+the partition and the consumer group (format version 2), and
+:meth:`StateStore.restore` refuses, with :class:`ForeignCheckpoint`, a file
+written for any other. A version-1 file (written before the group was recorded)
+is accepted only when its topic and partition match the file's name.
 
 Examples
 --------
@@ -48,16 +55,22 @@ from streamspec.core.checkpoint import (
     dump_checkpoint,
     load_checkpoint_bytes,
     read_checkpoint,
+    remove_stale_temporaries,
     write_atomic,
 )
 from streamspec.streaming.accumulator import MomentAccumulator
 
 __all__ = ["PartitionState", "SourceState", "StateStore", "merge_accumulators",
-           "dump_verified"]
+           "dump_verified", "ForeignCheckpoint", "Restored"]
 
 _PARTITION_FORMAT = "streamspec.PartitionState"
 _SOURCE_FORMAT = "streamspec.SourceState"
 _VERSION = 1
+_PARTITION_VERSION = 2  # 2: the header names the consumer group
+
+
+class ForeignCheckpoint(CheckpointError):
+    """A readable partition checkpoint written for another topic, partition or group."""
 
 
 def _split_acc(acc: MomentAccumulator) -> tuple[dict, dict]:
@@ -65,15 +78,16 @@ def _split_acc(acc: MomentAccumulator) -> tuple[dict, dict]:
     return {"format": kind, "version": version, **header}, arrays
 
 
-def dump_verified(kind: str, header: dict, arrays: dict, read_back) -> bytes:
+def dump_verified(kind: str, header: dict, arrays: dict, read_back,
+                  version: int = _VERSION) -> bytes:
     """The checkpoint bytes of ``(header, arrays)``, decoded once by ``read_back`` before use.
 
     ``read_back(header, arrays, source)`` must rebuild the object (and raise
     ``CheckpointError`` if it cannot): a checkpoint that would not load is never
     written, so it can never replace the last good one. Time O(size) twice.
     """
-    data = dump_checkpoint(kind, _VERSION, header, arrays)
-    back_header, back_arrays = load_checkpoint_bytes(data, kind, _VERSION, "new checkpoint")
+    data = dump_checkpoint(kind, version, header, arrays)
+    back_header, back_arrays = load_checkpoint_bytes(data, kind, version, "new checkpoint")
     read_back(back_header, back_arrays, "new checkpoint (read back before writing)")
     return data
 
@@ -107,6 +121,9 @@ class PartitionState:
         Dead letters per reason.
     owner
         Client id of the daemon that wrote the checkpoint (informational).
+    group
+        The consumer group whose checkpoint this is (``None``: read from a version-1
+        file, which did not record it).
     """
 
     topic: str
@@ -117,12 +134,14 @@ class PartitionState:
     dead_letters: Counter = field(default_factory=Counter)
     owner: str = ""
     written_at: float = 0.0
+    group: str | None = None
 
     def checkpoint_parts(self) -> tuple[dict, dict]:
         acc_header, arrays = _split_acc(self.acc)
         header = {
             "topic": self.topic,
             "partition": int(self.partition),
+            "group": self.group,
             "offset": int(self.offset),
             "records": int(self.records),
             "dead_letters": dict(self.dead_letters),
@@ -135,7 +154,7 @@ class PartitionState:
     @classmethod
     def load(cls, path: str | os.PathLike) -> PartitionState:
         """Read one partition checkpoint file; ``CheckpointError`` if bad or absent."""
-        header, arrays = read_checkpoint(path, _PARTITION_FORMAT, _VERSION)
+        header, arrays = read_checkpoint(path, _PARTITION_FORMAT, _PARTITION_VERSION)
         return cls.from_parts(header, arrays, str(path))
 
     @classmethod
@@ -150,11 +169,28 @@ class PartitionState:
                 dead_letters=Counter({str(k): int(v) for k, v in header["dead_letters"].items()}),
                 owner=str(header.get("owner", "")),
                 written_at=float(header.get("written_at", 0.0)),
+                group=None if header.get("group") is None else str(header["group"]),
             )
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CheckpointError(f"{source}: malformed partition state ({exc})") from None
+
+    def check_identity(self, topic: str, partition: int, group: str | None, source: str) -> None:
+        """Raise :class:`ForeignCheckpoint` unless this state belongs to (topic, partition, group).
+
+        ``group=None`` checks topic and partition only. A state without a group (a
+        version-1 file) passes when its topic and partition match. O(1).
+        """
+        mine = (self.topic, int(self.partition))
+        wanted = (topic, int(partition))
+        wrong_group = group is not None and self.group is not None and self.group != group
+        if mine != wanted or wrong_group:
+            raise ForeignCheckpoint(
+                f"{source}: the checkpoint belongs to topic={self.topic} "
+                f"partition={self.partition} group={self.group}, not to topic={topic} "
+                f"partition={partition} group={group}: refused (never used, never overwritten)"
+            )
 
 
 @dataclass
@@ -221,11 +257,22 @@ class StateStore:
         The state folder (created when first written).
     owner
         Written into every checkpoint (informational: which daemon wrote it).
+    group
+        The consumer group: written into every checkpoint, and :meth:`restore`
+        refuses a checkpoint of another group (``None``: not checked, not written).
+
+    Notes
+    -----
+    :meth:`save` keeps the previous checkpoint as ``partition-NNNNN.ckpt.prev``
+    (a hard link made before the new file replaces the newest), so that
+    :meth:`restore` can fall back to it when the newest cannot be read.
     """
 
-    def __init__(self, root: str | os.PathLike, owner: str = ""):
+    def __init__(self, root: str | os.PathLike, owner: str = "", group: str | None = None):
         self.root = Path(root)
         self.owner = owner
+        self.group = group
+        self._good: set[Path] = set()  # newest files known to read back: worth keeping as .prev
 
     def topic_dir(self, topic: str) -> Path:
         if not topic or "/" in topic or topic in (".", ".."):
@@ -234,6 +281,11 @@ class StateStore:
 
     def path(self, topic: str, partition: int) -> Path:
         return self.topic_dir(topic) / f"partition-{int(partition):05d}.ckpt"
+
+    def previous_path(self, topic: str, partition: int) -> Path:
+        """The partition's previous good checkpoint (the fallback of :meth:`restore`)."""
+        path = self.path(topic, partition)
+        return path.with_name(path.name + ".prev")
 
     def model_path(self, topic: str) -> Path:
         return self.topic_dir(topic) / "model.ckpt"
@@ -250,11 +302,26 @@ class StateStore:
         O(distinct triples + streams).
         """
         state.owner = self.owner or state.owner
+        if self.group is not None:
+            state.group = self.group
         header, arrays = state.checkpoint_parts()
-        data = dump_verified(_PARTITION_FORMAT, header, arrays, PartitionState.from_parts)
+        data = dump_verified(_PARTITION_FORMAT, header, arrays, PartitionState.from_parts,
+                             version=_PARTITION_VERSION)
         state.written_at = header["written_at"]
         path = self.path(state.topic, state.partition)
-        return write_atomic(path, data)
+        if path in self._good:
+            # keep the newest as the fallback; a link, so the newest never goes missing
+            prev = self.previous_path(state.topic, state.partition)
+            link = prev.with_name(f".{prev.name}.link.tmp")
+            try:
+                link.unlink(missing_ok=True)
+                os.link(path, link)
+                os.replace(link, prev)
+            except FileNotFoundError:
+                pass  # removed by hand meanwhile: nothing to keep
+        out = write_atomic(path, data)
+        self._good.add(path)
+        return out
 
     def load(self, topic: str, partition: int) -> PartitionState | None:
         """The partition's checkpoint, or ``None`` if it has none.
@@ -267,6 +334,44 @@ class StateStore:
         if not path.exists():
             return None
         return PartitionState.load(path)
+
+    def restore(self, topic: str, partition: int) -> Restored:
+        """Load the partition's state for this store's group: newest, else the previous one.
+
+        The newest checkpoint is used when it reads back and belongs to (topic,
+        partition, :attr:`group`); when it cannot be read (corrupt, truncated, not a
+        file...) the previous one (``.prev``) is used instead, which is exact too:
+        its counts are those of the records before its offset, and the records
+        after it are read again from the log. A checkpoint of another topic,
+        partition or group raises :class:`ForeignCheckpoint` (no fallback: the
+        folder was tampered with); none readable raises :class:`CheckpointError`
+        naming both errors. Stale temporary files of interrupted writes are removed.
+        O(size of the checkpoint).
+        """
+        path = self.path(topic, partition)
+        remove_stale_temporaries(path.parent, path.name)
+        prev = self.previous_path(topic, partition)
+        remove_stale_temporaries(prev.parent, prev.name)
+        if not path.exists() and not prev.exists():
+            return Restored(None, "beginning")
+        errors = []
+        for source, p in (("checkpoint", path), ("previous-checkpoint", prev)):
+            if not p.exists() and not p.is_symlink():
+                errors.append(f"{p}: no such checkpoint file")
+                continue
+            try:
+                state = PartitionState.load(p)
+            except CheckpointError as exc:
+                errors.append(str(exc))
+                continue
+            except OSError as exc:  # a folder, no permission, an I/O error
+                errors.append(f"{p}: unreadable checkpoint ({type(exc).__name__}: {exc})")
+                continue
+            state.check_identity(topic, partition, self.group, str(p))
+            if source == "checkpoint":
+                self._good.add(path)
+            return Restored(state, source, errors[0] if errors else None)
+        raise CheckpointError("; ".join(errors))
 
     def partitions(self, topic: str) -> list[int]:
         """Partitions of ``topic`` with a checkpoint."""
@@ -288,6 +393,26 @@ class StateStore:
     def merged(self, topic: str) -> MomentAccumulator:
         """The global counts: every partition's accumulator merged by symbol label."""
         return merge_accumulators(s.acc for s in self.load_all(topic))
+
+
+@dataclass
+class Restored:
+    """What :meth:`StateStore.restore` found for a partition.
+
+    Attributes
+    ----------
+    state
+        The state, or ``None`` when the partition has no checkpoint.
+    source
+        ``"checkpoint"`` (the newest), ``"previous-checkpoint"`` (the newest could
+        not be read) or ``"beginning"`` (none).
+    newest_error
+        Why the newest was not used (with ``source="previous-checkpoint"``).
+    """
+
+    state: PartitionState | None
+    source: str
+    newest_error: str | None = None
 
 
 def merge_accumulators(

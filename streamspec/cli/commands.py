@@ -189,6 +189,11 @@ def _register_consume(subparsers) -> None:
                         "(kafka)")
     g.add_argument("--state-topic", metavar="T",
                    help="state topic of the kafka backend (default T.state)")
+    g.add_argument("--on-offset-out-of-range", choices=["fail", "reset"],
+                   help="a checkpoint offset beyond the log's end or before its start (topic "
+                        "re-created, records removed unread): fail (default: that partition "
+                        "is not read, an error names it, exit status 4) or reset (keep the "
+                        "counts, read from the log start, log what was skipped)")
     g.add_argument("--session-timeout-ms", type=int, metavar="MS",
                    help="group session timeout (default 6000; a dead member is evicted after it)")
     g.add_argument("--heartbeat-interval-ms", type=int, metavar="MS",
@@ -234,7 +239,7 @@ _CONSUME_SETTINGS = (
     "refit_every", "refit_interval", "min_triples",
     "refit_duty", "refit_process",
     "checkpoint_every", "checkpoint_interval", "status_interval", "metrics_port",
-    "state_backend", "state_topic",
+    "state_backend", "state_topic", "on_offset_out_of_range",
 )
 
 
@@ -252,6 +257,21 @@ def config_from_args(args) -> Any:
 
 
 def _consume(args) -> int:
+    import signal
+
+    # why: a SIGTERM/SIGINT before the daemon's own handlers exist must still stop it
+    # cleanly (exit 0), not kill it by the default action
+    early: list = []
+    daemon: list = []
+
+    def latch(signum, frame) -> None:
+        if daemon:
+            daemon[0].stop()
+        else:
+            early.append(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, latch)
     _setup_logging(args.log_level)
     try:
         config = config_from_args(args)
@@ -260,7 +280,10 @@ def _consume(args) -> int:
         return 2
     from connectors.kafka import ConsumerDaemon
 
-    return ConsumerDaemon(config).run(install_signals=True)
+    daemon.append(ConsumerDaemon(config))
+    if early:
+        daemon[0].stop()
+    return daemon[0].run(install_signals=True)
 
 
 # ---------------------------------------------------------------------------- learn

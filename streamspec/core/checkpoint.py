@@ -27,6 +27,7 @@ __all__ = [
     "CheckpointError",
     "write_checkpoint",
     "write_atomic",
+    "remove_stale_temporaries",
     "read_checkpoint",
     "dump_checkpoint",
     "load_checkpoint_bytes",
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 _HEADER = "__header__"
+_ZIP_MAGIC = b"PK\x03\x04"  # every npz archive (a zip file) starts with these bytes
 
 
 class CheckpointError(ValueError):
@@ -101,6 +103,11 @@ def load_checkpoint_bytes(
     data: bytes, kind: str, max_version: int, source: str = "checkpoint"
 ) -> tuple[dict, dict[str, np.ndarray]]:
     """Parse and verify bytes written by :func:`dump_checkpoint`."""
+    if not data.startswith(_ZIP_MAGIC):
+        # why: np.load would try other formats and report e.g. its allow_pickle refusal,
+        # which says nothing useful about a damaged file
+        what = "an empty file" if not data else f"{len(data)} bytes that are not an npz archive"
+        raise CheckpointError(f"{source}: corrupt checkpoint ({what})")
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             if _HEADER not in z.files:
@@ -139,7 +146,11 @@ def write_checkpoint(
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """Write bytes atomically: temporary file, fsync, rename, fsync of the folder. O(size)."""
+    """Write bytes atomically: temporary file, fsync, rename, fsync of the folder. O(size).
+
+    The temporary file is ``.<name>.<random>.tmp`` next to ``path``: a process killed
+    while writing leaves it behind, and :func:`remove_stale_temporaries` removes it.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -159,6 +170,30 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> Path:
     finally:
         os.close(dir_fd)
     return path
+
+
+def remove_stale_temporaries(folder: str | os.PathLike, name: str) -> list[Path]:
+    """Remove the temporary files that an interrupted :func:`write_atomic` of ``name`` left.
+
+    Call it only while no other process writes ``name`` in ``folder`` (e.g. when a
+    partition is assigned to this process). Returns the removed paths. O(files in folder).
+    """
+    removed = []
+    folder = Path(folder)
+    if not folder.is_dir():
+        return removed
+    for p in folder.glob(f".{glob_escape(name)}.*.tmp"):
+        try:
+            p.unlink()
+            removed.append(p)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with the glob metacharacters escaped."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
 def read_checkpoint(

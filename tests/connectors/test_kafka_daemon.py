@@ -507,16 +507,19 @@ def test_unreadable_checkpoint_pauses_its_partition_only(kafka_bootstrap, unique
     create_topic(kafka_bootstrap, topic, partitions=2)
     first = keyed_streams(n_keys=6, length=50, seed=31)
     ends = produce(kafka_bootstrap, topic, first)
-    with DaemonThread(config(kafka_bootstrap, topic, unique_name("-g"), state_dir)):
+    group = unique_name("-g")  # the same group: a checkpoint of another group is refused
+    with DaemonThread(config(kafka_bootstrap, topic, group, state_dir)):
         wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends, "first checkpoints")
     broken = StateStore(state_dir).path(topic, 0)
     broken.write_bytes(b"garbage")
+    StateStore(state_dir).previous_path(topic, 0).unlink(missing_ok=True)  # no fallback
     more = keyed_streams(n_keys=6, length=20, seed=32)
     ends = {p: max(ends[p], e) for p, e in produce(kafka_bootstrap, topic, more).items()}
-    with DaemonThread(config(kafka_bootstrap, topic, unique_name("-g"), state_dir)) as daemon:
+    with DaemonThread(config(kafka_bootstrap, topic, group, state_dir)) as daemon:
         wait_until(lambda: StateStore(state_dir).load(topic, 1).offset == ends[1],
                    "partition 1 at its end offset")
         assert daemon.metrics.unreadable_checkpoints == 1
+        assert daemon.failed == {kafka.TopicPartition(topic, 0): "unreadable-checkpoint"}
     assert broken.read_bytes() == b"garbage"  # never replaced by a fresh (double) count
 
 
