@@ -37,7 +37,7 @@ kafka = pytest.importorskip("kafka")
 from connectors.broker import TansuBroker  # noqa: E402
 from connectors.kafka import EXIT_PARTITION_FAILURE, ConsumerDaemon  # noqa: E402
 from connectors.state import PartitionState, StateStore  # noqa: E402
-from streamspec.checkpoint import CheckpointError, load_checkpoint_bytes  # noqa: E402
+from streamspec.core.checkpoint import CheckpointError, load_checkpoint_bytes  # noqa: E402
 
 TP = kafka.TopicPartition
 
@@ -242,7 +242,7 @@ def _failure_lines(caplog) -> list[str]:
 
 def test_refit_failures_are_logged_and_counted(kafka_bootstrap, unique_name, tmp_path, caplog,
                                                monkeypatch):
-    from streamspec.mestimator import MEstimator
+    from streamspec.core.mestimator import MEstimator
 
     def failing(self, *args, **kwargs):
         raise np.linalg.LinAlgError("injected: the fit does not converge")
@@ -281,7 +281,7 @@ def test_sigterm_before_the_handlers_exist_exits_zero(tmp_path):
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
         "    real(self, cfg)\n"
         "k.ConsumerDaemon.__init__ = init\n"
-        "from streamspec.daemon_cli import main\n"
+        "from streamspec.cli.commands import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -302,7 +302,7 @@ def test_random_bytes_are_reported_as_a_corrupt_checkpoint():
 
 
 def test_a_version_1_checkpoint_is_accepted_only_for_the_partition_it_names(tmp_path):
-    from streamspec.checkpoint import write_checkpoint
+    from streamspec.core.checkpoint import write_checkpoint
 
     st = PartitionState("clicks", 3, offset=7, records=7)
     st.acc.learn_many("abcabca", key="u")
