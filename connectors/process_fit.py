@@ -38,7 +38,8 @@ import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from streamspec.core.mestimator import MEstimator, _factors_of
+from streamspec.core.factors import factors_of
+from streamspec.core.mestimator import MEstimator
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.spectral import triples_of
 from streamspec.core.triples import Triples
@@ -145,7 +146,7 @@ class ProcessMEstimator(MEstimator):
         """
         self._validate()
         triples, labels = sparse_counts(data)
-        factors = _factors_of(init)
+        factors = factors_of(init)
         for attempt in range(2):
             try:
                 future = _submit(_fit_in_worker, _params(self), triples, labels, factors)
@@ -157,6 +158,5 @@ class ProcessMEstimator(MEstimator):
                     raise
         for name, value in attrs.items():
             setattr(self, name, value)
-        model.factors = attrs.get("factors_", getattr(model, "factors", None))
         self.model_ = model
         return model

@@ -132,7 +132,7 @@ class PredictionTable:
         self.dicts: dict[int, dict] = {}  # kept empty: dicts live in the bounded cache
         self.logrows: dict[int, list[float]] = {}  # fill_logrows: eager contexts only
         self.log_floor = -math.log(max(model.min_proba, 1e-300))
-        self.rank = getattr(model, "selected_rank", None)
+        self.rank = model.rank if model.candidates else None  # the rank a selector chose
         self.candidates: list[tuple[int, PredictionTable]] = []  # filled by prepare_table
         self._mask = (1 << (_BITS * window)) - 1
         self._blocks: list[tuple[list[int], np.ndarray]] = []  # the eagerly computed rows
@@ -285,7 +285,7 @@ class PredictionTable:
 def prepare_table(model, window: int = 2) -> PredictionTable:
     """The :class:`PredictionTable` of a model, with one per candidate rank if it has some."""
     table = PredictionTable(model, window)
-    cands = getattr(model, "candidates", None)
+    cands = model.candidates
     if cands:
         table.candidates = [
             (r, table if m is model else PredictionTable(m, window)) for r, m in cands.items()
@@ -351,7 +351,7 @@ class RankSelector:
     >>> acc = MomentAccumulator()
     >>> acc.learn_many("abcd" * 50)
     >>> model = RankSelector(SpectralEstimator(), ranks=(1, 2, 4), scores=RankScores()).fit(acc)
-    >>> model.selected_rank, sorted(model.candidates)
+    >>> model.rank, sorted(model.candidates)
     (4, [2, 4])
 
     """
@@ -387,9 +387,8 @@ class RankSelector:
             if isinstance(floor, float | int) and floor >= 1.0 / n:
                 params["min_proba"] = 0.5 / n  # as the Refitter does: a model needs min_proba < 1/n
             models[r] = type(self.estimator)(**params).fit(data)
-        model = models[choice]
-        model.candidates = models
-        model.selected_rank = choice
+        model = models[choice].replace(candidates=models)
+        models[choice] = model  # why: prepare_table recognises the chosen model among them
         self.rank = choice
         return model
 

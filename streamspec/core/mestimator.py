@@ -5,12 +5,12 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from streamspec.core import defaults
 from streamspec.core.backoff import select_with_backoff
+from streamspec.core.factors import MFactors, factor_operators, factors_of
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.moments import probabilities
 from streamspec.core.solvers import conjugate_gradient, fista, gls_operators, lasso_groups, solve_groups
@@ -76,55 +76,6 @@ class _Progress:
         if log.isEnabledFor(level):
             log.log(level, "event=fit_progress formulation=%s symbols=%d rank=%d %s loss=%.6g "
                     "seconds=%.2f", self.formulation, self.n, self.k, what, loss, elapsed)
-
-
-@dataclass
-class MFactors:
-    """The fitted factors, kept on the model for warm starts (and saved in its checkpoint).
-
-    Dense formulation: ``B_x = R_x S_xᵀ``, R (n, n, k), S (n, k) or (n, n, k).
-    Projected formulation (``factorization == "projected"``): R holds the k × k
-    operators ``B̃_x`` (n, k, k) and S the basis U (n, k) they are expressed in
-    (``B_x = U B̃_x Uᵀ`` in symbol space), which is all a warm start needs.
-    """
-
-    R: np.ndarray  # (n, n, k): R[x, i, w]; projected: (n, k, k) operators B̃_x
-    S: np.ndarray  # (n, k) shared/fixed/projected (U), or (n, n, k) per symbol
-    factorization: str
-    loss: float = float("nan")
-    history: list = field(default_factory=list)
-    rejected: list = field(default_factory=list)  # (outer, sweep, rejected loss, kept loss)
-
-    def operators(self) -> np.ndarray:
-        """The model's operators: (n, n, n) for the dense factors, (n, k, k) projected."""
-        if self.factorization == "projected":
-            return self.R
-        return _operators(self.R, self.S)
-
-    def padded(self, n: int) -> MFactors:
-        """The same factors for a larger alphabet (new symbols: zero rows)."""
-        m = self.R.shape[0]
-        if n == m:
-            return self
-        if n < m:
-            raise ValueError(f"cannot warm-start from a model with {m} symbols on {n} symbols")
-        k = self.R.shape[2]
-        if self.factorization == "projected":
-            R = np.zeros((n, k, k))
-            R[:m] = self.R
-            S = np.zeros((n, self.S.shape[1]))
-            S[:m] = self.S
-            return MFactors(R, S, self.factorization, self.loss, list(self.history))
-        R = np.zeros((n, n, k))
-        R[:m, :m] = self.R
-        if self.S.ndim == 2:
-            S = np.zeros((n, k))
-            S[:m] = self.S
-        else:
-            S = np.zeros((n, n, k))
-            S[:m, :m] = self.S
-            S[m:, :, :] = np.eye(n, k)
-        return MFactors(R, S, self.factorization, self.loss, list(self.history))
 
 
 class MEstimator:
@@ -593,9 +544,8 @@ class MEstimator:
         self.rank_, self.n_conditions_, self.basis_ = k, kp, (U, Q)
         model = ObservableOperatorModel(
             b1, binf, ops, filter=self.filter, window=self.window, min_proba=self.min_proba,
-            symbols=labels, rank=k,
+            symbols=labels, rank=k, factors=factors,
         )
-        model.factors = factors
         self.model_ = model
         return model
 
@@ -640,7 +590,7 @@ class MEstimator:
 
     def _projected_warm_ops(self, init, n: int, k: int, U: np.ndarray) -> np.ndarray | None:
         """The previous operators in the new basis, ``U_newᵀ U_old B̃_old U_oldᵀ U_new``, or None."""
-        warm = _factors_of(init)
+        warm = factors_of(init)
         if warm is None or warm.factorization != "projected" or warm.R.shape[2] != k:
             return None
         warm = warm.padded(n)
@@ -675,7 +625,7 @@ class MEstimator:
         )
         self._P21, self._P3j, self._c3 = P21, P3x1.transpose(2, 0, 1).copy(), c3
         self._mu = self.penalty / np.sqrt(N)
-        warm = _factors_of(init)
+        warm = factors_of(init)
         if warm is not None:
             warm = warm.padded(n)
             if warm.R.shape[2] != k or warm.factorization != self.factorization:
@@ -708,9 +658,8 @@ class MEstimator:
         self.rank_, self.n_conditions_, self.basis_ = k, None, None
         model = ObservableOperatorModel(
             P1, np.ones(n), best.operators(), filter=self.filter, window=self.window,
-            min_proba=self.min_proba, symbols=labels, rank=k,
+            min_proba=self.min_proba, symbols=labels, rank=k, factors=best,
         )
-        model.factors = best
         self.model_ = model
         return model
 
@@ -757,7 +706,7 @@ class MEstimator:
             if refused is not None:
                 rejected.append((outer, len(losses), refused, losses[-1]))
             self._progress.line(f"outer={outer + 1}/{outer_budget}", losses[-1])
-            B = _operators(R, S)
+            B = factor_operators(R, S)
             converged = B_old is not None and (
                 np.linalg.norm(B - B_old) < self.tol * max(np.linalg.norm(B_old), 1e-300)
             )
@@ -868,13 +817,6 @@ class MEstimator:
         return conjugate_gradient(matvec, c, S, max_iter=200)
 
 
-def _operators(R: np.ndarray, S: np.ndarray) -> np.ndarray:
-    """``B_x = R_x S_xᵀ`` for a shared (n, k) or per-symbol (n, n, k) S."""
-    if S.ndim == 2:
-        return np.einsum("xiw,sw->xis", R, S, optimize=True)
-    return np.einsum("xiw,xsw->xis", R, S, optimize=True)
-
-
 def _regauge(R, S):
     """Make S orthonormal (QR), moving its triangular factor into R: B is unchanged."""
     if S.ndim == 2:
@@ -882,16 +824,6 @@ def _regauge(R, S):
         return R @ T.T, Q
     Q, T = np.linalg.qr(S)  # batched over x
     return np.einsum("xiw,xvw->xiv", R, T), Q
-
-
-def _factors_of(init) -> MFactors | None:
-    if init is None:
-        return None
-    if isinstance(init, MFactors):
-        return init
-    if isinstance(init, MEstimator):
-        return getattr(init, "factors_", None)
-    return getattr(init, "factors", None)
 
 
 # ---------------------------------------------------------------------------

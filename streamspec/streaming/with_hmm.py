@@ -106,6 +106,6 @@ class WithHMM:
         except (ValueError, np.linalg.LinAlgError, FloatingPointError) as exc:
             last.error = f"{type(exc).__name__}: {exc}"
         last.warm_hmm = self.warm_hmm_
-        model.hmm = hmm
+        model = model.replace(hmm=hmm)
         last.model, last.hmm = model, hmm
         return model
