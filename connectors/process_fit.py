@@ -30,7 +30,6 @@ Examples
 
 from __future__ import annotations
 
-import inspect
 import multiprocessing
 import os
 import threading
@@ -110,11 +109,6 @@ def shutdown_worker() -> None:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _params(est: MEstimator) -> dict:
-    names = inspect.signature(MEstimator.__init__).parameters
-    return {n: getattr(est, n) for n in names if n != "self" and hasattr(est, n)}
-
-
 def sparse_counts(data) -> tuple[Triples, list | None]:
     """``(triples, labels)`` of an accumulator (or of a :class:`Triples`), never densified.
 
@@ -149,7 +143,7 @@ class ProcessMEstimator(MEstimator):
         factors = factors_of(init)
         for attempt in range(2):
             try:
-                future = _submit(_fit_in_worker, _params(self), triples, labels, factors)
+                future = _submit(_fit_in_worker, self.get_params(), triples, labels, factors)
                 model, attrs = future.result()
                 break
             except BrokenProcessPool:  # the worker died (e.g. killed): start a new one

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 
@@ -13,6 +12,7 @@ from streamspec.core.backoff import select_with_backoff
 from streamspec.core.factors import MFactors, factor_operators, factors_of
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.moments import probabilities
+from streamspec.core.params import Estimator
 from streamspec.core.solvers import conjugate_gradient, fista, gls_operators, lasso_groups, solve_groups
 from streamspec.core.spectral import (
     check_rank,
@@ -78,7 +78,7 @@ class _Progress:
                     "seconds=%.2f", self.formulation, self.n, self.k, what, loss, elapsed)
 
 
-class MEstimator:
+class MEstimator(Estimator):
     """θ_M: generalised-method-of-moments spectral estimator (Tran, Kim & Doshi-Velez 2016).
 
     Two formulations of the same moment conditions ``P3x1[x] ≈ B_x P21``.
@@ -321,6 +321,7 @@ class MEstimator:
 
     def __init__(
         self,
+        *,
         rank: int | str = defaults.RANK,
         penalty: float = defaults.PENALTY,
         weighting: str = defaults.WEIGHTING,
@@ -361,6 +362,14 @@ class MEstimator:
         self._validate()  # why: a bad setting is refused before anything is fitted
 
     # ------------------------------------------------------------------ public
+
+    def warm_start(self, sweeps: int) -> MEstimator:
+        """A copy for warm refits, ``fit(data, init=model)``: ``sweeps`` sweeps, one outer iteration.
+
+        Dense: at most ``sweeps`` alternating sweeps under W re-estimated at the previous
+        operators; projected: one GLS step there. O(parameters).
+        """
+        return self.clone(max_sweeps=sweeps, max_outer=1)
 
     def _validate(self) -> None:
         """Check every setting (:func:`streamspec.core.defaults.check_settings`). O(1)."""
@@ -441,8 +450,7 @@ class MEstimator:
 
         # the candidate θ_spec: the identity weighting in the same formulation (projected:
         # exactly θ_spec, in the same basis) and with factors, so refits can warm-start
-        twin = copy.copy(self)
-        twin.weighting, twin.backoff = "identity", None
+        twin = self.clone(weighting="identity", backoff=None)
         seed = 0 if self.random_state is None else self.random_state
         index, self.model_, scores = select_with_backoff(
             [lambda t: fit_with(self, t, init), lambda t: fit_with(twin, t, None)],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamspec import HMM, MEstimator, MomentAccumulator, SpectralEstimator
+from streamspec import HMM, HMMEstimator, MEstimator, MomentAccumulator, SpectralEstimator
 from streamspec.core.moments import moment_residuals, probabilities, second_moment_blocks
 from streamspec.core.spectral import top_subspace
 from streamspec.core.weighting import WEIGHTINGS, build_weighting
@@ -397,3 +397,49 @@ def test_a_rejected_sweep_is_recorded_in_the_history(monkeypatch):
     assert bad.rejected_sweeps_, "the sweep that raised the loss must be recorded"
     for outer, sweep, refused, kept in bad.rejected_sweeps_:
         assert refused > kept and sweep >= 1 and outer in bad.rejected_
+
+
+# ---------------------------------------------------------------------- the estimator contract
+
+
+@pytest.mark.parametrize("make", [
+    lambda: MEstimator(rank=3, weighting="identity", max_sweeps=7),
+    lambda: SpectralEstimator(rank=2, window=4),
+    lambda: HMMEstimator(n_states=2, n_iter=3),
+])
+def test_get_params_and_clone_round_trip_every_estimator(make):
+    est = make()
+    params = est.get_params()
+    twin = est.clone()
+    assert type(twin) is type(est) and twin is not est and twin.get_params() == params
+    changed = est.clone(tol=0.5) if "tol" in params else est.clone(window=1)
+    assert est.get_params() == params  # the original is never edited
+    assert changed.get_params() == params | ({"tol": 0.5} if "tol" in params else {"window": 1})
+    with pytest.raises(TypeError, match="no parameter bogus"):
+        est.clone(bogus=1)
+    with pytest.raises(TypeError):
+        type(est)(3)  # parameters are keyword-only
+
+
+def test_a_clone_carries_no_fitted_state():
+    acc = MomentAccumulator(n_symbols=3)
+    acc.learn_many(HMM.random(n_states=2, n_symbols=3, random_state=0).sample(5_000, random_state=1))
+    est = MEstimator(rank=2, backoff=None)
+    est.fit(acc)
+    assert hasattr(est, "factors_") and not hasattr(est.clone(), "factors_")
+    assert repr(est.clone(rank=3)) == "MEstimator(rank=3, backoff=None)"
+
+
+def test_the_refitter_warm_starts_through_the_estimator_not_by_editing_it():
+    from streamspec.streaming.refitter import refit_estimator
+
+    acc = MomentAccumulator(n_symbols=3)
+    acc.learn_many(HMM.random(n_states=2, n_symbols=3, random_state=0).sample(5_000, random_state=1))
+    template = MEstimator(rank=2, max_sweeps=40, weighting="identity", factorization="shared")
+    before = template.get_params()
+    prev = template.clone().fit(acc)
+    est, warm = refit_estimator(template, 3, prev, sweeps=2)
+    assert warm and (est.max_sweeps, est.max_outer) == (2, 1)
+    assert template.get_params() == before
+    est, warm = refit_estimator(SpectralEstimator(rank=2), 3, prev, sweeps=2)
+    assert not warm  # no warm start offered: refitted cold
