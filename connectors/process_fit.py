@@ -30,7 +30,6 @@ Examples
 
 from __future__ import annotations
 
-import inspect
 import multiprocessing
 import os
 import threading
@@ -38,7 +37,8 @@ import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from streamspec.core.mestimator import MEstimator, _factors_of
+from streamspec.core.factors import factors_of
+from streamspec.core.mestimator import MEstimator
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.spectral import triples_of
 from streamspec.core.triples import Triples
@@ -109,11 +109,6 @@ def shutdown_worker() -> None:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _params(est: MEstimator) -> dict:
-    names = inspect.signature(MEstimator.__init__).parameters
-    return {n: getattr(est, n) for n in names if n != "self" and hasattr(est, n)}
-
-
 def sparse_counts(data) -> tuple[Triples, list | None]:
     """``(triples, labels)`` of an accumulator (or of a :class:`Triples`), never densified.
 
@@ -145,10 +140,10 @@ class ProcessMEstimator(MEstimator):
         """
         self._validate()
         triples, labels = sparse_counts(data)
-        factors = _factors_of(init)
+        factors = factors_of(init)
         for attempt in range(2):
             try:
-                future = _submit(_fit_in_worker, _params(self), triples, labels, factors)
+                future = _submit(_fit_in_worker, self.get_params(), triples, labels, factors)
                 model, attrs = future.result()
                 break
             except BrokenProcessPool:  # the worker died (e.g. killed): start a new one
@@ -157,6 +152,5 @@ class ProcessMEstimator(MEstimator):
                     raise
         for name, value in attrs.items():
             setattr(self, name, value)
-        model.factors = attrs.get("factors_", getattr(model, "factors", None))
         self.model_ = model
         return model

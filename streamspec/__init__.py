@@ -23,7 +23,7 @@ _EXPORTS = {
     "HiddenMarkovModel": "streamspec.core.hidden_markov_model",
     "KneserNeyBigram": "streamspec.core.backoff",
     "MEstimator": "streamspec.core.mestimator",
-    "MFactors": "streamspec.core.mestimator",
+    "MFactors": "streamspec.core.factors",
     "MomentAccumulator": "streamspec.streaming.accumulator",
     "ObservableOperatorModel": "streamspec.core.model",
     "Refitter": "streamspec.streaming.refitter",
@@ -72,10 +72,11 @@ if TYPE_CHECKING:  # static checkers and IDEs see the names as if imported eager
     from streamspec.core.alphabet import Alphabet
     from streamspec.core.backoff import Backoff, KneserNeyBigram
     from streamspec.core.checkpoint import CheckpointError
+    from streamspec.core.factors import MFactors
     from streamspec.core.hidden_markov_model import HiddenMarkovModel
     from streamspec.core.hmm import HMM
     from streamspec.core.hmm_estimator import HMMEstimator
-    from streamspec.core.mestimator import MEstimator, MFactors
+    from streamspec.core.mestimator import MEstimator
     from streamspec.core.model import ObservableOperatorModel
     from streamspec.core.spectral import SpectralEstimator
     from streamspec.core.triples import DenseTooLarge, Triples

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -41,3 +42,202 @@ def test_every_public_name_resolves():
         assert getattr(streamspec, name).__name__ == name
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         streamspec.nope  # noqa: B018
+
+
+# ---------------------------------------------------------------------- the import graph
+
+PACKAGES = ("streamspec", "connectors")
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package and of the connectors, by dotted name."""
+    found = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, str, int]]:
+    """``(module imported, name imported or "", line)`` of every import in the file.
+
+    Imports anywhere count (function-level and ``TYPE_CHECKING`` blocks included): a
+    deferred import only hides a cycle until the function runs.
+    """
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, "", node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            for a in node.names:
+                full = f"{module}.{a.name}"
+                out.append((full, "", node.lineno) if full in modules
+                           else (module, a.name, node.lineno))
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph = {}
+    for name, path in modules.items():
+        deps = set()
+        for target, _, _ in _imports(name, path, modules):
+            # why: ``import a.b.c`` also runs a and a.b; count the deepest module it names
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                deps.add(target)
+        graph[name] = deps
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    """The check below can fail: a two-module and a three-module cycle are found."""
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    assert "streamspec.core.model" in graph and "streamspec.core.factors" in graph["streamspec.core.model"]
+    assert _cycles(graph) == []
+
+
+# which layers a layer may not import (the layers below it are allowed)
+FORBIDDEN = {
+    "streamspec.core": ("streamspec.streaming", "streamspec.adapters", "streamspec.experiments",
+                        "streamspec.cli", "connectors"),
+    "streamspec.streaming": ("streamspec.adapters", "streamspec.experiments", "streamspec.cli",
+                             "connectors"),
+    "streamspec.adapters": ("streamspec.experiments", "streamspec.cli", "connectors"),
+    "streamspec.experiments": ("streamspec.cli", "connectors"),
+}
+
+
+def _layer_violations() -> list[str]:
+    bad = []
+    for name, deps in _graph().items():
+        for layer, forbidden in FORBIDDEN.items():
+            if name == layer or name.startswith(layer + "."):
+                bad += [f"{name} imports {d}" for d in sorted(deps)
+                        if any(d == f or d.startswith(f + ".") for f in forbidden)]
+        if name.startswith("streamspec") and not name.startswith("streamspec.cli"):
+            bad += [f"{name} imports {d}" for d in sorted(deps) if d.startswith("connectors")]
+    return bad
+
+
+def test_layers_import_only_downwards():
+    """core ← streaming ← adapters ← experiments ← cli; only streamspec.cli imports connectors."""
+    assert _layer_violations() == []
+
+
+ALLOWED_PRIVATE: set[str] = set()  # modules still importing private names (none)
+
+
+def test_no_private_name_is_imported_from_another_module():
+    """A name shared between modules is public: ``from x import _name`` is not allowed."""
+    modules = _modules()
+    bad = []
+    for name, path in modules.items():
+        if name in ALLOWED_PRIVATE:
+            continue
+        for target, imported, line in _imports(name, path, modules):
+            if not target.startswith(PACKAGES):
+                continue
+            private = imported or target.rpartition(".")[2]
+            if private.startswith("_") and not private.startswith("__"):
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {target} {imported}".strip())
+    assert bad == []
+
+
+# ---------------------------------------------------------------------- sizes
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+SIZED = ("streamspec/core", "streamspec/streaming", "streamspec/adapters")
+# Known exceptions, each to be removed when it is split. Any other module or function over
+# the limit fails the test; an entry that is no longer over it fails too (keep this current).
+ALLOWED_MODULES = {
+    "streamspec/streaming/accumulator.py",  # being changed on another branch; split later
+    "streamspec/core/checkpoint.py",  # idem (under the limit today)
+    "streamspec/core/mestimator.py",  # not split yet
+    "streamspec/core/model.py",  # not split yet
+    "streamspec/core/backoff.py",  # not split yet
+    "streamspec/adapters/river_model.py",  # not split yet
+}
+ALLOWED_FUNCTIONS = {
+    "streamspec/streaming/accumulator.py::from_checkpoint",  # accumulator.py: see above
+    # not split yet
+    "streamspec/core/hmm_estimator.py::moment_estimate",
+    "streamspec/core/mestimator.py::_fit_projected",
+    "streamspec/core/mestimator.py::_fit_dense",
+    "streamspec/core/subspace.py::project_triples",
+    "streamspec/core/weighting.py::build_weighting",
+    "streamspec/core/weighting.py::projected_weighting",
+}
+
+
+def _oversized() -> tuple[set[str], set[str]]:
+    modules, functions = set(), set()
+    for folder in SIZED:
+        for path in sorted((ROOT / folder).glob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            text = path.read_text()
+            if len(text.splitlines()) > MAX_MODULE_LINES:
+                modules.add(rel)
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and (
+                        node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES):
+                    functions.add(f"{rel}::{node.name}")
+    return modules, functions
+
+
+def test_no_new_oversized_module_or_function():
+    modules, functions = _oversized()
+    assert modules - ALLOWED_MODULES == set(), f"modules over {MAX_MODULE_LINES} lines"
+    assert functions - ALLOWED_FUNCTIONS == set(), f"functions over {MAX_FUNCTION_LINES} lines"
+
+
+def test_the_allow_lists_name_only_real_exceptions():
+    modules, functions = _oversized()
+    stale = (ALLOWED_FUNCTIONS - functions) | {
+        m for m in ALLOWED_MODULES - modules if m != "streamspec/core/checkpoint.py"}
+    assert stale == set(), "remove these from the allow-lists: they are within the limits now"

@@ -14,11 +14,12 @@ from river import base
 
 from streamspec.core import defaults
 from streamspec.core.mestimator import MEstimator
+from streamspec.core.params import Estimator, clone
 from streamspec.core.spectral import SpectralEstimator, triples_of
 from streamspec.core.subspace import DENSE_SVD_MAX, top_singular
 from streamspec.core.triples import Triples
 from streamspec.streaming.accumulator import MomentAccumulator
-from streamspec.streaming.refitter import Refitter, _init_params
+from streamspec.streaming.refitter import Refitter, refit_estimator
 from streamspec.streaming.with_hmm import WithHMM
 
 __all__ = ["SpectralHMM", "PredictionTable", "RankSelector", "RankScores", "ROW_CACHE_FLOATS"]
@@ -132,7 +133,7 @@ class PredictionTable:
         self.dicts: dict[int, dict] = {}  # kept empty: dicts live in the bounded cache
         self.logrows: dict[int, list[float]] = {}  # fill_logrows: eager contexts only
         self.log_floor = -math.log(max(model.min_proba, 1e-300))
-        self.rank = getattr(model, "selected_rank", None)
+        self.rank = model.rank if model.candidates else None  # the rank a selector chose
         self.candidates: list[tuple[int, PredictionTable]] = []  # filled by prepare_table
         self._mask = (1 << (_BITS * window)) - 1
         self._blocks: list[tuple[list[int], np.ndarray]] = []  # the eagerly computed rows
@@ -285,7 +286,7 @@ class PredictionTable:
 def prepare_table(model, window: int = 2) -> PredictionTable:
     """The :class:`PredictionTable` of a model, with one per candidate rank if it has some."""
     table = PredictionTable(model, window)
-    cands = getattr(model, "candidates", None)
+    cands = model.candidates
     if cands:
         table.candidates = [
             (r, table if m is model else PredictionTable(m, window)) for r, m in cands.items()
@@ -326,7 +327,7 @@ class RankScores:
         return min(scores, key=scores.get) if scores else None
 
 
-class RankSelector:
+class RankSelector(Estimator):
     """Estimator wrapper that fits several ranks and keeps the one with the best online loss.
 
     Each fit uses the ranks of ``ranks`` within a factor 2 of the current choice (and the
@@ -351,12 +352,12 @@ class RankSelector:
     >>> acc = MomentAccumulator()
     >>> acc.learn_many("abcd" * 50)
     >>> model = RankSelector(SpectralEstimator(), ranks=(1, 2, 4), scores=RankScores()).fit(acc)
-    >>> model.selected_rank, sorted(model.candidates)
+    >>> model.rank, sorted(model.candidates)
     (4, [2, 4])
 
     """
 
-    def __init__(self, estimator, ranks: tuple = RANK_GRID, scores: RankScores | None = None):
+    def __init__(self, estimator, *, ranks: tuple = RANK_GRID, scores: RankScores | None = None):
         self.estimator = estimator
         self.ranks = ranks
         self.scores = scores
@@ -381,16 +382,12 @@ class RankSelector:
         near = sorted({r for r in grid if choice / 2 <= r <= choice * 2} | {choice})
         models = {}
         for r in near:
-            params = _init_params(self.estimator)
-            params["rank"] = r
-            floor = params.get("min_proba")
-            if isinstance(floor, float | int) and floor >= 1.0 / n:
-                params["min_proba"] = 0.5 / n  # as the Refitter does: a model needs min_proba < 1/n
-            models[r] = type(self.estimator)(**params).fit(data)
-        model = models[choice]
-        model.candidates = models
-        model.selected_rank = choice
-        self.rank = choice
+            # as the Refitter does: a model needs min_proba < 1/n
+            est, _ = refit_estimator(clone(self.estimator, rank=r), n, None, 1)
+            models[r] = est.fit(data)
+        model = models[choice].replace(candidates=models)
+        models[choice] = model  # why: prepare_table recognises the chosen model among them
+        self.rank_ = choice
         return model
 
 
@@ -696,9 +693,9 @@ class SpectralHMM(base.Classifier):
         else:
             est = copy.deepcopy(est)
         if auto:
-            est = RankSelector(est, RANK_GRID, self._scores)
+            est = RankSelector(est, ranks=RANK_GRID, scores=self._scores)
         if self.n_states is not None:
-            est = WithHMM(est, self.n_states, self.sweeps)
+            est = WithHMM(est, n_states=self.n_states, sweeps=self.sweeps)
         return est
 
     def _next_countdown(self) -> int:

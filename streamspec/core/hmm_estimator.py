@@ -35,6 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
+from streamspec.core.params import Estimator
 from streamspec.core.subspace import top_singular
 from streamspec.core.triples import Triples
 
@@ -292,7 +293,7 @@ def refine(triples: Triples, pi, T, O, n_iter: int, tol: float):
 # ---------------------------------------------------------------------- the estimator
 
 
-class HMMEstimator:
+class HMMEstimator(Estimator):
     """Fit a :class:`~streamspec.core.hidden_markov_model.HiddenMarkovModel` to triple counts.
 
     Parameters

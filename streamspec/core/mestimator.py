@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import copy
-import logging
-import time
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from streamspec.core import defaults
 from streamspec.core.backoff import select_with_backoff
+from streamspec.core.dense import DenseProblem, dense_bytes
+from streamspec.core.factors import MFactors, factors_of
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.moments import probabilities
-from streamspec.core.solvers import conjugate_gradient, fista, gls_operators, lasso_groups, solve_groups
+from streamspec.core.params import Estimator
+from streamspec.core.progress import Progress
+from streamspec.core.projected import identity_loss, projected_loss, projected_step
 from streamspec.core.spectral import (
     check_rank,
     counts_of,
     select_rank_by_spectrum,
-    spectral_operators,
     top_subspace,
     triples_of,
 )
@@ -27,8 +25,6 @@ from streamspec.core.triples import Triples
 from streamspec.core.weighting import (
     PROJECTED_WEIGHTINGS,
     ProjectedWeighting,
-    Weighting,
-    build_weighting,
     projected_weighting,
     resolve_projected_shrinkage,
 )
@@ -44,90 +40,11 @@ _SETTINGS = ("rank", "penalty", "weighting", "factorization", "max_outer", "max_
 _FITTED = ("factors_", "weighting_", "loss_history_", "rejected_", "rejected_sweeps_", "rank_",
            "n_conditions_",
            "basis_", "formulation_")
-_DENSE_MAX = 2500  # largest coupled group (parameters) solved with an explicit Hessian
 DENSE_MEMORY_LIMIT = 2 * 2**30  # bytes the dense formulation may need before it refuses to start
 _FULL_CONDITIONS_MAX = 1 << 24  # floats of A (n·k·k') kept for every symbol on small problems
-_SYMBOL_BLOCK = 1 << 22  # floats of Σ_x (k'² each) built at once by the projected formulation
-PROGRESS_AFTER = 2.0  # seconds into a fit after which its progress lines are logged at INFO
-
-log = logging.getLogger("streamspec.fit")
 
 
-class _Progress:
-    """Progress lines of one fit on the ``"streamspec.fit"`` logger.
-
-    One line per outer iteration (and, dense, per sweep at most every few seconds),
-    with the loss and the elapsed time: at DEBUG level during the first
-    :data:`PROGRESS_AFTER` seconds, so that quick fits (refits of a daemon) stay quiet,
-    then at INFO, so that a long fit shows that it is alive and where it is.
-    """
-
-    def __init__(self, formulation: str, n: int, k: int):
-        self.formulation, self.n, self.k = formulation, n, k
-        self.t0 = self.last = time.perf_counter()
-
-    def line(self, what: str, loss: float, every: float = 0.0) -> None:
-        now = time.perf_counter()
-        if now - self.last < every:
-            return
-        self.last = now
-        elapsed = now - self.t0
-        level = logging.INFO if elapsed >= PROGRESS_AFTER else logging.DEBUG
-        if log.isEnabledFor(level):
-            log.log(level, "event=fit_progress formulation=%s symbols=%d rank=%d %s loss=%.6g "
-                    "seconds=%.2f", self.formulation, self.n, self.k, what, loss, elapsed)
-
-
-@dataclass
-class MFactors:
-    """The fitted factors, kept on the model for warm starts (and saved in its checkpoint).
-
-    Dense formulation: ``B_x = R_x S_xᵀ``, R (n, n, k), S (n, k) or (n, n, k).
-    Projected formulation (``factorization == "projected"``): R holds the k × k
-    operators ``B̃_x`` (n, k, k) and S the basis U (n, k) they are expressed in
-    (``B_x = U B̃_x Uᵀ`` in symbol space), which is all a warm start needs.
-    """
-
-    R: np.ndarray  # (n, n, k): R[x, i, w]; projected: (n, k, k) operators B̃_x
-    S: np.ndarray  # (n, k) shared/fixed/projected (U), or (n, n, k) per symbol
-    factorization: str
-    loss: float = float("nan")
-    history: list = field(default_factory=list)
-    rejected: list = field(default_factory=list)  # (outer, sweep, rejected loss, kept loss)
-
-    def operators(self) -> np.ndarray:
-        """The model's operators: (n, n, n) for the dense factors, (n, k, k) projected."""
-        if self.factorization == "projected":
-            return self.R
-        return _operators(self.R, self.S)
-
-    def padded(self, n: int) -> MFactors:
-        """The same factors for a larger alphabet (new symbols: zero rows)."""
-        m = self.R.shape[0]
-        if n == m:
-            return self
-        if n < m:
-            raise ValueError(f"cannot warm-start from a model with {m} symbols on {n} symbols")
-        k = self.R.shape[2]
-        if self.factorization == "projected":
-            R = np.zeros((n, k, k))
-            R[:m] = self.R
-            S = np.zeros((n, self.S.shape[1]))
-            S[:m] = self.S
-            return MFactors(R, S, self.factorization, self.loss, list(self.history))
-        R = np.zeros((n, n, k))
-        R[:m, :m] = self.R
-        if self.S.ndim == 2:
-            S = np.zeros((n, k))
-            S[:m] = self.S
-        else:
-            S = np.zeros((n, n, k))
-            S[:m, :m] = self.S
-            S[m:, :, :] = np.eye(n, k)
-        return MFactors(R, S, self.factorization, self.loss, list(self.history))
-
-
-class MEstimator:
+class MEstimator(Estimator):
     """θ_M: generalised-method-of-moments spectral estimator (Tran, Kim & Doshi-Velez 2016).
 
     Two formulations of the same moment conditions ``P3x1[x] ≈ B_x P21``.
@@ -295,7 +212,7 @@ class MEstimator:
     -----
     Why projected is the default: the dense formulation's per-symbol weighting
     needs O(n⁴) memory, about 2.3 GiB at n = 100 and 30 GiB at n = 200 at rank 10
-    by its own estimate (``_dense_bytes``, which makes it refuse to start), and the
+    by its own estimate (``dense_bytes``, which makes it refuse to start), and the
     "dense p.s." column below shows its time at n = 26; the projected one is linear
     in n and in nnz. Measured figures behind
     the default weighting:
@@ -370,6 +287,7 @@ class MEstimator:
 
     def __init__(
         self,
+        *,
         rank: int | str = defaults.RANK,
         penalty: float = defaults.PENALTY,
         weighting: str = defaults.WEIGHTING,
@@ -410,6 +328,14 @@ class MEstimator:
         self._validate()  # why: a bad setting is refused before anything is fitted
 
     # ------------------------------------------------------------------ public
+
+    def warm_start(self, sweeps: int) -> MEstimator:
+        """A copy for warm refits, ``fit(data, init=model)``: ``sweeps`` sweeps, one outer iteration.
+
+        Dense: at most ``sweeps`` alternating sweeps under W re-estimated at the previous
+        operators; projected: one GLS step there. O(parameters).
+        """
+        return self.clone(max_sweeps=sweeps, max_outer=1)
 
     def _validate(self) -> None:
         """Check every setting (:func:`streamspec.core.defaults.check_settings`). O(1)."""
@@ -490,8 +416,7 @@ class MEstimator:
 
         # the candidate θ_spec: the identity weighting in the same formulation (projected:
         # exactly θ_spec, in the same basis) and with factors, so refits can warm-start
-        twin = copy.copy(self)
-        twin.weighting, twin.backoff = "identity", None
+        twin = self.clone(weighting="identity", backoff=None)
         seed = 0 if self.random_state is None else self.random_state
         index, self.model_, scores = select_with_backoff(
             [lambda t: fit_with(self, t, init), lambda t: fit_with(twin, t, None)],
@@ -542,16 +467,16 @@ class MEstimator:
             base[active[a : a + 4096]] = A[a : a + 4096] @ M_pinv
         ops = self._projected_warm_ops(init, n, k, U)  # the operators W is estimated at
         history, rejected, rejected_sweeps = [], [], []
-        progress = _Progress("projected", n, k)
+        progress = Progress("projected", n, k)
         # why: the first cold iteration is Algorithm 1's W = I (θ_spec); with W = I the
         # solution does not depend on the operators, so further iterations change nothing
         budget = 1 if self.weighting == "identity" else self._max_outer(projected=True)
         for it in range(budget):
             if ops is None:
-                new, before, after = base[active], None, _identity_loss(A, M, base[active])
+                new, before, after = base[active], None, identity_loss(A, M, base[active])
             else:
                 W = self._projected_weighting_at(self.weighting, triples, U, Q, ops)
-                new, before, after = _projected_step(W, active, A, M, ops[active])
+                new, before, after = projected_step(W, active, A, M, ops[active])
             history.append([after] if before is None else [before, after])
             progress.line(f"outer={it + 1}/{budget}", after)
             ok = np.isfinite(new).all() and np.isfinite(after) and (
@@ -586,16 +511,15 @@ class MEstimator:
             W, loss = None, history[-1][-1]
         else:
             W = self._projected_weighting_at(self.weighting, triples, U, Q, ops)
-            loss = _projected_loss(W, active, A, M, ops[active])
+            loss = projected_loss(W, active, A, M, ops[active])
         factors = MFactors(ops, U, "projected", loss=loss, history=history, rejected=rejected_sweeps)
         self.factors_, self.weighting_, self.loss_history_ = factors, W, history
         self.rejected_, self.rejected_sweeps_ = rejected, rejected_sweeps
         self.rank_, self.n_conditions_, self.basis_ = k, kp, (U, Q)
         model = ObservableOperatorModel(
             b1, binf, ops, filter=self.filter, window=self.window, min_proba=self.min_proba,
-            symbols=labels, rank=k,
+            symbols=labels, rank=k, factors=factors,
         )
-        model.factors = factors
         self.model_ = model
         return model
 
@@ -640,7 +564,7 @@ class MEstimator:
 
     def _projected_warm_ops(self, init, n: int, k: int, U: np.ndarray) -> np.ndarray | None:
         """The previous operators in the new basis, ``U_newᵀ U_old B̃_old U_oldᵀ U_new``, or None."""
-        warm = _factors_of(init)
+        warm = factors_of(init)
         if warm is None or warm.factorization != "projected" or warm.R.shape[2] != k:
             return None
         warm = warm.padded(n)
@@ -652,7 +576,7 @@ class MEstimator:
     def _fit_dense(self, data, init) -> ObservableOperatorModel:
         n = _alphabet_size(data)
         k_guess = n if isinstance(self.rank, str) else int(min(max(self.rank, 1), max(n, 1)))
-        need = _dense_bytes(n, k_guess, self.weighting, self.factorization)
+        need = dense_bytes(n, k_guess, self.weighting, self.factorization)
         if need > DENSE_MEMORY_LIMIT:
             raise ValueError(
                 f"the dense formulation (weighting={self.weighting!r}, factorization="
@@ -673,9 +597,10 @@ class MEstimator:
             if isinstance(self.rank, str) and self.rank == "auto"
             else check_rank(self.rank, n)
         )
-        self._P21, self._P3j, self._c3 = P21, P3x1.transpose(2, 0, 1).copy(), c3
-        self._mu = self.penalty / np.sqrt(N)
-        warm = _factors_of(init)
+        # why: the fit's arrays live in a problem of their own, not on self (reentrant)
+        problem = DenseProblem(self, P21, P3x1.transpose(2, 0, 1).copy(), c3,
+                               self.penalty / np.sqrt(N), self._max_outer(projected=False))
+        warm = factors_of(init)
         if warm is not None:
             warm = warm.padded(n)
             if warm.R.shape[2] != k or warm.factorization != self.factorization:
@@ -686,20 +611,20 @@ class MEstimator:
             if self.factorization == "fixed":  # S follows the counts: re-express B in the new U
                 S = top_subspace(P21, k)
                 R = B_prev @ S
-            best, W = self._run(R, S, self._weighting_at(B_prev))
+            best, W = problem.run(R, S, problem.weighting_at(B_prev))
         else:
             U = top_subspace(P21, k)
-            R0, S0 = self._spectral_start(P1, P21, P3x1, U)
-            best, W = self._run(R0, S0, None)
+            R0, S0 = problem.spectral_start(P1, P21, P3x1, U)
+            best, W = problem.run(R0, S0, None)
             rng = np.random.default_rng(self.random_state)
             for _ in range(self.n_restarts):
-                candidate, _ = self._run(*self._random_start(rng, n, k), None)
-                if self._loss(candidate.R, candidate.S, W) < self._loss(best.R, best.S, W):
+                candidate, _ = problem.run(*problem.random_start(rng, n, k), None)
+                if problem.loss(candidate.R, candidate.S, W) < problem.loss(best.R, best.S, W):
                     best = candidate
         # report the loss under W re-estimated at the solution itself, so that fits
         # reached by different paths (cold, warm, restarts) are comparable
-        W = self._weighting_at(best.operators())
-        best.loss = self._loss(best.R, best.S, W)
+        W = problem.weighting_at(best.operators())
+        best.loss = problem.loss(best.R, best.S, W)
         self.factors_ = best
         self.weighting_ = W
         self.loss_history_ = best.history
@@ -708,329 +633,11 @@ class MEstimator:
         self.rank_, self.n_conditions_, self.basis_ = k, None, None
         model = ObservableOperatorModel(
             P1, np.ones(n), best.operators(), filter=self.filter, window=self.window,
-            min_proba=self.min_proba, symbols=labels, rank=k,
+            min_proba=self.min_proba, symbols=labels, rank=k, factors=best,
         )
-        model.factors = best
         self.model_ = model
         return model
 
-    # ------------------------------------------------------------------ starts
-
-    def _spectral_start(self, P1, P21, P3x1, U):
-        """θ_spec in M-form: S = U, R_x = U Uᵀ P3x1[x] (Uᵀ P21)⁺ (math.md section 6)."""
-        k = U.shape[1]
-        _, _, Bk = spectral_operators(P1, P21, P3x1, k)
-        R = np.einsum("dk,xkl->xdl", U, Bk, optimize=True)
-        S = U if self.factorization != "per_symbol" else np.broadcast_to(U, (len(P1),) + U.shape).copy()
-        return R, S.copy()
-
-    def _random_start(self, rng, n, k):
-        if self.factorization == "per_symbol":
-            S = np.stack([np.linalg.qr(rng.normal(size=(n, k)))[0] for _ in range(n)])
-        elif self.factorization == "fixed":
-            S = top_subspace(self._P21, k)
-        else:
-            S = np.linalg.qr(rng.normal(size=(n, k)))[0]
-        R = self._r_step(np.zeros((n, n, k)), S, build_weighting("identity", self._c3))
-        return R, S
-
-    # ------------------------------------------------------------------ Algorithm 1
-
-    def _weighting_at(self, B: np.ndarray) -> Weighting:
-        return build_weighting(
-            self.weighting, self._c3, B, smoothing=self.smoothing, shrinkage=self.shrinkage,
-            ridge=self.ridge,
-        )
-
-    def _run(self, R, S, W0):
-        """Outer loop: alternate under W, re-estimate W at the new operators, repeat."""
-        W = W0 if W0 is not None else build_weighting("identity", self._c3)
-        history, rejected = [], []
-        self._progress = _Progress("dense", R.shape[0], R.shape[2])
-        B_old = None
-        outer_budget = self._max_outer(projected=False) if self.weighting != "identity" else 1
-        for outer in range(outer_budget):
-            if outer > 0:
-                W = self._weighting_at(B_old)
-            R, S, losses, refused = self._alternate(R, S, W)
-            history.append(losses)
-            if refused is not None:
-                rejected.append((outer, len(losses), refused, losses[-1]))
-            self._progress.line(f"outer={outer + 1}/{outer_budget}", losses[-1])
-            B = _operators(R, S)
-            converged = B_old is not None and (
-                np.linalg.norm(B - B_old) < self.tol * max(np.linalg.norm(B_old), 1e-300)
-            )
-            B_old = B
-            if converged:
-                break
-        return MFactors(R, S, self.factorization, history=history, rejected=rejected), W
-
-    # ------------------------------------------------------------------ Algorithm 2
-
-    def _alternate(self, R, S, W):
-        """Sweeps under a fixed W: ``(R, S, losses, refused)``, ``refused`` being the loss of
-        the sweep that was rejected because it raised the loss (or was not finite), or None."""
-        loss = self._loss(R, S, W)
-        losses = [loss]
-        for _ in range(self.max_sweeps):
-            R_new, S_new = R, S
-            if self.factorization != "fixed":
-                S_new = self._s_step(R_new, S_new, W)
-                R_new, S_new = _regauge(R_new, S_new)
-            R_new = self._r_step(R_new, S_new, W)
-            new = self._loss(R_new, S_new, W)
-            if not np.isfinite(new) or new > loss:
-                # reject: an exact step cannot raise the loss under a fixed W, so this is
-                # numerics; recorded (rejected_sweeps_) rather than silently dropped
-                return R, S, losses, float(new)
-            R, S = R_new, S_new
-            improvement = loss - new
-            loss = new
-            losses.append(loss)
-            progress = getattr(self, "_progress", None)
-            if progress is not None:
-                progress.line(f"sweep={len(losses) - 1}", loss, every=5.0)
-            if improvement <= self.tol * max(loss, 1e-300):
-                break
-        return R, S, losses, None
-
-    def _z(self, S):
-        """Z[x, j, w] = (S_xᵀ P21)[w, j]."""
-        n = self._P21.shape[0]
-        if S.ndim == 2:
-            return np.broadcast_to((S.T @ self._P21).T, (n, n, S.shape[1]))
-        return np.einsum("xsw,sj->xjw", S, self._P21, optimize=True)
-
-    def _loss(self, R, S, W) -> float:
-        Z = self._z(S)
-        m = self._P3j - np.einsum("xiw,xjw->jxi", R, Z, optimize=True)
-        return W.quad(m) + self._mu * float(np.abs(R).sum())
-
-    def _r_step(self, R, S, W) -> np.ndarray:
-        """argmin over R of mᵀWm + μ‖R‖₁ (halved: ½θᵀHθ - cᵀθ + μ/2 ‖θ‖₁)."""
-        n, _, k = R.shape
-        Z = self._z(S)
-        WP = W.apply(self._P3j)
-        c = np.einsum("jxi,xjw->xiw", WP, Z, optimize=True)
-        mu = self._mu / 2
-        if W.blocks is None and W.K is None:  # rows (x, i) decouple
-            H = np.einsum("jxi,xjw,xjv->xiwv", W.lam, Z, Z, optimize=True).reshape(n * n, k, k)
-            groups, shape = (H, c.reshape(n * n, k)), (n * n, k)
-        elif W.blocks is not None:  # symbols x decouple
-            H = np.einsum("jxab,xjw,xjv->xawbv", W.blocks, Z, Z, optimize=True)
-            groups, shape = (H.reshape(n, n * k, n * k), c.reshape(n, n * k)), (n, n * k)
-        elif n * n * k <= _DENSE_MAX:
-            Wd = np.stack([W.dense_block(j) for j in range(n)]).reshape(n, n, n, n, n)
-            H = np.einsum("jxiyl,xjw,yjv->xiwylv", Wd, Z, Z, optimize=True)
-            p = n * n * k
-            groups, shape = (H.reshape(1, p, p), c.reshape(1, p)), (1, p)
-        else:
-            return self._r_step_iterative(R, Z, W, c)
-        H, cg = groups
-        if mu > 0:
-            theta = lasso_groups(H, cg, mu, theta0=R.reshape(shape))
-        else:
-            theta = solve_groups(H, cg)
-        return theta.reshape(n, n, k)
-
-    def _r_step_iterative(self, R, Z, W, c):
-        def matvec(theta):
-            m = np.einsum("xiw,xjw->jxi", theta, Z, optimize=True)
-            return np.einsum("jxi,xjw->xiw", W.apply(m), Z, optimize=True)
-
-        if self._mu > 0:
-            return fista(matvec, c, self._mu / 2, R)
-        diag = np.einsum("jxi,xjw->xiw", W.diagonal(), Z**2, optimize=True)
-        return conjugate_gradient(matvec, c, R, precond=np.maximum(diag, 1e-300))
-
-    def _s_step(self, R, S, W) -> np.ndarray:
-        """argmin over S of mᵀWm (the penalty does not involve S)."""
-        n, _, k = R.shape
-        P21 = self._P21
-        WP = W.apply(self._P3j)
-        if S.ndim == 2:
-            # m = P - R̃ (Sᵀ q_j): H[(s,w),(t,v)] = Σ_j q_j[s] q_j[t] (R̃ᵀ W_j R̃)[w, v]
-            WR = np.stack([W.apply(np.broadcast_to(R[:, :, v], (n, n, n))) for v in range(k)])
-            RWR = np.einsum("xiw,vjxi->jwv", R, WR, optimize=True)
-            H = np.einsum("sj,tj,jwv->swtv", P21, P21, RWR, optimize=True).reshape(n * k, n * k)
-            c = np.einsum("sj,xiw,jxi->sw", P21, R, WP, optimize=True).reshape(n * k)
-            return solve_groups(H[None], c[None])[0].reshape(n, k)
-
-        def matvec(theta):
-            T = np.einsum("xsw,sj->xjw", theta, P21, optimize=True)
-            m = np.einsum("xiw,xjw->jxi", R, T, optimize=True)
-            Y = np.einsum("jxi,xiw->xjw", W.apply(m), R, optimize=True)
-            return np.einsum("sj,xjw->xsw", P21, Y, optimize=True)
-
-        Y = np.einsum("jxi,xiw->xjw", WP, R, optimize=True)
-        c = np.einsum("sj,xjw->xsw", P21, Y, optimize=True)
-        return conjugate_gradient(matvec, c, S, max_iter=200)
-
-
-def _operators(R: np.ndarray, S: np.ndarray) -> np.ndarray:
-    """``B_x = R_x S_xᵀ`` for a shared (n, k) or per-symbol (n, n, k) S."""
-    if S.ndim == 2:
-        return np.einsum("xiw,sw->xis", R, S, optimize=True)
-    return np.einsum("xiw,xsw->xis", R, S, optimize=True)
-
-
-def _regauge(R, S):
-    """Make S orthonormal (QR), moving its triangular factor into R: B is unchanged."""
-    if S.ndim == 2:
-        Q, T = np.linalg.qr(S)
-        return R @ T.T, Q
-    Q, T = np.linalg.qr(S)  # batched over x
-    return np.einsum("xiw,xvw->xiv", R, T), Q
-
-
-def _factors_of(init) -> MFactors | None:
-    if init is None:
-        return None
-    if isinstance(init, MFactors):
-        return init
-    if isinstance(init, MEstimator):
-        return getattr(init, "factors_", None)
-    return getattr(init, "factors", None)
-
-
-# ---------------------------------------------------------------------------
-# projected formulation: helpers
-# ---------------------------------------------------------------------------
-
-
-class _SigmaInverse:
-    """``Σ_x⁻¹`` of a group of symbols, applied to right-hand sides of shape (b, k', r).
-
-    Four forms, whichever is cheapest for the group: ``None`` (W = I), a scale
-    ``1 / c_x`` (Σ_x = c_x I: a symbol with no counted pair), a diagonal, the
-    Woodbury form ``(R - Vᵀ (c I + V Vᵀ)⁻¹ V R) / c`` for ``Σ_x = c I + Vᵀ V`` with V of
-    m ≪ k' rows (a symbol seen after few distinct x1), or dense inverses.
-    """
-
-    def __init__(self, kind: str, data=None, V=None, c=None):
-        self.kind, self.data, self.V, self.c = kind, data, V, c
-
-    def apply(self, R: np.ndarray) -> np.ndarray:
-        if self.kind == "identity":
-            return R
-        if self.kind == "scale":
-            return R * self.data[:, None, None]
-        if self.kind == "diagonal":
-            return R * self.data[:, :, None]
-        if self.kind == "woodbury":
-            VR = self.V @ R  # (b, m, r)
-            return (R - self.V.transpose(0, 2, 1) @ (self.data @ VR)) / self.c[:, None, None]
-        return self.data @ R
-
-
-def _sigma_groups(W: ProjectedWeighting, symbols: np.ndarray, kp: int):
-    """``(symbols, Σ⁻¹)`` pairs covering every symbol, each group sharing one form of Σ_x⁻¹.
-
-    "per_symbol": a symbol whose pair sums ``C[x, ·]`` have m entries has
-    ``Σ_x = c_x I + (1 - s_x) Q_Jᵀ diag(C[x, J]) Q_J``, the identity plus rank m. Most
-    symbols of a large alphabet are rare (m ≪ k'): they are solved by Woodbury,
-    O(m k' r + m³) each, batched by m rounded up to a power of two (zero rows pad V);
-    only the symbols with m > k'/2 get a dense k' × k' inverse, O(k'³). So a step
-    costs O(pairs · k' · k + n_dense · k'³) rather than O(n · k'³).
-    """
-    if W.mode in ("identity", "diagonal"):
-        step = max(1, _SYMBOL_BLOCK // kp)
-        for lo in range(0, symbols.size, step):
-            idx = symbols[lo : lo + step]
-            if W.mode == "identity":
-                yield idx, _SigmaInverse("identity")
-            else:
-                yield idx, _SigmaInverse("diagonal", 1.0 / W.factor_of(idx))
-        return
-    C = W.C
-    m = np.diff(C.indptr)[symbols]
-    live = W.tau_x[symbols] > 0
-    shrink = W.shrink[symbols]
-    c = np.where(live, (shrink + W.ridge) * W.tau_x[symbols], 1.0)
-    flat = ~live | (m == 0) | (shrink >= 1.0)
-    idx = np.flatnonzero(flat)
-    if idx.size:
-        yield symbols[idx], _SigmaInverse("scale", 1.0 / c[idx])
-    low_rank = ~flat & (2 * m <= kp) & (c > 0)
-    size = np.where(low_rank, 1 << np.ceil(np.log2(np.maximum(m, 1))).astype(np.int64), 0)
-    for mm in np.unique(size[low_rank]):
-        members = np.flatnonzero(size == mm)
-        step = max(1, _SYMBOL_BLOCK // (int(mm) * kp + int(mm) ** 2))
-        for a in range(0, members.size, step):
-            g = members[a : a + step]
-            yield symbols[g], _woodbury(W, symbols[g], int(mm), c[g])
-    dense = np.flatnonzero(~flat & ~low_rank)
-    step = max(1, _SYMBOL_BLOCK // (kp * kp))
-    for a in range(0, dense.size, step):
-        g = symbols[dense[a : a + step]]
-        F = W.factor_of(g)
-        try:
-            # why: one batched inverse per block, then only matrix products (the GLS step,
-            # the loss before and after all reuse it); Σ_x is positive definite once shrunk
-            yield g, _SigmaInverse("dense", np.linalg.inv(F))
-        except np.linalg.LinAlgError:  # Σ_x singular (shrinkage and ridge 0): pseudo-inverse
-            yield g, _SigmaInverse("dense", np.linalg.pinv(F, hermitian=True))
-
-
-def _woodbury(W: ProjectedWeighting, g: np.ndarray, mm: int, c: np.ndarray) -> _SigmaInverse:
-    """Woodbury form of ``Σ_x⁻¹`` for symbols ``g`` with at most ``mm`` pairs each."""
-    C, kp = W.C, W.Q.shape[1]
-    V = np.zeros((g.size, mm, kp))
-    for r, x in enumerate(g.tolist()):
-        lo, hi = C.indptr[x], C.indptr[x + 1]
-        V[r, : hi - lo] = np.sqrt((1 - W.shrink[x]) * C.data[lo:hi])[:, None] * W.Q[C.indices[lo:hi]]
-    inner = V @ V.transpose(0, 2, 1)
-    inner[:, np.arange(mm), np.arange(mm)] += c[:, None]
-    return _SigmaInverse("woodbury", np.linalg.inv(inner), V=V, c=c)
-
-
-def _projected_step(W: ProjectedWeighting, symbols: np.ndarray, A: np.ndarray, M: np.ndarray,
-                    previous: np.ndarray | None):
-    """GLS operators of ``symbols`` under W, and W's loss at ``previous`` (None if not given)
-    and at them. ``A`` and ``previous`` hold one row per symbol of ``symbols`` (sorted).
-
-    One group of symbols at a time (:func:`_sigma_groups`), so ``Σ_x`` never exists for
-    all symbols at once: O(block · k'²) scratch.
-    """
-    _, k, kp = A.shape
-    out = np.empty((symbols.size, k, k))
-    before, after = 0.0, 0.0
-    for g, inverse in _sigma_groups(W, symbols, kp):
-        rows = np.searchsorted(symbols, g)
-        Ag = A[rows]
-        # one application for every right-hand side: Σ⁻¹Mᵀ, Σ⁻¹Aᵀ (and Σ⁻¹G_prevᵀ); then
-        # Σ⁻¹G_newᵀ = Σ⁻¹Aᵀ - Σ⁻¹Mᵀ B̃ᵀ needs no further solve
-        rhs = [np.broadcast_to(M.T, (g.size, kp, k)), Ag.transpose(0, 2, 1)]
-        if previous is not None:
-            G_prev = Ag - previous[rows] @ M
-            rhs.append(G_prev.transpose(0, 2, 1))
-        Z = inverse.apply(np.concatenate(rhs, axis=2))
-        Y = Z[:, :, :k]
-        Bb = gls_operators(Ag, M, Y)
-        out[rows] = Bb
-        G_new = Ag - Bb @ M
-        after += W.tau * float(np.einsum("bak,bka->", G_new, Z[:, :, k : 2 * k] - Y @ Bb.transpose(0, 2, 1)))
-        if previous is not None:
-            before += W.tau * float(np.einsum("bak,bka->", G_prev, Z[:, :, 2 * k :]))
-    return out, (before if previous is not None else None), after
-
-
-def _projected_loss(W: ProjectedWeighting, symbols: np.ndarray, A: np.ndarray, M: np.ndarray,
-                    ops: np.ndarray) -> float:
-    """``Σ_x τ tr(G_x Σ_x⁻¹ G_xᵀ)`` over ``symbols`` (rows of A and ops); the cost of one step."""
-    total = 0.0
-    for g, inverse in _sigma_groups(W, symbols, A.shape[2]):
-        rows = np.searchsorted(symbols, g)
-        G = A[rows] - ops[rows] @ M
-        total += W.tau * float(np.einsum("bak,bka->", G, inverse.apply(G.transpose(0, 2, 1))))
-    return total
-
-
-def _identity_loss(A: np.ndarray, M: np.ndarray, ops: np.ndarray) -> float:
-    """The loss under W = I, ``Σ_x ‖A_x - B̃_x M‖²`` over the rows of A."""
-    return float(sum(np.square(A[a : a + 4096] - ops[a : a + 4096] @ M).sum()
-                     for a in range(0, A.shape[0], 4096)))
 
 
 def _alphabet_size(data) -> int:
@@ -1039,19 +646,3 @@ def _alphabet_size(data) -> int:
     if hasattr(data, "counts") and hasattr(data, "symbols"):
         return int(data.n)
     return int(np.shape(data)[0]) if np.ndim(data) else 0
-
-
-def _dense_bytes(n: int, k: int, weighting: str, factorization: str) -> int:
-    """Peak memory the dense formulation needs, roughly (its largest arrays together)."""
-    cells = 6 * n**3  # c3, P3x1 (two layouts), moments, W·m, scratch
-    if weighting == "per_symbol":
-        cells += 2 * n**4 + n**3 * k**2  # blocks and their inverses; R-step Hessians (n, nk, nk)
-    elif weighting == "exact":
-        cells += 6 * n**3 + min(n * n * k, _DENSE_MAX) ** 2  # Λ, D, K, CG vectors; explicit Hessian
-    else:
-        cells += n**2 * k**2  # R-step Hessians (n², k, k)
-    if factorization == "shared":
-        cells += k * n**3 + (n * k) ** 2
-    elif factorization == "per_symbol":
-        cells += 4 * n**2 * k
-    return 8 * int(cells)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from streamspec.core.backoff import Backoff
 from streamspec.core.checkpoint import (
     CheckpointError,
     decode_value,
@@ -22,6 +23,7 @@ from streamspec.core.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
+from streamspec.core.factors import MFactors
 
 __all__ = ["ObservableOperatorModel", "FILTERS"]
 
@@ -68,6 +70,18 @@ class ObservableOperatorModel:
         from d for the dense M-estimator, whose n × n operators have rank k, and it
         is what ``rank="auto"`` chose. Kept by :meth:`with_filter` and by
         :meth:`save` / :meth:`load`.
+    factors
+        The fitted :class:`~streamspec.core.factors.MFactors` of θ_M (``None`` for other
+        estimators): what a warm start (``MEstimator().fit(acc, init=model)``) needs.
+        Part of the model: kept by :meth:`with_filter` / :meth:`with_backoff` and saved
+        by :meth:`save` / :meth:`to_bytes`.
+    candidates
+        Optional ``{rank: model}`` of the ranks fitted alongside this one by a rank
+        selector (``rank`` is the one chosen); kept by :meth:`with_filter`, not saved.
+    hmm
+        Optional hidden Markov model fitted on the same counts (by
+        :class:`~streamspec.WithHMM`); kept by :meth:`with_filter`, not saved (it has
+        its own checkpoint).
 
     Memory: O(n · d²) for the operators, plus O(P + n) for a backoff with P
     distinct pairs.
@@ -104,6 +118,9 @@ class ObservableOperatorModel:
         symbols: Sequence | None = None,
         backoff=None,
         rank: int | None = None,
+        factors: MFactors | None = None,
+        candidates: dict | None = None,
+        hmm=None,
     ):
         self.b1 = np.asarray(b1, dtype=np.float64)
         self.binf = np.asarray(binf, dtype=np.float64)
@@ -114,6 +131,9 @@ class ObservableOperatorModel:
         self.symbols = list(symbols) if symbols is not None else None
         self.backoff = backoff
         self.rank = rank
+        self.factors = factors
+        self.candidates = candidates
+        self.hmm = hmm
         self._check()
         self.rank = int(self.B.shape[1] if rank is None else rank)
         self._C = np.einsum("d,xde->xe", self.binf, self.B)  # C[x] · b = b∞ᵀ B_x b
@@ -158,15 +178,23 @@ class ObservableOperatorModel:
         """Dimension d of the states. O(1)."""
         return self.B.shape[1]
 
-    def _replace(self, **changes) -> ObservableOperatorModel:
-        """A copy with some constructor arguments changed; other attributes (``factors``) kept."""
-        args = dict(filter=self.filter, window=self.window, min_proba=self.min_proba,
-                    symbols=self.symbols, backoff=self.backoff, rank=self.rank) | changes
-        new = ObservableOperatorModel(self.b1, self.binf, self.B, **args)
-        for key, value in self.__dict__.items():
-            if key not in new.__dict__:
-                setattr(new, key, value)
-        return new
+    def replace(self, **changes) -> ObservableOperatorModel:
+        """A copy with some constructor arguments changed, every other one kept. O(n · d²).
+
+        The arguments are the whole definition of a model (no other attribute is
+        copied), so ``factors``, ``candidates`` and ``hmm`` survive every copy.
+
+        Examples
+        --------
+        >>> m = ObservableOperatorModel([1.0], [1.0], [[[0.25]], [[0.75]]])
+        >>> m.replace(window=5).window
+        5
+        """
+        args = dict(b1=self.b1, binf=self.binf, B=self.B, filter=self.filter, window=self.window,
+                    min_proba=self.min_proba, symbols=self.symbols, backoff=self.backoff,
+                    rank=self.rank, factors=self.factors, candidates=self.candidates,
+                    hmm=self.hmm) | changes
+        return ObservableOperatorModel(**args)
 
     def with_filter(self, filter: str | None = None, window: int | None = None) -> ObservableOperatorModel:
         """The same model (operators, backoff, ``factors``) with another filter or window. O(n · d²).
@@ -182,11 +210,11 @@ class ObservableOperatorModel:
             changes["filter"] = filter
         if window is not None:
             changes["window"] = window
-        return self._replace(**changes)
+        return self.replace(**changes)
 
     def with_backoff(self, backoff) -> ObservableOperatorModel:
         """The same model mixed with ``backoff`` (a :class:`~streamspec.core.backoff.Backoff`). O(n · d²)."""
-        return self._replace(backoff=backoff)
+        return self.replace(backoff=backoff)
 
     def without_backoff(self) -> ObservableOperatorModel:
         """The HMM alone (predictions clipped, renormalised and floored at ``min_proba``). O(n · d²).
@@ -197,7 +225,7 @@ class ObservableOperatorModel:
         >>> m.without_backoff().backoff is None
         True
         """
-        return self._replace(backoff=None)
+        return self.replace(backoff=None)
 
     def _chunk(self) -> int:
         """Positions per batch, so that (chunk, n) and (chunk, d, d) scratch stay ≤ ~2²² floats."""
@@ -530,7 +558,7 @@ class ObservableOperatorModel:
             "symbols": None if self.symbols is None else [encode_value(s) for s in self.symbols],
         }
         arrays = {"b1": self.b1, "binf": self.binf, "B": self.B}
-        factors = getattr(self, "factors", None)
+        factors = self.factors
         if factors is not None:  # kept so that a restarted refitter can warm-start
             header["factorization"] = factors.factorization
             arrays["R"], arrays["S"] = factors.R, factors.S
@@ -573,8 +601,6 @@ class ObservableOperatorModel:
             symbols = header["symbols"]
             backoff = None
             if header.get("backoff") is not None:
-                from streamspec.core.backoff import Backoff
-
                 prefix = "backoff_"
                 backoff = Backoff.from_parts(
                     header["backoff"], {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
@@ -589,11 +615,9 @@ class ObservableOperatorModel:
                 symbols=None if symbols is None else [decode_value(s) for s in symbols],
                 backoff=backoff,
                 rank=header.get("rank"),  # None in checkpoints written before it was kept
+                factors=(MFactors(arrays["R"], arrays["S"], header["factorization"])
+                         if "R" in arrays else None),
             )
-            if "R" in arrays:
-                from streamspec.core.mestimator import MFactors
-
-                model.factors = MFactors(arrays["R"], arrays["S"], header["factorization"])
             return model
         except (KeyError, ValueError, TypeError) as exc:
             raise CheckpointError(f"{source}: malformed model checkpoint ({exc})") from None

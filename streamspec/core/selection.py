@@ -13,13 +13,13 @@ bigram 2.45, the recursive filter 5.96 to 7.74 at ranks 5 and 10.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from streamspec.core.model import ObservableOperatorModel
+from streamspec.core.params import clone
 from streamspec.core.triples import Triples
 
 __all__ = ["PredictorSelection", "select_predictor", "rank_grid", "DEFAULT_WINDOWS"]
@@ -120,9 +120,7 @@ def select_predictor(
     configs = [("window", int(w)) for w in windows] + ([("recursive", 0)] if recursive else [])
     table, best = [], None
     for k in ranks:
-        est = copy.deepcopy(estimator)
-        est.rank = k
-        model = est.fit(train)
+        model = clone(estimator, rank=k).fit(train)
         for filt, w in configs:
             candidate = model.with_filter(filt, w if filt == "window" else model.window)
             loss = candidate.log_loss(validation)

@@ -19,6 +19,7 @@ import scipy.sparse as sp
 from streamspec.core import defaults
 from streamspec.core.backoff import fit_with_backoff
 from streamspec.core.model import ObservableOperatorModel
+from streamspec.core.params import Estimator
 from streamspec.core.subspace import DENSE_SVD_MAX, project_triples, top_singular
 from streamspec.core.triples import Triples
 
@@ -212,7 +213,7 @@ def sparse_spectral_operators(
     return b1, binf, B
 
 
-class SpectralEstimator:
+class SpectralEstimator(Estimator):
     """θ_spec: the spectral estimator of Hsu, Kakade & Zhang (2012), with a smoothed backoff.
 
     Parameters
@@ -255,7 +256,7 @@ class SpectralEstimator:
 
     """
 
-    def __init__(self, rank: int | str = defaults.RANK, filter: str = defaults.FILTER,
+    def __init__(self, *, rank: int | str = defaults.RANK, filter: str = defaults.FILTER,
                  window: int = defaults.WINDOW, min_proba: float = defaults.MIN_PROBA,
                  backoff: str | None = defaults.BACKOFF, random_state: int = 0):
         self.rank = rank

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamspec.core import defaults
+from streamspec.core.params import clone, get_params
 
-__all__ = ["Refitter", "FitRecord"]
+__all__ = ["Refitter", "FitRecord", "refit_estimator"]
 
 log = logging.getLogger("streamspec.refit")
 
@@ -96,10 +97,11 @@ class Refitter:
     ----------
     estimator
         Anything with ``fit(accumulator) -> model``; its constructor parameters must be
-        readable as attributes of the same name (sklearn/river convention), because each
-        fit uses a fresh copy with ``rank`` clamped to the alphabet size n, ``min_proba``
-        to ``0.5 / n`` when it is not below ``1 / n``, and, when warm,
-        ``max_sweeps=sweeps, max_outer=1``. The given object is never fitted itself.
+        readable as attributes of the same name (sklearn/river convention,
+        :class:`~streamspec.core.params.Estimator`), because each fit uses a fresh copy
+        (:func:`refit_estimator`: ``rank`` clamped to the alphabet size n, ``min_proba``
+        to ``0.5 / n`` when it is not below ``1 / n``, and, when warm, the estimator's
+        own ``warm_start(sweeps)``). The given object is never fitted itself.
     refit_every
         Fit after this many newly observed symbols (``None``: no count trigger).
     refit_interval
@@ -178,7 +180,7 @@ class Refitter:
             raise TypeError(f"estimator must have a fit method, got {estimator!r}")
         # why: a bad estimator setting (rank=0, weighting="bogus") would make every refit
         # fail; refuse it now, naming it, rather than count failures later
-        settings = _init_params(estimator)
+        settings = get_params(estimator)
         defaults.check_settings(**{k: v for k, v in settings.items()
                                    if k in _ESTIMATOR_SETTINGS and not (v is None and k == "rank")})
         if refit_every is not None and (
@@ -362,37 +364,11 @@ class Refitter:
 
     # ------------------------------------------------------------------ fitting
 
-    def _estimator_for(self, n: int, prev) -> tuple[Any, bool]:
-        """A fresh estimator for ``n`` symbols, and whether it warm-starts from ``prev``."""
-        params = _init_params(self.estimator)
-        rank = params.get("rank")
-        if isinstance(rank, int) and not isinstance(rank, bool) and rank > n:
-            params["rank"] = n
-        floor = params.get("min_proba")
-        if isinstance(floor, float | int) and floor >= 1.0 / n:
-            params["min_proba"] = 0.5 / n  # a model needs min_proba < 1/n
-        warm = (
-            prev is not None
-            and getattr(prev, "factors", None) is not None
-            and _accepts(self.estimator, "init")
-            and "max_sweeps" in params
-        )
-        if warm:
-            R = prev.factors.R
-            k = params.get("rank")
-            if isinstance(k, int) and R.shape[2] != k:
-                warm = False  # the rank changed (a grown alphabet): start afresh
-        if warm:
-            params["max_sweeps"] = self.sweeps
-            if "max_outer" in params:
-                params["max_outer"] = 1
-        return type(self.estimator)(**params), warm
-
     def _fit(self, data, prev, n_seen: int) -> None:
         t0 = time.perf_counter()
         est, warm, model, prepared, error = None, False, None, None, None
         try:
-            est, warm = self._estimator_for(data.n, prev)
+            est, warm = refit_estimator(self.estimator, data.n, prev, self.sweeps)
             model = est.fit(data, init=prev) if warm else est.fit(data)
             warm = getattr(est, "warm_", warm)  # an adapter that warm-starts by itself says so
             if self.prepare is not None:
@@ -460,15 +436,34 @@ _ESTIMATOR_SETTINGS = ("rank", "penalty", "weighting", "factorization", "formula
                        "min_proba", "n_conditions", "backoff")
 
 
-def _init_params(estimator) -> dict[str, Any]:
-    """The constructor parameters of ``estimator``, read from same-named attributes."""
-    params = {}
-    for name, p in inspect.signature(type(estimator).__init__).parameters.items():
-        if name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            continue
-        if hasattr(estimator, name):
-            params[name] = getattr(estimator, name)
-    return params
+def refit_estimator(estimator, n: int, prev, sweeps: int) -> tuple[Any, bool]:
+    """A fresh copy of ``estimator`` for ``n`` symbols, and whether it warm-starts from ``prev``.
+
+    The copy (:func:`~streamspec.core.params.clone`) has ``rank`` clamped to n and
+    ``min_proba`` to ``0.5 / n`` when it is not below ``1 / n``. It warm-starts (the
+    caller then fits it with ``fit(data, init=prev)``) when ``prev`` carries factors of
+    the same rank and the estimator offers a warm start, ``estimator.warm_start(sweeps)``
+    (:class:`~streamspec.MEstimator`: at most ``sweeps`` sweeps in one outer
+    iteration); the refitter never sets an estimator's parameters by name for that.
+    Used by :class:`Refitter` and by :class:`~streamspec.WithHMM`. O(parameters).
+    """
+    params = get_params(estimator)
+    changes: dict[str, Any] = {}
+    rank = params.get("rank")
+    if isinstance(rank, int) and not isinstance(rank, bool) and rank > n:
+        changes["rank"] = rank = n
+    floor = params.get("min_proba")
+    if isinstance(floor, float | int) and floor >= 1.0 / n:
+        changes["min_proba"] = 0.5 / n  # a model needs min_proba < 1/n
+    est = clone(estimator, **changes)
+    factors = getattr(prev, "factors", None)
+    warm_start = getattr(est, "warm_start", None)
+    if factors is None or not callable(warm_start) or not _accepts(est, "init"):
+        return est, False
+    if isinstance(rank, int) and factors.R.shape[2] != rank:
+        return est, False  # the rank changed (a grown alphabet): start afresh
+    warm = warm_start(sweeps)
+    return (warm, True) if warm is not None else (est, False)
 
 
 def _accepts(estimator, name: str) -> bool:

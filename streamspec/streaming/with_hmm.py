@@ -7,12 +7,13 @@ import warnings
 import numpy as np
 
 from streamspec.core.hmm_estimator import HMMEstimator
-from streamspec.streaming.refitter import Refitter
+from streamspec.core.params import Estimator
+from streamspec.streaming.refitter import refit_estimator
 
 __all__ = ["WithHMM"]
 
 
-class _LastFit:
+class LastFit:
     """The models of the last fit of a :class:`WithHMM` (shared by its copies)."""
 
     def __init__(self):
@@ -22,7 +23,7 @@ class _LastFit:
         self.error: str | None = None
 
 
-class WithHMM:
+class WithHMM(Estimator):
     """Fit an estimator's operator model and a ``n_states``-state HMM on the same counts.
 
     Each :meth:`fit` first fits ``estimator`` exactly as :class:`~streamspec.Refitter`
@@ -44,6 +45,7 @@ class WithHMM:
     Parameters
     ----------
     estimator
+        (Positional, with ``n_states``: callers outside this package pass both so.)
         The operator-model estimator (``SpectralEstimator``, ``MEstimator``, ...).
     n_states
         Hidden states of the HMM.
@@ -65,11 +67,11 @@ class WithHMM:
     (2, True)
     """
 
-    def __init__(self, estimator, n_states: int, sweeps: int = 3, last: _LastFit | None = None):
+    def __init__(self, estimator, n_states: int, *, sweeps: int = 3, last: LastFit | None = None):
         self.estimator = estimator
         self.n_states = n_states
         self.sweeps = sweeps
-        self.last = last if last is not None else _LastFit()
+        self.last = last if last is not None else LastFit()
 
     @property
     def error(self) -> str | None:
@@ -83,15 +85,14 @@ class WithHMM:
     def fit(self, data):
         """Fit both models on ``data`` (an accumulator or its view); the model, with ``.hmm``.
 
-        Sets ``rank``, ``loss_history_``, ``warm_`` (the operator model was warm-started)
+        Sets ``rank_``, ``loss_history_``, ``warm_`` (the operator model was warm-started)
         and ``warm_hmm_`` (the HMM was), which the refitter's records read.
         """
         last = self.last
         prev = last.model
-        inner = Refitter(self.estimator, refit_every=None, sweeps=self.sweeps)
-        est, warm = inner._estimator_for(data.n, prev)
+        est, warm = refit_estimator(self.estimator, data.n, prev, self.sweeps)
         model = est.fit(data, init=prev) if warm else est.fit(data)
-        self.rank = getattr(est, "rank", None)
+        self.rank_ = getattr(est, "rank", None)
         self.loss_history_ = getattr(est, "loss_history_", None)
         self.warm_ = warm
         hmm = last.hmm
@@ -106,6 +107,6 @@ class WithHMM:
         except (ValueError, np.linalg.LinAlgError, FloatingPointError) as exc:
             last.error = f"{type(exc).__name__}: {exc}"
         last.warm_hmm = self.warm_hmm_
-        model.hmm = hmm
+        model = model.replace(hmm=hmm)
         last.model, last.hmm = model, hmm
         return model

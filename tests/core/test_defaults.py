@@ -195,14 +195,14 @@ def test_the_default_fit_predicts_alice_clearly_better_than_the_unigram():
 
 
 def test_long_fits_log_one_progress_line_per_outer_iteration(monkeypatch, caplog):
-    import streamspec.core.mestimator as mest
+    import streamspec.core.progress as progress_module
 
     acc = MomentAccumulator(n_symbols=6)
     acc.learn_many(HMM.random(3, 6, random_state=0).sample(5000, random_state=1))
     with caplog.at_level(logging.INFO, logger="streamspec.fit"):
         MEstimator(rank=2, backoff=None).fit(acc)  # quick: nothing at INFO
     assert not [r for r in caplog.records if r.name == "streamspec.fit"]
-    monkeypatch.setattr(mest, "PROGRESS_AFTER", 0.0)  # every fit counts as long
+    monkeypatch.setattr(progress_module, "PROGRESS_AFTER", 0.0)  # every fit counts as long
     with caplog.at_level(logging.INFO, logger="streamspec.fit"):
         MEstimator(rank=2, backoff=None, max_outer=2).fit(acc)
     lines = [r.getMessage() for r in caplog.records if r.name == "streamspec.fit"]

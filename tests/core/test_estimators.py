@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamspec import HMM, MEstimator, MomentAccumulator, SpectralEstimator
+from streamspec import HMM, HMMEstimator, MEstimator, MomentAccumulator, SpectralEstimator
+from streamspec.core.dense import DenseProblem
 from streamspec.core.moments import moment_residuals, probabilities, second_moment_blocks
 from streamspec.core.spectral import top_subspace
 from streamspec.core.weighting import WEIGHTINGS, build_weighting
@@ -242,14 +243,14 @@ def test_accumulator_second_moments_match_brute_force():
 
 @pytest.mark.parametrize("penalty", [0.0, 0.02])
 def test_iterative_and_explicit_exact_solvers_agree(monkeypatch, penalty):
-    import streamspec.core.mestimator as mest
+    import streamspec.core.dense as dense_module
 
     hmm = HMM.random(3, 6, random_state=8)
     acc = accumulate(hmm.sample(30000, random_state=9), 6)
     kwargs = dict(rank=3, penalty=penalty, weighting="exact", max_outer=2)
     dense = MEstimator(**kwargs)
     dense.fit(acc)
-    monkeypatch.setattr(mest, "_DENSE_MAX", 0)  # force CG (no L1) or FISTA (L1)
+    monkeypatch.setattr(dense_module, "DENSE_MAX", 0)  # force CG (no L1) or FISTA (L1)
     iterative = MEstimator(**kwargs)
     iterative.fit(acc)
     assert abs(iterative.factors_.loss - dense.factors_.loss) <= 1e-4 * dense.factors_.loss
@@ -264,13 +265,14 @@ def test_iterative_and_explicit_exact_solvers_agree(monkeypatch, penalty):
 
 
 def _dense_problem(weighting: str, factorization: str = "fixed", penalty: float = 0.0, n: int = 4):
-    """A fitted dense estimator (its moments set) and a non-identity W at its solution."""
+    """A fitted dense estimator, its :class:`DenseProblem` and a non-identity W at its solution."""
     hmm = HMM.random(3, n, random_state=5)
     acc = accumulate(hmm.sample(4000, random_state=6), n)
     est = MEstimator(rank=2, weighting=weighting, factorization=factorization, penalty=penalty,
                      formulation="dense", backoff=None, max_outer=1)
     model = est.fit(acc)
-    return est, est._weighting_at(model.B)
+    prob = DenseProblem.of_counts(est, acc.counts())  # the moments the fit worked on
+    return est, prob, prob.weighting_at(model.B)
 
 
 def _dense_matrix(W, n: int) -> np.ndarray:
@@ -288,32 +290,32 @@ def _linear_map(m_of, shape) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("weighting", ["identity", "diagonal", "per_symbol", "exact"])
 def test_r_step_is_the_exact_minimiser_of_its_weighted_least_squares(weighting):
-    est, W = _dense_problem(weighting)
-    n, k = est._P21.shape[0], 2
+    est, prob, W = _dense_problem(weighting)
+    n, k = prob.P21.shape[0], 2
     S = est.factors_.S
-    Z = est._z(S)
-    A, p = _linear_map(lambda R: est._P3j - np.einsum("xiw,xjw->jxi", R, Z), (n, n, k))
+    Z = prob.z(S)
+    A, p = _linear_map(lambda R: prob.P3j - np.einsum("xiw,xjw->jxi", R, Z), (n, n, k))
     Wd = _dense_matrix(W, n)
     H = A.T @ Wd @ A
     brute = np.linalg.lstsq(H, A.T @ Wd @ p, rcond=None)[0]
-    R = est._r_step(np.zeros((n, n, k)), S, W).ravel()
+    R = prob.r_step(np.zeros((n, n, k)), S, W).ravel()
     gradient = A.T @ Wd @ (A @ R - p)  # stationarity of (p - AR)ᵀ W (p - AR)
     assert np.abs(gradient).max() <= 1e-8 * max(np.abs(A.T @ Wd @ p).max(), 1e-300)
-    np.testing.assert_allclose(est._loss(R.reshape(n, n, k), S, W),
+    np.testing.assert_allclose(prob.loss(R.reshape(n, n, k), S, W),
                                float((p - A @ brute) @ Wd @ (p - A @ brute)), rtol=1e-9)
 
 
 @pytest.mark.parametrize("weighting", ["identity", "per_symbol"])
 def test_r_step_with_l1_meets_the_kkt_conditions(weighting):
-    est, W = _dense_problem(weighting, penalty=0.3)
-    n, k = est._P21.shape[0], 2
+    est, prob, W = _dense_problem(weighting, penalty=0.3)
+    n, k = prob.P21.shape[0], 2
     S = est.factors_.S
-    Z = est._z(S)
-    A, p = _linear_map(lambda R: est._P3j - np.einsum("xiw,xjw->jxi", R, Z), (n, n, k))
+    Z = prob.z(S)
+    A, p = _linear_map(lambda R: prob.P3j - np.einsum("xiw,xjw->jxi", R, Z), (n, n, k))
     Wd = _dense_matrix(W, n)
-    R = est._r_step(np.zeros((n, n, k)), S, W).ravel()
+    R = prob.r_step(np.zeros((n, n, k)), S, W).ravel()
     g = 2 * A.T @ Wd @ (A @ R - p)  # gradient of the smooth part; the L1 weight is μ
-    mu = est._mu
+    mu = prob.mu
     active = R != 0
     assert active.any() and (~active).any()  # both kinds of coordinate are checked
     np.testing.assert_allclose(g[active], -mu * np.sign(R[active]), atol=1e-6 * mu)
@@ -322,12 +324,12 @@ def test_r_step_with_l1_meets_the_kkt_conditions(weighting):
 
 @pytest.mark.parametrize("weighting", ["identity", "diagonal", "per_symbol"])
 def test_s_step_is_the_exact_minimiser_of_its_weighted_least_squares(weighting):
-    est, W = _dense_problem(weighting, factorization="shared")
-    n, k = est._P21.shape[0], 2
+    est, prob, W = _dense_problem(weighting, factorization="shared")
+    n, k = prob.P21.shape[0], 2
     R = est.factors_.R
-    A, p = _linear_map(lambda S: est._P3j - np.einsum("xiw,xjw->jxi", R, est._z(S)), (n, k))
+    A, p = _linear_map(lambda S: prob.P3j - np.einsum("xiw,xjw->jxi", R, prob.z(S)), (n, k))
     Wd = _dense_matrix(W, n)
-    S = est._s_step(R, np.linalg.qr(np.ones((n, k)) + np.eye(n, k))[0], W).ravel()
+    S = prob.s_step(R, np.linalg.qr(np.ones((n, k)) + np.eye(n, k))[0], W).ravel()
     gradient = A.T @ Wd @ (A @ S - p)
     assert np.abs(gradient).max() <= 1e-7 * max(np.abs(A.T @ Wd @ p).max(), 1e-300)
     brute = np.linalg.lstsq(A.T @ Wd @ A, A.T @ Wd @ p, rcond=None)[0]
@@ -336,7 +338,7 @@ def test_s_step_is_the_exact_minimiser_of_its_weighted_least_squares(weighting):
 
 
 def test_projected_step_is_the_gls_minimiser_of_each_symbol():
-    from streamspec.core.mestimator import _projected_step
+    from streamspec.core.projected import projected_step as _projected_step
     from streamspec.core.subspace import project_triples
 
     hmm = HMM.random(4, 8, random_state=7)
@@ -366,12 +368,12 @@ def test_projected_step_is_the_gls_minimiser_of_each_symbol():
 
 def test_the_m_loss_strictly_decreases_from_the_spectral_start_under_a_weighting():
     # dense: the sweeps under W (estimated at θ_spec) must move away from θ_spec's R
-    est, _ = _dense_problem("per_symbol")
-    P1, P21, P3x1 = probabilities(est._c3)
-    R0, S0 = est._spectral_start(P1, P21, P3x1, top_subspace(P21, 2))
-    W = est._weighting_at(np.einsum("xiw,sw->xis", R0, S0))
-    start = est._loss(R0, S0, W)
-    R, S, losses, refused = est._alternate(R0, S0, W)
+    est, prob, _ = _dense_problem("per_symbol")
+    P1, P21, P3x1 = probabilities(prob.c3)
+    R0, S0 = prob.spectral_start(P1, P21, P3x1, top_subspace(P21, 2))
+    W = prob.weighting_at(np.einsum("xiw,sw->xis", R0, S0))
+    start = prob.loss(R0, S0, W)
+    R, S, losses, refused = prob.alternate(R0, S0, W)
     assert refused is None and losses[0] == pytest.approx(start)
     assert losses[-1] < start * (1 - 1e-3)
     # projected, through the public attributes: the GLS step lowers its own W's loss
@@ -384,16 +386,93 @@ def test_the_m_loss_strictly_decreases_from_the_spectral_start_under_a_weighting
 
 
 def test_a_rejected_sweep_is_recorded_in_the_history(monkeypatch):
-    est, _ = _dense_problem("per_symbol")
-    acc_c3 = est._c3
-    real = MEstimator._r_step
+    est, prob, _ = _dense_problem("per_symbol")
+    acc_c3 = prob.c3
+    real = DenseProblem.r_step
 
     def worse(self, R, S, W):  # a wrong step: the minimiser, pushed away from it
         return real(self, R, S, W) + 0.5
 
-    monkeypatch.setattr(MEstimator, "_r_step", worse)
+    monkeypatch.setattr(DenseProblem, "r_step", worse)
     bad = MEstimator(rank=2, weighting="per_symbol", formulation="dense", backoff=None)
     bad.fit(acc_c3)
     assert bad.rejected_sweeps_, "the sweep that raised the loss must be recorded"
     for outer, sweep, refused, kept in bad.rejected_sweeps_:
         assert refused > kept and sweep >= 1 and outer in bad.rejected_
+
+
+# ---------------------------------------------------------------------- the estimator contract
+
+
+@pytest.mark.parametrize("make", [
+    lambda: MEstimator(rank=3, weighting="identity", max_sweeps=7),
+    lambda: SpectralEstimator(rank=2, window=4),
+    lambda: HMMEstimator(n_states=2, n_iter=3),
+])
+def test_get_params_and_clone_round_trip_every_estimator(make):
+    est = make()
+    params = est.get_params()
+    twin = est.clone()
+    assert type(twin) is type(est) and twin is not est and twin.get_params() == params
+    changed = est.clone(tol=0.5) if "tol" in params else est.clone(window=1)
+    assert est.get_params() == params  # the original is never edited
+    assert changed.get_params() == params | ({"tol": 0.5} if "tol" in params else {"window": 1})
+    with pytest.raises(TypeError, match="no parameter bogus"):
+        est.clone(bogus=1)
+    with pytest.raises(TypeError):
+        type(est)(3)  # parameters are keyword-only
+
+
+def test_a_clone_carries_no_fitted_state():
+    acc = MomentAccumulator(n_symbols=3)
+    acc.learn_many(HMM.random(n_states=2, n_symbols=3, random_state=0).sample(5_000, random_state=1))
+    est = MEstimator(rank=2, backoff=None)
+    est.fit(acc)
+    assert hasattr(est, "factors_") and not hasattr(est.clone(), "factors_")
+    assert repr(est.clone(rank=3)) == "MEstimator(rank=3, backoff=None)"
+
+
+def test_the_refitter_warm_starts_through_the_estimator_not_by_editing_it():
+    from streamspec.streaming.refitter import refit_estimator
+
+    acc = MomentAccumulator(n_symbols=3)
+    acc.learn_many(HMM.random(n_states=2, n_symbols=3, random_state=0).sample(5_000, random_state=1))
+    template = MEstimator(rank=2, max_sweeps=40, weighting="identity", factorization="shared")
+    before = template.get_params()
+    prev = template.clone().fit(acc)
+    est, warm = refit_estimator(template, 3, prev, sweeps=2)
+    assert warm and (est.max_sweeps, est.max_outer) == (2, 1)
+    assert template.get_params() == before
+    est, warm = refit_estimator(SpectralEstimator(rank=2), 3, prev, sweeps=2)
+    assert not warm  # no warm start offered: refitted cold
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(rank=2, backoff=None),  # projected
+    dict(rank=2, formulation="dense", weighting="diagonal", factorization="shared", backoff=None),
+    dict(rank=2),  # with the backoff's two candidate fits
+])
+def test_one_estimator_fits_in_two_threads_as_it_does_in_sequence(kwargs):
+    """No fit keeps its arrays on the estimator: concurrent fits cannot see each other's."""
+    import threading
+
+    data = [accumulate(HMM.random(3, 5, random_state=s).sample(20_000, random_state=s + 1), 5)
+            for s in (11, 12)]
+    est = MEstimator(**kwargs)
+    sequential = [est.fit(acc) for acc in data]
+    barrier, out = threading.Barrier(2), [None, None]
+
+    def run(i: int) -> None:
+        barrier.wait()
+        for _ in range(3):  # several rounds, so the two fits overlap
+            out[i] = est.fit(data[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert np.abs(sequential[0].B - sequential[1].B).max() > 1e-3  # the two data sets differ
+    for got, want in zip(out, sequential, strict=True):
+        np.testing.assert_array_equal(got.B, want.B)
+        np.testing.assert_array_equal(got.factors.R, want.factors.R)

@@ -196,7 +196,7 @@ def test_warm_start_on_a_grown_alphabet_and_through_a_checkpoint(tmp_path):
 
 
 def test_a_rejected_iteration_is_recorded_and_the_previous_operators_kept(monkeypatch):
-    import streamspec.core.mestimator as mest
+    import streamspec.core.projected as mest
 
     hmm = HMM.random(3, 6, random_state=1)
     acc = accumulate(hmm.sample(20000, random_state=2), 6)
@@ -342,7 +342,7 @@ if __name__ == "__main__":
 def test_every_form_of_the_inverse_weighting_equals_the_dense_inverse():
     """Σ_x⁻¹ as the estimator applies it (scale, Woodbury for rare symbols, dense for
     frequent ones) equals the inverse of the dense Σ_x, symbol by symbol."""
-    from streamspec.core.mestimator import _sigma_groups
+    from streamspec.core.projected import sigma_groups as _sigma_groups
     from streamspec.core.subspace import top_singular
     from streamspec.core.weighting import projected_weighting
 
