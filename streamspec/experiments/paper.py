@@ -580,7 +580,7 @@ def load_real(name: str, seed: int = 0, path=None) -> dict:
     - ``dodgers``: 10 quantile bins, runs between missing values; the first 30,000
       symbols (in time order) train, the remaining 17,472 test.
     """
-    from streamspec.experiments import datasets
+    from streamspec.experiments import datasets, datasets_chorales, datasets_dodgers
 
     rng = np.random.default_rng([seed, 4242])
     if name == "alice":
@@ -594,11 +594,11 @@ def load_real(name: str, seed: int = 0, path=None) -> dict:
         test = [seqs[i] for i in order[1667:]]
         n = 4
     elif name == "chorales":
-        seqs = [np.asarray(s, dtype=np.int64) - 60 for s in datasets.load_chorales(path)]
+        seqs = [np.asarray(s, dtype=np.int64) - 60 for s in datasets_chorales.load_chorales(path)]
         order = rng.permutation(len(seqs))
         train, test, n = [seqs[i] for i in order[:80]], [seqs[i] for i in order[80:]], 20
     elif name == "dodgers":
-        seqs = [np.asarray(s, dtype=np.int64) for s in datasets.load_dodgers(path)]
+        seqs = [np.asarray(s, dtype=np.int64) for s in datasets_dodgers.load_dodgers(path)]
         train, test, used = [], [], 0
         for s in seqs:
             take = max(0, min(s.size, 30_000 - used))
