@@ -16,7 +16,7 @@ import numpy as np
 from streamspec.core.hmm import HMM
 from streamspec.core.mestimator import MEstimator
 from streamspec.core.spectral import SpectralEstimator
-from streamspec.experiments.paper import ring_hmm
+from streamspec.experiments.paper_hmms import ring_hmm
 from streamspec.streaming.accumulator import MomentAccumulator
 
 __all__ = ["run_demo", "register"]
