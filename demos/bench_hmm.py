@@ -356,7 +356,7 @@ def _split_stream(x: np.ndarray, frac: float = 0.9):
 
 def load_set(name: str, quick: bool, book_tokens: int):
     """``(train, test, n, states, note)`` of one real set, symbols as indices 0..n-1."""
-    from streamspec.experiments import datasets
+    from streamspec.experiments import datasets, datasets_chorales, datasets_dodgers
 
     if name == "alice":
         letters = datasets.load_alice_letters()
@@ -372,14 +372,14 @@ def load_set(name: str, quick: bool, book_tokens: int):
         train, test = _split_sequences(seqs)
         return train, test, 4, [4] if quick else [3, 4], "A/C/G/T, 80% of the sequences train"
     if name == "chorales":
-        raw = datasets.load_chorales()
+        raw = datasets_chorales.load_chorales()
         values = sorted({v for s in raw for v in s})
         index = {v: i for i, v in enumerate(values)}
         seqs = [np.array([index[v] for v in s], dtype=np.int64) for s in raw]
         train, test = _split_sequences(seqs)
         return train, test, len(values), [5] if quick else [5, 10], "melody pitch, 80% of the chorales train"
     if name == "dodgers":
-        seqs = [np.asarray(s, dtype=np.int64) for s in datasets.load_dodgers()]
+        seqs = [np.asarray(s, dtype=np.int64) for s in datasets_dodgers.load_dodgers()]
         if quick:
             seqs = [s[:500] for s in seqs]
         train, test = _split_sequences(seqs)

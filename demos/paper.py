@@ -5,7 +5,8 @@ Usage::
     python demos/paper.py [deterministic|ring|grid|chain|synthetic|real|all]
                           [--quick] [--out DIR] [--reps R] [--seed S]
 
-The same as ``streamspec paper ...``; the logic lives in :mod:`streamspec.experiments.paper`.
+The same as ``streamspec paper ...``; the logic lives in :mod:`streamspec.experiments.paper`
+and its ``paper_*`` siblings.
 Writes one Markdown table (``<experiment>.md``), the raw results
 (``<experiment>.json``) and, where the paper has a figure, a PNG into ``--out``
 (default ``out/paper``).

@@ -1,3 +1,5 @@
-"""Experiments: the paper's section 5 (``paper``), the real data sets (``datasets``),
-n-gram and EM baselines (``baselines``) and the built-in demonstration (``demo``).
+"""Experiments: the paper's section 5 (``paper`` and its ``paper_*`` parts, with the EM
+baseline in ``em_baseline``), the real data sets (``datasets``, ``datasets_chorales``,
+``datasets_dodgers``), the n-gram baseline (``baselines``) and the built-in
+demonstration (``demo``).
 """

@@ -1,4 +1,8 @@
-"""Loaders for the real data sets (Alice, Splice, Bach chorales, Dodgers).
+"""Where the real data sets are, and the loaders of the text ones (Alice, Splice).
+
+The loaders of the other data sets use :func:`find_data_file` from here:
+:mod:`streamspec.experiments.datasets_chorales` (Bach chorales) and
+:mod:`streamspec.experiments.datasets_dodgers` (Dodgers loop sensor).
 
 The data live outside the package, by default in a folder ``shared/data`` beside the
 repository (see :func:`default_data_path`), one sub-folder per data set, each with a
@@ -6,8 +10,8 @@ repository (see :func:`default_data_path`), one sub-folder per data set, each wi
 at the data set's own folder or at the data root.
 
 Parsing is done by small pure functions that take the file's text and return sequences
-(``strip_gutenberg``, ``parse_splice``, ``parse_chorales``, ``parse_dodgers`` ...); the
-``load_*`` functions only find and read the files and call them.
+(``strip_gutenberg``, ``parse_splice`` here, ``parse_chorales``, ``parse_dodgers`` in the
+sibling modules); the ``load_*`` functions only find and read the files and call them.
 
 Examples
 --------
@@ -16,26 +20,19 @@ Examples
 'abc'
 >>> parse_splice("EI, A-1,  ACGTN\\nN,  B-2,  acgta\\n")
 ['ACGTA']
->>> parse_chorales("(1 ((st 8) (pitch 67)) ((st 12) (pitch 69)))")
-[[67, 69]]
->>> parse_dodgers("4/10/2005 0:00,-1\\n4/10/2005 0:05,3\\n4/10/2005 0:10,9\\n"
-...               "4/10/2005 0:15,5\\n", n_bins=2)
-[[0, 1, 1]]
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import itertools
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
-
 __all__ = [
+    "ENV_VAR",
     "default_data_path",
+    "find_data_file",
     "strip_gutenberg",
     "letters_only",
     "load_alice",
@@ -43,21 +40,6 @@ __all__ = [
     "parse_splice_records",
     "parse_splice",
     "load_splice",
-    "tokenize_sexpr",
-    "parse_sexpr",
-    "parse_chorale_events",
-    "parse_chorales",
-    "load_chorales",
-    "parse_dodgers_rows",
-    "parse_dodgers_counts",
-    "quantile_edges",
-    "discretise_counts",
-    "split_at_missing",
-    "parse_dodgers",
-    "load_dodgers_counts",
-    "load_dodgers",
-    "parse_dodgers_events",
-    "load_dodgers_events",
 ]
 
 ENV_VAR = "STREAMSPEC_DATA"
@@ -66,11 +48,6 @@ ALICE_DIR = "alice"
 ALICE_FILES = ("11-0.txt", "pg11.txt")
 SPLICE_DIR = "splice"
 SPLICE_FILE = "splice.data"
-CHORALES_DIR = "bach-chorales"
-CHORALES_FILE = "chorales.lisp"
-DODGERS_DIR = "dodgers"
-DODGERS_FILE = "Dodgers.data"
-DODGERS_EVENTS_FILE = "Dodgers.events"
 
 DNA = frozenset("ACGT")
 
@@ -124,8 +101,28 @@ def _dataset_dir(path: str | os.PathLike[str] | None, folder: str) -> Path | Non
     return sub if sub.is_dir() else root
 
 
-def _find_file(path: str | os.PathLike[str] | None, folder: str, names: Sequence[str]) -> Path:
-    """Return the first of ``names`` existing in the data-set folder, else raise."""
+def find_data_file(path: str | os.PathLike[str] | None, folder: str, names: Sequence[str]) -> Path:
+    """Return the first of ``names`` existing in the data-set folder, else raise.
+
+    Parameters
+    ----------
+    path
+        The data set's folder or the data root; ``None`` for :func:`default_data_path`.
+    folder
+        The data set's sub-folder of the data root (``"splice"``...).
+    names
+        Candidate file names, the preferred first.
+
+    Returns
+    -------
+    pathlib.Path
+        The file found.
+
+    Raises
+    ------
+    FileNotFoundError
+        Naming the file(s) expected and where they were looked for.
+    """
     directory = _dataset_dir(path, folder)
     if directory is not None:
         for name in names:
@@ -220,7 +217,7 @@ def load_alice_letters(
         If the file is not found.
     """
     names = ALICE_FILES if filename is None else (filename,)
-    file = _find_file(path, ALICE_DIR, names)
+    file = find_data_file(path, ALICE_DIR, names)
     text = file.read_bytes().decode("utf-8-sig")
     return letters_only(strip_gutenberg(text))
 
@@ -321,375 +318,5 @@ def load_splice(
         3,190 sequences of length 60 with ``ambiguous="keep"``; 3,175 with the default
         ``"drop"`` (15 sequences contain N, D, S or R).
     """
-    file = _find_file(path, SPLICE_DIR, (SPLICE_FILE,))
+    file = find_data_file(path, SPLICE_DIR, (SPLICE_FILE,))
     return parse_splice(file.read_text(encoding="ascii"), ambiguous=ambiguous)
-
-
-# ---------------------------------------------------------------------------
-# Bach chorales (Lisp s-expressions)
-# ---------------------------------------------------------------------------
-
-Atom = int | float | str
-SExpr = Atom | list["SExpr"]
-
-
-def tokenize_sexpr(text: str) -> list[str]:
-    """Split Lisp text into the tokens ``(``, ``)`` and atoms.
-
-    Whitespace separates atoms; ``;`` starts a comment running to the end of the line.
-
-    Examples
-    --------
-    >>> tokenize_sexpr("(a (b 12)) ; note\\n(c)")
-    ['(', 'a', '(', 'b', '12', ')', ')', '(', 'c', ')']
-    """
-    tokens: list[str] = []
-    atom: list[str] = []
-    in_comment = False
-    for ch in text:
-        if in_comment:
-            if ch == "\n":
-                in_comment = False
-            continue
-        if ch in "();" or ch.isspace():
-            if atom:
-                tokens.append("".join(atom))
-                atom = []
-            if ch == ";":
-                in_comment = True
-            elif ch in "()":
-                tokens.append(ch)
-        else:
-            atom.append(ch)
-    if atom:
-        tokens.append("".join(atom))
-    return tokens
-
-
-def _atom(token: str) -> Atom:
-    try:
-        return int(token)
-    except ValueError:
-        pass
-    try:
-        return float(token)
-    except ValueError:
-        return token
-
-
-def parse_sexpr(text: str) -> list[SExpr]:
-    """Parse Lisp text into nested Python lists, one item per top-level expression.
-
-    Integers and floats become numbers; other atoms stay strings.
-
-    Raises
-    ------
-    ValueError
-        On an unmatched ``(`` or ``)``.
-
-    Examples
-    --------
-    >>> parse_sexpr("(1 ((st 8) (pitch 67))) x")
-    [[1, [['st', 8], ['pitch', 67]]], 'x']
-    >>> parse_sexpr("(a (b)")
-    Traceback (most recent call last):
-    ...
-    ValueError: unbalanced s-expression: 1 unclosed '('
-    """
-    stack: list[list[SExpr]] = [[]]
-    for token in tokenize_sexpr(text):
-        if token == "(":
-            stack.append([])
-        elif token == ")":
-            if len(stack) == 1:
-                raise ValueError("unbalanced s-expression: unexpected ')'")
-            done = stack.pop()
-            stack[-1].append(done)
-        else:
-            stack[-1].append(_atom(token))
-    if len(stack) != 1:
-        raise ValueError(f"unbalanced s-expression: {len(stack) - 1} unclosed '('")
-    return stack[0]
-
-
-def _event_dict(event: SExpr, where: str) -> dict[str, Atom]:
-    if not isinstance(event, list):
-        raise ValueError(f"{where}: expected an event list, got {event!r}")
-    fields: dict[str, Atom] = {}
-    for pair in event:
-        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
-            raise ValueError(f"{where}: expected a (name value) pair, got {pair!r}")
-        value = pair[1]
-        if isinstance(value, list):
-            raise ValueError(f"{where}: expected an atom as the value of {pair[0]}")
-        fields[pair[0]] = value
-    return fields
-
-
-def parse_chorale_events(text: str) -> list[tuple[Atom, list[dict[str, Atom]]]]:
-    """Parse ``chorales.lisp`` text into ``(id, events)`` per chorale.
-
-    Each top-level expression is ``(ID EVENT EVENT ...)`` and each event a list of
-    ``(name value)`` pairs such as ``(pitch 67)``; each event becomes a dict.
-
-    Examples
-    --------
-    >>> parse_chorale_events("(7 ((st 8) (pitch 67) (fermata 0)))")
-    [(7, [{'st': 8, 'pitch': 67, 'fermata': 0}])]
-    """
-    chorales = []
-    for n, expr in enumerate(parse_sexpr(text), start=1):
-        if not isinstance(expr, list) or not expr or isinstance(expr[0], list):
-            raise ValueError(f"chorale {n}: expected (ID event ...), got {expr!r:.60}")
-        ident, *events = expr
-        where = f"chorale {ident}"
-        chorales.append((ident, [_event_dict(e, where) for e in events]))
-    return chorales
-
-
-def parse_chorales(text: str, field: str = "pitch") -> list[list[int]]:
-    """Return, per chorale, the values of ``field`` of its events.
-
-    Parameters
-    ----------
-    text
-        ``chorales.lisp`` text.
-    field
-        One of ``st``, ``pitch``, ``dur``, ``keysig``, ``timesig``, ``fermata``.
-
-    Raises
-    ------
-    KeyError
-        If an event lacks ``field``.
-
-    Examples
-    --------
-    >>> parse_chorales("(1 ((pitch 60) (dur 4)) ((pitch 62) (dur 2)))", field="dur")
-    [[4, 2]]
-    """
-    result = []
-    for ident, events in parse_chorale_events(text):
-        values = []
-        for i, event in enumerate(events):
-            if field not in event:
-                raise KeyError(f"chorale {ident}, event {i}: no field {field!r}")
-            values.append(event[field])
-        result.append(values)
-    return result
-
-
-def load_chorales(
-    path: str | os.PathLike[str] | None = None, field: str = "pitch"
-) -> list[list[int]]:
-    """Load the UCI Bach chorales, one list of ``field`` values per chorale.
-
-    Parameters
-    ----------
-    path
-        The ``bach-chorales`` folder or the data root; default :func:`default_data_path`.
-    field
-        See :func:`parse_chorales`.
-
-    Returns
-    -------
-    list of list of int
-        100 chorales, 4,693 events in all (26 to 86 per chorale); for ``pitch``,
-        20 distinct MIDI values 60-79 (not remapped to 0..19).
-    """
-    file = _find_file(path, CHORALES_DIR, (CHORALES_FILE,))
-    return parse_chorales(file.read_text(encoding="ascii"), field=field)
-
-
-# ---------------------------------------------------------------------------
-# Dodgers
-# ---------------------------------------------------------------------------
-
-
-def parse_dodgers_rows(text: str) -> list[tuple[_dt.datetime, int]]:
-    """Parse ``Dodgers.data`` rows ``M/D/YYYY H:MM,count`` into ``(datetime, count)``.
-
-    A count of ``-1`` means missing and is kept as ``-1``.
-
-    Examples
-    --------
-    >>> parse_dodgers_rows("4/10/2005 0:05,-1\\n")
-    [(datetime.datetime(2005, 4, 10, 0, 5), -1)]
-    """
-    rows = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            stamp, count = line.rsplit(",", 1)
-            rows.append((_dt.datetime.strptime(stamp.strip(), "%m/%d/%Y %H:%M"), int(count)))
-        except ValueError as exc:
-            raise ValueError(f"Dodgers.data line {lineno}: cannot parse {line!r}") from exc
-    return rows
-
-
-def parse_dodgers_counts(text: str) -> list[int]:
-    """Return the counts of ``Dodgers.data`` text, ``-1`` for missing.
-
-    Examples
-    --------
-    >>> parse_dodgers_counts("4/10/2005 0:00,-1\\n4/10/2005 0:05,7")
-    [-1, 7]
-    """
-    return [count for _, count in parse_dodgers_rows(text)]
-
-
-def quantile_edges(counts: Sequence[int], n_bins: int = 10) -> np.ndarray:
-    """Return the ``n_bins - 1`` inner bin edges: quantiles ``k / n_bins`` of the counts.
-
-    Missing values (negative counts) are ignored. Quantiles use numpy's default linear
-    interpolation. On the Dodgers data with 10 bins the edges are the deciles
-    3, 6, 11, 17, 22, 26, 29, 33, 38.
-
-    Examples
-    --------
-    >>> quantile_edges([-1, 0, 1, 2, 3], n_bins=2)
-    array([1.5])
-    """
-    if n_bins < 1:
-        raise ValueError(f"n_bins must be at least 1, got {n_bins}")
-    values = np.asarray(counts, dtype=float)
-    values = values[values >= 0]
-    if values.size == 0:
-        raise ValueError("no non-missing counts to compute quantile bins from")
-    return np.quantile(values, np.arange(1, n_bins) / n_bins)
-
-
-def discretise_counts(counts: Sequence[int], edges: np.ndarray) -> list[int]:
-    """Map counts to bins ``0 .. len(edges)``, ``-1`` staying ``-1`` (missing).
-
-    Bin ``k`` holds counts ``c`` with ``edges[k-1] <= c < edges[k]`` (a count equal to an
-    edge goes to the upper bin). With heavily tied data, equal edges leave bins empty.
-
-    Examples
-    --------
-    >>> discretise_counts([-1, 0, 3, 5, 9], np.array([3.0, 6.0]))
-    [-1, 0, 1, 1, 2]
-    """
-    arr = np.asarray(counts)
-    labels = np.searchsorted(np.asarray(edges), arr, side="right")
-    return [int(b) if c >= 0 else -1 for c, b in zip(arr.tolist(), labels.tolist(), strict=True)]
-
-
-def split_at_missing(symbols: Sequence[int], min_length: int = 3) -> list[list[int]]:
-    """Split at missing values (negative) into maximal runs; drop runs shorter than ``min_length``.
-
-    Examples
-    --------
-    >>> split_at_missing([-1, 1, 2, 3, -1, 4, 5, -1, 6, 7, 8, 9])
-    [[1, 2, 3], [6, 7, 8, 9]]
-    """
-    runs = []
-    for present, group in itertools.groupby(symbols, key=lambda s: s >= 0):
-        if present:
-            run = list(group)
-            if len(run) >= min_length:
-                runs.append(run)
-    return runs
-
-
-def parse_dodgers(text: str, n_bins: int = 10, min_length: int = 3) -> list[list[int]]:
-    """Return binned Dodgers counts, split into sequences at missing values.
-
-    The counts are cut into ``n_bins`` quantile bins computed from the non-missing counts of
-    ``text`` (:func:`quantile_edges`, :func:`discretise_counts`), then split into the maximal
-    runs of non-missing values, dropping runs shorter than ``min_length``
-    (:func:`split_at_missing`).
-
-    Examples
-    --------
-    >>> parse_dodgers("1/1/2005 0:00,1\\n1/1/2005 0:05,8\\n1/1/2005 0:10,-1\\n"
-    ...               "1/1/2005 0:15,2\\n1/1/2005 0:20,9\\n1/1/2005 0:25,4", n_bins=2,
-    ...               min_length=2)
-    [[0, 1], [0, 1, 1]]
-    """
-    counts = parse_dodgers_counts(text)
-    labels = discretise_counts(counts, quantile_edges(counts, n_bins))
-    return split_at_missing(labels, min_length=min_length)
-
-
-def load_dodgers_counts(path: str | os.PathLike[str] | None = None) -> list[int]:
-    """Load the raw Dodgers counts (50,400 values, 2,903 of them ``-1`` = missing)."""
-    file = _find_file(path, DODGERS_DIR, (DODGERS_FILE,))
-    return parse_dodgers_counts(file.read_text(encoding="ascii"))
-
-
-def load_dodgers(path: str | os.PathLike[str] | None = None, n_bins: int = 10) -> list[list[int]]:
-    """Load the Dodgers loop-sensor counts as binned sequences.
-
-    Parameters
-    ----------
-    path
-        The ``dodgers`` folder or the data root; default :func:`default_data_path`.
-    n_bins
-        Number of quantile bins, computed from all non-missing counts of the file
-        (see :func:`parse_dodgers`); symbols are ``0 .. n_bins-1``.
-
-    Returns
-    -------
-    list of list of int
-        With 10 bins: 34 sequences (of the 54 runs between missing values, 20 are
-        shorter than 3), 47,472 symbols in all.
-    """
-    file = _find_file(path, DODGERS_DIR, (DODGERS_FILE,))
-    return parse_dodgers(file.read_text(encoding="ascii"), n_bins=n_bins)
-
-
-def parse_dodgers_events(text: str) -> list[dict[str, object]]:
-    """Parse ``Dodgers.events`` text (already decoded) into one dict per game.
-
-    Each line is ``MM/DD/YY,HH:MM:SS,HH:MM:SS,attendance,away team,W/L score``; trailing
-    whitespace, including the no-break space (U+00A0) ending each line, is stripped.
-
-    Returns
-    -------
-    list of dict
-        Keys ``date`` (:class:`datetime.date`), ``begin`` and ``end``
-        (:class:`datetime.time`), ``attendance`` (int), ``away_team`` (str),
-        ``result`` (``"W"`` or ``"L"``, for the Dodgers) and ``score`` (str such as
-        ``"9-8"``, winner's runs first).
-
-    Examples
-    --------
-    >>> e = parse_dodgers_events("04/12/05,13:10:00,16:23:00,55892,San Francisco,W 9-8\\xa0")
-    >>> e[0]["date"], e[0]["away_team"], e[0]["result"], e[0]["score"]
-    (datetime.date(2005, 4, 12), 'San Francisco', 'W', '9-8')
-    """
-    events = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        line = line.strip()
-        if not line:
-            continue
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 6:
-            raise ValueError(
-                f"Dodgers.events line {lineno}: expected 6 comma-separated fields, "
-                f"got {len(fields)}"
-            )
-        date, begin, end, attendance, team, outcome = fields
-        result, _, score = outcome.partition(" ")
-        try:
-            events.append(
-                {
-                    "date": _dt.datetime.strptime(date, "%m/%d/%y").date(),
-                    "begin": _dt.time.fromisoformat(begin),
-                    "end": _dt.time.fromisoformat(end),
-                    "attendance": int(attendance),
-                    "away_team": team,
-                    "result": result,
-                    "score": score.strip(),
-                }
-            )
-        except ValueError as exc:
-            raise ValueError(f"Dodgers.events line {lineno}: cannot parse {line!r}") from exc
-    return events
-
-
-def load_dodgers_events(path: str | os.PathLike[str] | None = None) -> list[dict[str, object]]:
-    """Load ``Dodgers.events``, read as Latin-1: 81 games, see :func:`parse_dodgers_events`."""
-    file = _find_file(path, DODGERS_DIR, (DODGERS_EVENTS_FILE,))
-    return parse_dodgers_events(file.read_text(encoding="latin-1"))

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import numpy as np
 
 from streamspec.core.hmm import HMM
 from streamspec.core.mestimator import MEstimator
 from streamspec.core.spectral import SpectralEstimator
-from streamspec.experiments.paper import ring_hmm
+from streamspec.experiments.paper_hmms import ring_hmm
 from streamspec.streaming.accumulator import MomentAccumulator
 
 __all__ = ["run_demo", "register"]
@@ -59,13 +60,7 @@ def run_demo(
     spectral = SpectralEstimator(rank=rank)
     previous = None
     rows = []
-    out(f"streamspec demo: the paper's ring HMM ({hmm.n_states} states, {hmm.n_symbols} "
-        f"symbols), models of rank {rank}")
-    out("log loss: held-out nats per symbol (window filter, w = 2); joint error: relative norm "
-        "difference of the joint probabilities of 1,000 test sequences of length 4; "
-        "lower is better")
-    out(f"{'symbols':>9} {'log loss θ_spec':>16} {'θ_M':>8} {'true':>8} "
-        f"{'joint error θ_spec':>19} {'θ_M':>8} {'θ_M fit s':>10}")
+    _print_header(out, hmm, rank)
     for b in range(blocks):
         for x in stream[b * block_size : (b + 1) * block_size].tolist():
             acc.learn_one(x)  # the streaming path, one symbol at a time
@@ -84,10 +79,26 @@ def run_demo(
             "fit_seconds": fit_s,
         }
         rows.append(row)
-        out(f"{row['symbols']:>9} {row['spectral']:>16.4f} {row['mestimator']:>8.4f} "
-            f"{truth:>8.4f} {row['spectral_joint_error']:>19.4f} "
-            f"{row['mestimator_joint_error']:>8.4f} {fit_s:>10.3f}")
+        out(_format_row(row))
     return rows
+
+
+def _print_header(out: Callable[[str], object], hmm: HMM, rank: int) -> None:
+    """The demo's title, the meaning of its columns and their headings."""
+    out(f"streamspec demo: the paper's ring HMM ({hmm.n_states} states, {hmm.n_symbols} "
+        f"symbols), models of rank {rank}")
+    out("log loss: held-out nats per symbol (window filter, w = 2); joint error: relative norm "
+        "difference of the joint probabilities of 1,000 test sequences of length 4; "
+        "lower is better")
+    out(f"{'symbols':>9} {'log loss θ_spec':>16} {'θ_M':>8} {'true':>8} "
+        f"{'joint error θ_spec':>19} {'θ_M':>8} {'θ_M fit s':>10}")
+
+
+def _format_row(row: dict) -> str:
+    """One row of the demo's table, aligned under :func:`_print_header`'s headings."""
+    return (f"{row['symbols']:>9} {row['spectral']:>16.4f} {row['mestimator']:>8.4f} "
+            f"{row['true']:>8.4f} {row['spectral_joint_error']:>19.4f} "
+            f"{row['mestimator_joint_error']:>8.4f} {row['fit_seconds']:>10.3f}")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

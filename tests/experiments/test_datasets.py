@@ -12,28 +12,32 @@ import pytest
 from streamspec.experiments import datasets
 from streamspec.experiments.datasets import (
     default_data_path,
-    discretise_counts,
     letters_only,
     load_alice,
     load_alice_letters,
+    load_splice,
+    parse_splice,
+    parse_splice_records,
+    strip_gutenberg,
+)
+from streamspec.experiments.datasets_chorales import (
     load_chorales,
+    parse_chorale_events,
+    parse_chorales,
+    parse_sexpr,
+    tokenize_sexpr,
+)
+from streamspec.experiments.datasets_dodgers import (
+    discretise_counts,
     load_dodgers,
     load_dodgers_counts,
     load_dodgers_events,
-    load_splice,
-    parse_chorale_events,
-    parse_chorales,
     parse_dodgers,
     parse_dodgers_counts,
     parse_dodgers_events,
     parse_dodgers_rows,
-    parse_sexpr,
-    parse_splice,
-    parse_splice_records,
     quantile_edges,
     split_at_missing,
-    strip_gutenberg,
-    tokenize_sexpr,
 )
 
 # ---------------------------------------------------------------------------

@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from streamspec import MomentAccumulator, SpectralEstimator
-from streamspec.experiments import paper
+from streamspec.experiments import (
+    paper,
+    paper_hmms,
+    paper_metrics,
+    paper_real,
+    paper_report,
+    paper_settings,
+)
 from streamspec.experiments.datasets import default_data_path
 
 TOY = ("ring", "grid", "chain")
@@ -25,7 +32,7 @@ TOY = ("ring", "grid", "chain")
 
 
 def test_ring_follows_the_figure():
-    hmm = paper.ring_hmm()
+    hmm = paper_hmms.ring_hmm()
     T = hmm.T  # T[to, from]
     assert T[1, 0] == T[4, 0] == 0.5
     assert (T[0, 1], T[2, 1], T[0, 4], T[3, 4]) == (0.9, 0.1, 0.9, 0.1)
@@ -37,18 +44,18 @@ def test_ring_follows_the_figure():
 
 @pytest.mark.parametrize(("side", "rank"), [(2, 2), (3, 6), (5, 20)])
 def test_grid_walk_and_rank(side, rank):
-    hmm = paper.grid_hmm(side)
+    hmm = paper_hmms.grid_hmm(side)
     assert hmm.n_states == side * side
     assert np.allclose(hmm.T.sum(axis=0), 1.0)
     assert np.allclose(np.diag(hmm.O), 0.9)
     # corner state 0 moves to its two neighbours with probability 1/2 each
     assert np.count_nonzero(hmm.T[:, 0]) == 2
-    assert paper._grid_rank(side) == rank
+    assert paper_hmms.grid_rank(side) == rank
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
 def test_chain_resets(p):
-    hmm = paper.chain_hmm(p)
+    hmm = paper_hmms.chain_hmm(p)
     assert hmm.T[0, 0] == pytest.approx(p)
     assert hmm.T[1, 0] == pytest.approx(1 - p)
     assert hmm.T[0, 4] == 1.0
@@ -56,13 +63,13 @@ def test_chain_resets(p):
 
 
 def test_deterministic_sequence():
-    s = paper.deterministic_sequence(15)
+    s = paper_hmms.deterministic_sequence(15)
     assert s.tolist() == [0] * 10 + [1] * 5
 
 
 def test_synthetic_hmm_is_well_conditioned_and_seeded():
-    a = paper.synthetic_hmm(5, 10, random_state=3)
-    b = paper.synthetic_hmm(5, 10, random_state=3)
+    a = paper_hmms.synthetic_hmm(5, 10, random_state=3)
+    b = paper_hmms.synthetic_hmm(5, 10, random_state=3)
     assert np.array_equal(a.T, b.T) and a.O.shape == (10, 5)
     P21 = a.O @ a.T @ np.diag(a.pi) @ a.O.T
     sv = np.linalg.svd(P21, compute_uv=False)
@@ -75,21 +82,21 @@ def test_triple_counts_match_the_accumulator():
     acc = MomentAccumulator(n_symbols=4, mode="sequences")
     for i, row in enumerate(X):
         acc.learn_many(row, key=i)
-    assert np.array_equal(paper.triple_counts(X, 4), acc.counts())
+    assert np.array_equal(paper_metrics.triple_counts(X, 4), acc.counts())
 
 
 def test_relative_error_is_zero_for_the_truth_and_positive_for_an_estimate():
-    hmm = paper.ring_hmm()
-    X = hmm.sample_many(50, paper.TEST_LENGTH, 1)
+    hmm = paper_hmms.ring_hmm()
+    X = hmm.sample_many(50, paper_settings.TEST_LENGTH, 1)
     p = hmm.operators().joint_proba_many(X)
-    assert paper.relative_error(hmm.operators(), X, p) == pytest.approx(0.0, abs=1e-12)
-    model = SpectralEstimator(rank=3).fit(paper.triple_counts(hmm.sample_many(100, 3, 2), 5))
-    assert 0.0 < paper.relative_error(model, X, p) < np.inf
+    assert paper_metrics.relative_error(hmm.operators(), X, p) == pytest.approx(0.0, abs=1e-12)
+    model = SpectralEstimator(rank=3).fit(paper_metrics.triple_counts(hmm.sample_many(100, 3, 2), 5))
+    assert 0.0 < paper_metrics.relative_error(model, X, p) < np.inf
 
 
 def test_markdown_round_trip():
-    text = paper.markdown_table(["a", "b"], [[1, "x ± y"], [2, "z"]])
-    assert paper.parse_markdown_tables("intro\n\n" + text + "\n\nafter") == [
+    text = paper_report.markdown_table(["a", "b"], [[1, "x ± y"], [2, "z"]])
+    assert paper_report.parse_markdown_tables("intro\n\n" + text + "\n\nafter") == [
         [["a", "b"], ["1", "x ± y"], ["2", "z"]]
     ]
 
@@ -109,18 +116,18 @@ def test_cli_lists_the_paper_command():
 def quick_run(tmp_path_factory):
     """``(out, fits, rc)``: every estimator fit of the run is listed as (variant, n, rank)."""
     out = tmp_path_factory.mktemp("paper")
-    fits, real = [], paper._fit
+    fits, real = [], paper_settings.fit_variant
 
     def counted(variant, data, rank, penalty):
         est, model, seconds = real(variant, data, rank, penalty)
         fits.append((variant.name, model.n_symbols, rank))
         return est, model, seconds
 
-    paper._fit = counted  # why: count the work, which unlike time does not depend on the load
+    paper_settings.fit_variant = counted  # why: count the work, which unlike time does not depend on the load
     try:
         rc = paper.main(["all", "--quick", "--out", str(out), "--seed", "0"])
     finally:
-        paper._fit = real
+        paper_settings.fit_variant = real
     return out, fits, rc
 
 
@@ -151,12 +158,12 @@ def test_quick_run_finishes_and_writes_every_file(quick_run):
 def test_quick_tables_parse(quick_run):
     out, _, _ = quick_run
     for name in ("deterministic", *TOY, "synthetic"):
-        tables = paper.parse_markdown_tables((out / f"{name}.md").read_text(encoding="utf-8"))
+        tables = paper_report.parse_markdown_tables((out / f"{name}.md").read_text(encoding="utf-8"))
         assert tables, name
         for table in tables:
             widths = {len(row) for row in table}
             assert len(widths) == 1, (name, table[0])
-    ring = paper.parse_markdown_tables((out / "ring.md").read_text(encoding="utf-8"))[0]
+    ring = paper_report.parse_markdown_tables((out / "ring.md").read_text(encoding="utf-8"))[0]
     assert ring[0][:4] == ["Model rank", "rank", "θ_spec", "θ_M"]
     assert [r[0] for r in ring[1:]] == ["4", "3", "2"]
     assert all(_cell(r[2]) > 0 for r in ring[1:])
@@ -207,7 +214,7 @@ def test_quick_real_data(quick_run):
     text = (out / "real.md").read_text(encoding="utf-8")
     assert "Ecoli" in text and "not sequence data" in text
     res = _results(out, "real")
-    assert set(res["rows"]) == set(paper.REAL_SETS)
+    assert set(res["rows"]) == set(paper_real.REAL_SETS)
     for name, row in res["rows"].items():
         methods = row["methods"]
         for m in methods.values():
