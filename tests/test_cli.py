@@ -559,3 +559,59 @@ def test_learn_and_inspect_report_the_rank_used(tmp_path, capsys, caplog):
     capsys.readouterr()
     assert main(["inspect", str(out)]) == 0
     assert f"  rank: {model.dim}\n" in capsys.readouterr().out
+
+
+def _load_symbols(path: Path) -> set:
+    try:
+        return set(ObservableOperatorModel.load(path).symbols)
+    except Exception:  # not written yet
+        return set()
+
+
+def test_follow_saves_the_model_periodically_and_on_sigterm(tmp_path):
+    data, state, log = tmp_path / "app.log", tmp_path / "state.ckpt", tmp_path / "learn.log"
+    lines = token_lines(200, seed=6)
+    data.write_text("\n".join(lines) + "\n")
+    total = sum(len(line.split()) for line in lines)
+
+    def follower(out: Path, save_interval: str) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "streamspec", "learn", str(data), "--follow",
+               "--encoding", "tokens", "--rank", "2", "--out", str(out), "--state", str(state),
+               "--save-interval", save_interval, "--poll-interval", "0.02",
+               "--checkpoint-interval", "0.05", "--progress", "never"]
+        return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    # 1. saved every 0.2 s while following: new symbols reach the model without a stop
+    out = tmp_path / "m.ckpt"
+    proc = follower(out, "0.2")
+    try:
+        wait_until(lambda: out.exists(), "the first periodic save", proc=proc)
+        with data.open("a") as f:
+            f.write("orange orange red orange green\n" * 5)
+        total += 25
+        wait_until(lambda: "orange" in _load_symbols(out), "a later periodic save", proc=proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(WAIT) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _records(state) == total
+
+    # 2. no periodic save within the run (1 h): SIGTERM alone saves the model, with the
+    # records appended while it followed
+    out = tmp_path / "m2.ckpt"
+    proc = follower(out, "3600")
+    try:
+        with data.open("a") as f:
+            f.write("violet blue violet violet\n" * 5)
+        total += 20
+        wait_until(lambda: _records(state) == total, "the appended records", proc=proc)
+        assert not out.exists()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(WAIT) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert {"orange", "violet", "red"} <= _load_symbols(out)
+    assert log.read_text().count("event=stopped signal=SIGTERM") == 2
