@@ -371,6 +371,19 @@ class _Progress:
         sys.stderr.write(line + ("\n" if final else ""))
         sys.stderr.flush()
 
+    def bytes_done(self, done: int, total: int) -> None:
+        """The bar of a backfill: ``done`` of ``total`` bytes counted (chunk by chunk)."""
+        now = time.monotonic()
+        final = done >= total
+        if not self.enabled or (not final and now - self.last < 0.2):
+            return
+        self.last = now
+        frac = done / total if total else 1.0
+        rate = done / max(now - self.start, 1e-9) / 2**20
+        sys.stderr.write(f"\r[{'#' * int(30 * frac):<30}] {100 * frac:5.1f}%  "
+                         f"{done / 2**20:,.1f} MiB  {rate:,.1f} MiB/s" + ("\n" if final else ""))
+        sys.stderr.flush()
+
 
 def apply_toml(args, parser: argparse.ArgumentParser, section: str) -> None:
     """Fill the options of ``args`` left at their defaults from the ``--config`` TOML file.
@@ -417,14 +430,16 @@ def _learn(args) -> int:
     # refuse bad input before anything is counted (or a state or model overwritten)
     check_input_files(args, fmt)
     if wants_backfill(args):  # chunks counted in parallel processes or on Dask
+        show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+        bar = _Progress(list(args.files), show, follow=False)
         try:
-            acc = run_backfill_from_args(args, fmt)
+            acc = run_backfill_from_args(args, fmt, progress=bar.bytes_done)
         except (ValueError, ImportError, OSError) as exc:
             print(f"streamspec learn: {exc}", file=sys.stderr)
             return 2
         log = logging.getLogger("streamspec.learn")
-        log.info("event=counted triples=%d symbols=%d backfill=%s", int(acc.n_triples), acc.n,
-                 args.dask or f"{args.workers} processes")
+        # (which path counted, processes or this one, is in the event=backfilled line)
+        log.info("event=counted triples=%d symbols=%d", int(acc.n_triples), acc.n)
         if args.counts:
             acc.save(args.counts)
         return 0 if args.no_fit else _fit_and_save(args, acc, log)
