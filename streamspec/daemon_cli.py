@@ -345,6 +345,15 @@ def check_input_files(args, fmt) -> None:
     check_files(args.files, fmt, _given_fields(args), missing_ok=bool(getattr(args, "follow", False)))
 
 
+def _check_outputs(args) -> None:
+    """Refuse output paths that cannot be written, before hours of counting are lost."""
+    for flag in ("out", "counts", "state"):
+        path = getattr(args, flag, None)
+        if path and os.path.isdir(path):
+            raise IsADirectoryError(f"--{flag} {path}: is a directory; give a file name, "
+                                    f"e.g. {os.path.join(path, 'model.ckpt')}")
+
+
 class _Progress:
     """A one-line progress bar on stderr: bytes read of the files, records, rate."""
 
@@ -429,6 +438,7 @@ def _learn(args) -> int:
 
     # refuse bad input before anything is counted (or a state or model overwritten)
     check_input_files(args, fmt)
+    _check_outputs(args)
     if wants_backfill(args):  # chunks counted in parallel processes or on Dask
         show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
         bar = _Progress(list(args.files), show, follow=False)
@@ -446,7 +456,8 @@ def _learn(args) -> int:
     state = SourceState(acc=_new_accumulator(args))
     if args.state and os.path.exists(args.state):
         try:
-            state = SourceState.load(args.state)
+            state = load_checkpoint_file(args.state, SourceState.load,
+                                         what="learn state checkpoint (--state)")
         except CheckpointError as exc:
             print(f"streamspec learn: {exc}", file=sys.stderr)
             return 1
@@ -751,7 +762,8 @@ def load_checkpoint_file(path: str | os.PathLike, load, what: str = "model check
     except FileNotFoundError:
         raise CheckpointError(f"not a streamspec {what}: {path} (no such file)") from None
     if not head.startswith(_ZIP_MAGIC):
-        why = _what_is(head).removeprefix(", ") or "its first bytes are not a checkpoint's"
+        why = _what_is(head).removeprefix(", ") or (
+            "a text file" if _is_text(head) else "its first bytes are not a checkpoint's")
         raise CheckpointError(f"not a streamspec {what}: {path} ({why})")
     try:
         return load(path)
@@ -760,6 +772,15 @@ def load_checkpoint_file(path: str | os.PathLike, load, what: str = "model check
             raise CheckpointError(f"not a streamspec {what}: {path} (a zip archive "
                                   f"that holds no checkpoint)") from None
         raise
+
+
+def _is_text(head: bytes) -> bool:
+    """Whether the first bytes of a file look like text (UTF-8, no NUL)."""
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return b"\x00" not in head
 
 
 def split_history(text: str, encoding: str, symbols) -> list[str]:

@@ -486,6 +486,17 @@ def test_bad_input_gives_one_clear_line_and_learns_nothing(tmp_path, capsys):
         assert not out.exists(), argv  # no model learned from it
         assert state.read_bytes() == before, argv  # nothing learned lost
 
+    # outputs that cannot be written are refused before counting, not after
+    for argv, words in [(["--out", str(folder)], ["--out", "is a directory"]),
+                        (["--counts", str(folder), "--no-fit"], ["--counts", "is a directory"]),
+                        (["--state", str(png)], ["not a streamspec learn state", "PNG"])]:
+        assert main(["learn", str(good), *argv]) != 0
+        err = capsys.readouterr().err
+        assert err.startswith("streamspec learn:") and "Traceback" not in err
+        for word in words:
+            assert word in err, (argv, err)
+    assert sorted(p.name for p in folder.iterdir()) == ["a.txt"]
+
     # as processes: the same, with the exit status of the command
     for argv in (["learn", str(folder)], ["predict", "--model", str(folder), "a"],
                  ["learn", str(elf)], ["inspect", str(png)]):
