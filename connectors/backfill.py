@@ -65,6 +65,7 @@ __all__ = [
     "add_backfill_arguments",
     "backfill",
     "backfill_result",
+    "backfill_result_from_args",
     "chunk_bounds",
     "count_chunk",
     "file_chunks",
@@ -824,7 +825,11 @@ def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
                    help="count on this Dask cluster ('local': start one with --workers "
                         "processes); needs pip install 'streamspec[dask]'")
     g.add_argument("--workers", type=int, metavar="N",
-                   help="without --dask: count in N local processes (1: in this one)")
+                   help="without --dask: count in up to N local processes (1: in this one, "
+                        "the default of a one-pass learn). Processes are started only when "
+                        f"they can be faster: {PARALLEL_MIN_BYTES >> 20} MiB of input or more, "
+                        "in 2 chunks or more, on 2 CPUs or more; the log line "
+                        "event=backfilled says which path was taken")
     g.add_argument("--chunk-mb", type=int, default=DEFAULT_CHUNK_BYTES >> 20, metavar="MB",
                    help=f"bytes per task, in MiB (default {DEFAULT_CHUNK_BYTES >> 20})")
 
@@ -839,6 +844,7 @@ def run_backfill_from_args(args: argparse.Namespace, fmt: RecordFormat,
     """Run :func:`backfill` for parsed ``learn`` arguments (``files``, ``--dask``, ...).
 
     ``progress(done, total)``: bytes counted so far (see :func:`backfill_result`).
+    :func:`backfill_result_from_args` gives the whole :class:`ChunkResult`.
 
     Raises
     ------
@@ -857,6 +863,12 @@ def run_backfill_from_args(args: argparse.Namespace, fmt: RecordFormat,
     ...
     ValueError: --dask/--workers read the files once: they cannot be combined with --follow
     """
+    return backfill_result_from_args(args, fmt, progress).acc
+
+
+def backfill_result_from_args(args: argparse.Namespace, fmt: RecordFormat,
+                              progress: Callable[[int, int], Any] | None = None) -> ChunkResult:
+    """:func:`run_backfill_from_args`, but the whole :class:`ChunkResult` (records, errors)."""
     for flag in ("follow", "state"):
         if getattr(args, flag, None):
             raise ValueError(f"--dask/--workers read the files once: they cannot be combined "
@@ -875,4 +887,4 @@ def run_backfill_from_args(args: argparse.Namespace, fmt: RecordFormat,
     if chunk_mb < 1:
         raise ValueError(f"--chunk-mb must be at least 1, got {chunk_mb}")
     return backfill_result(args.files, fmt, scheduler=getattr(args, "dask", None),
-                           n_workers=workers, chunk_bytes=chunk_mb << 20, progress=progress).acc
+                           n_workers=workers, chunk_bytes=chunk_mb << 20, progress=progress)

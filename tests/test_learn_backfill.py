@@ -14,7 +14,7 @@ def aligned(acc: MomentAccumulator, labels: list) -> np.ndarray:
     return acc.counts()[np.ix_(order, order, order)]
 
 
-@pytest.mark.parametrize("flags", [["--workers", "2", "--chunk-mb", "1"], ["--workers", "1"]])
+@pytest.mark.parametrize("flags", [["--workers", "2", "--chunk-mb", "1"], ["--workers", "1"], []])
 def test_learn_with_workers_equals_serial_learn(tmp_path, flags, monkeypatch, caplog, capsys):
     import logging
 
@@ -30,7 +30,9 @@ def test_learn_with_workers_equals_serial_learn(tmp_path, flags, monkeypatch, ca
         lines = ["".join(rng.choice(list("abcde"), size=rng.integers(0, 300))) for _ in range(1200)]
         path.write_text("\n".join(lines) + "\n")
         paths.append(str(path))
-    assert main(["learn", *paths, "--no-fit", "--counts", str(tmp_path / "serial.npz")]) == 0
+    # --state: read record by record (resumable), the reference
+    assert main(["learn", *paths, "--no-fit", "--counts", str(tmp_path / "serial.npz"),
+                 "--state", str(tmp_path / "state.ckpt")]) == 0
     capsys.readouterr()
     with caplog.at_level(logging.INFO, logger="streamspec.backfill"):
         assert main(["learn", *paths, "--no-fit", "--counts", str(tmp_path / "par.npz"),
