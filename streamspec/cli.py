@@ -118,8 +118,10 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
         return 2
     level = _level_of(args)
     configure_logging(level)
-    if getattr(args, "quiet", False) and getattr(args, "progress", None) == "auto":
-        args.progress = "never"
+    if getattr(args, "quiet", False):
+        args.log_level = level  # for commands that set up their own logging from it
+        if getattr(args, "progress", None) == "auto":
+            args.progress = "never"
     name = f"streamspec {args.command}" if getattr(args, "command", None) else "streamspec"
     try:
         return int(args.func(args) or 0)
