@@ -653,11 +653,20 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
+def _load() -> float:
+    """The 1-minute load average (0 where the system does not tell it)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+
+
 def pool_size(chunks: Sequence[Chunk], n_workers: int | None) -> tuple[int, str]:
     """How many local processes to count ``chunks`` in, and why 1 when it is 1.
 
-    More processes than chunks or than usable CPUs cannot be faster, nor can any
-    pool for less than :data:`PARALLEL_MIN_BYTES` of input, where starting the
+    More processes than chunks or than usable CPUs cannot be faster, nor more than
+    one plus the CPUs left idle by the machine's other jobs (its load average), nor
+    any pool for less than :data:`PARALLEL_MIN_BYTES` of input, where starting the
     workers costs more than they save: then 1 (count in this process).
 
     Examples
@@ -677,8 +686,14 @@ def pool_size(chunks: Sequence[Chunk], n_workers: int | None) -> tuple[int, str]
     if sum(_chunk_size(c) for c in chunks) < PARALLEL_MIN_BYTES:
         return 1, f"input under {PARALLEL_MIN_BYTES >> 20} MiB"
     cpus = _cpus()
-    workers = min(n_workers or cpus, len(chunks), cpus)
-    return (workers, "") if workers > 1 else (1, "one CPU")
+    if cpus < 2:
+        return 1, "one CPU"
+    load = _load()
+    idle = int(max(0.0, cpus - load))
+    workers = min(n_workers or cpus, len(chunks), cpus, 1 + idle)
+    if workers < 2:
+        return 1, f"no idle CPU: load average {load:.1f} on {cpus} CPUs"
+    return workers, ""
 
 
 def backfill(
@@ -828,8 +843,9 @@ def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
                    help="without --dask: count in up to N local processes (1: in this one, "
                         "the default of a one-pass learn). Processes are started only when "
                         f"they can be faster: {PARALLEL_MIN_BYTES >> 20} MiB of input or more, "
-                        "in 2 chunks or more, on 2 CPUs or more; the log line "
-                        "event=backfilled says which path was taken")
+                        "in 2 chunks or more, with 2 CPUs or more not busy with other jobs "
+                        "(load average); the log line event=backfilled says which path was "
+                        "taken")
     g.add_argument("--chunk-mb", type=int, default=DEFAULT_CHUNK_BYTES >> 20, metavar="MB",
                    help=f"bytes per task, in MiB (default {DEFAULT_CHUNK_BYTES >> 20})")
 

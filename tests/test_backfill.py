@@ -236,6 +236,7 @@ def test_process_pool_equals_serial(tmp_path: Path, monkeypatch, caplog) -> None
     # a pool even for this small input on any machine (it would count serially otherwise)
     monkeypatch.setattr(bf, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(bf, "_cpus", lambda: 2)
+    monkeypatch.setattr(bf, "_load", lambda: 0.0)
     paths = keyed_files(tmp_path)[:2]
     fmt = RecordFormat("csv")
     seen: list[tuple[int, int]] = []
@@ -348,9 +349,14 @@ def test_workers_fall_back_to_this_process_when_a_pool_cannot_be_faster(tmp_path
     monkeypatch.setattr(bf, "_cpus", lambda: 1)
     assert bf.pool_size(file_chunks(paths, 4096), 4) == (1, "one CPU")
     monkeypatch.setattr(bf, "_cpus", lambda: 8)
+    monkeypatch.setattr(bf, "_load", lambda: 0.0)
     chunks = file_chunks(paths, 4096)
     assert bf.pool_size(chunks, 4) == (4, "")
     assert bf.pool_size(chunks[:3], None) == (3, "")  # never more processes than chunks
+    monkeypatch.setattr(bf, "_load", lambda: 6.5)  # other jobs keep 6.5 of the 8 CPUs busy
+    assert bf.pool_size(chunks, 4) == (2, "")
+    monkeypatch.setattr(bf, "_load", lambda: 8.2)
+    assert bf.pool_size(chunks, 4) == (1, "no idle CPU: load average 8.2 on 8 CPUs")
 
 
 UNICODE = st.lists(st.sampled_from(["a", "\u00e9", "\u00c9", "\u0130", "\u03a3", "\u03c3", "\u4e2d",

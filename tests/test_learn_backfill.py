@@ -23,6 +23,7 @@ def test_learn_with_workers_equals_serial_learn(tmp_path, flags, monkeypatch, ca
     # a pool for --workers 2 even for these 1.3 MB (it would count serially otherwise)
     monkeypatch.setattr(bf, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(bf, "_cpus", lambda: 2)
+    monkeypatch.setattr(bf, "_load", lambda: 0.0)
     rng = np.random.default_rng(0)
     paths = []
     for f in range(2):
