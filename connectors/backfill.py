@@ -65,9 +65,11 @@ __all__ = [
     "add_backfill_arguments",
     "backfill",
     "backfill_result",
+    "backfill_result_from_args",
     "chunk_bounds",
     "count_chunk",
     "file_chunks",
+    "pool_size",
     "reduce_in_order",
     "run_backfill_from_args",
     "serial_count",
@@ -77,6 +79,8 @@ __all__ = [
 DEFAULT_CHUNK_BYTES = 64 << 20
 _BLOCK = 16 << 20  # bytes of a chunk read (and counted) at a time
 _SCAN = 1 << 16  # bytes read at a time while looking for a line break
+_TOKENS_PIECE = 1 << 20  # characters of tokens text split and counted at a time
+_UNICODE_PIECE = 4 << 20  # bytes of non-ASCII chars text counted at a time
 _DASK_HINT = "the Dask backfill needs dask.distributed: pip install 'streamspec[dask]'"
 
 log = logging.getLogger("streamspec.backfill")
@@ -254,16 +258,30 @@ def count_chunk(chunk: Chunk, fmt: RecordFormat, alphabet: Sequence[Hashable] | 
     result = ChunkResult(acc)
     errors: Counter[str] = Counter()
     parser = _parser_at(chunk, fmt)
-    fast = (fmt.encoding == "chars" and not fmt.end_each_line and not fmt.int_symbols
-            and _encodable(fmt.key))
+    plain = not fmt.end_each_line and not fmt.int_symbols
+    fast_chars = fmt.encoding == "chars" and plain and _encodable(fmt.key)
+    fast_tokens = fmt.encoding == "tokens" and plain
     for block in _blocks(chunk):
-        if fast:
-            counted = _count_chars_block(block, fmt, result.acc.symbols)
-            if counted is not None:
-                block_acc, n_symbols, n_lines = counted
-                result.acc = result.acc.concat(block_acc)
-                result.records += n_symbols
-                result.lines += n_lines
+        if fast_chars:
+            # non-ASCII text takes 4 bytes a character and more: counted in smaller pieces
+            pieces = [block] if block.isascii() else list(_pieces(block, _UNICODE_PIECE))
+            counted = [_count_chars_block(piece, fmt, result.acc.symbols) for piece in pieces[:1]]
+            for piece in pieces[1:]:
+                if counted[-1] is None:
+                    break
+                labels = counted[-1][0].symbols
+                counted.append(_count_chars_block(piece, fmt, labels))
+            if all(c is not None for c in counted):
+                for block_acc, n_symbols, n_lines in counted:
+                    result.acc = result.acc.concat(block_acc)
+                    result.records += n_symbols
+                    result.lines += n_lines
+                continue
+        elif fast_tokens:
+            counted_tokens = _count_tokens_block(block, fmt, result.acc)
+            if counted_tokens is not None:
+                result.records += counted_tokens[0]
+                result.lines += counted_tokens[1]
                 continue
         result.lines += _count_lines(block, fmt, parser, result, errors)
     result.errors = dict(errors)
@@ -377,25 +395,83 @@ def _chars_tables(fmt: RecordFormat) -> tuple[bytes, bytes]:
     return bytes(table), bytes(delete)
 
 
-def _count_chars_block(
-    block: bytes, fmt: RecordFormat, labels: list
-) -> tuple[MomentAccumulator, int, int] | None:
-    """Vectorised count of an ASCII ``chars`` block with no oversized line, else None.
-
-    Gives what the parser and ``learn_one`` give: within a line "\\r" is never a
-    symbol; lines are lower-cased then filtered by ``keep``; all lines continue one
-    sequence of stream ``fmt.key``. The counts are taken with a fixed alphabet of the
-    symbols present (fast), then relabelled: ``labels`` first, new characters in
-    order of first appearance.
-    """
-    if not block.isascii():
-        return None
+def _line_ends(block: bytes, fmt: RecordFormat) -> np.ndarray | None:
+    """Offsets of the ends of the block's lines, or None if a line may be oversized."""
     arr = np.frombuffer(block, dtype=np.uint8)
     breaks = np.flatnonzero(arr == 10)
     ends = np.append(breaks, arr.size) if breaks.size == 0 or breaks[-1] != arr.size - 1 else breaks
     lengths = np.diff(ends, prepend=-1) - 1
     if lengths.size and int(lengths.max()) > fmt.max_bytes:
         return None  # an oversized line: the slow path, line by line
+    return ends
+
+
+def _block_text(block: bytes) -> str | None:
+    """The block as text, or None when the parser must see it line by line: bytes that
+    are not UTF-8 (malformed lines), or a byte-order mark (dropped at a line's start only)."""
+    try:
+        text = block.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if "\ufeff" in text else text
+
+
+def _pieces(block: bytes, size: int) -> Iterator[bytes]:
+    """The block in pieces of whole lines, of about ``size`` bytes (a long line: whole)."""
+    start = 0
+    while start < len(block):
+        cut = block.find(b"\n", start + size)
+        stop = len(block) if cut < 0 else cut + 1
+        yield block[start:stop]
+        start = stop
+
+
+def _count_tokens_block(block: bytes, fmt: RecordFormat,
+                        acc: MomentAccumulator) -> tuple[int, int] | None:
+    """Count a ``tokens`` block in one ``learn_many`` (symbols, lines), else None.
+
+    The tokens of consecutive lines continue one sequence, and a line break is
+    whitespace: splitting the whole block gives the tokens of its lines in order.
+    None (nothing counted) when a line must go through the parser: an oversized or
+    undecodable line, a byte-order mark. O(block) time.
+    """
+    ends = _line_ends(block, fmt)
+    text = None if ends is None else _block_text(block)
+    if text is None:
+        return None
+    if fmt.lowercase:  # lower-casing per token or per block is the same: spaces separate
+        text = text.lower()
+    n_tokens, start = 0, 0
+    while start < len(text):
+        # pieces of whole lines: the tokens of a whole block at once take 10x the memory
+        cut = text.find("\n", start + _TOKENS_PIECE)
+        stop = len(text) if cut < 0 else cut + 1
+        tokens = text[start:stop].split()
+        if tokens:
+            acc.learn_many(tokens, fmt.key)
+        n_tokens += len(tokens)
+        start = stop
+    return n_tokens, int(ends.size)
+
+
+def _count_chars_block(
+    block: bytes, fmt: RecordFormat, labels: list
+) -> tuple[MomentAccumulator, int, int] | None:
+    """Vectorised count of a ``chars`` block with no oversized line, else None.
+
+    Gives what the parser and ``learn_one`` give: within a line "\\r" is never a
+    symbol; lines are lower-cased then filtered by ``keep``; all lines continue one
+    sequence of stream ``fmt.key``. The counts are taken with a fixed alphabet of the
+    symbols present (fast), then relabelled: ``labels`` first, new characters in
+    order of first appearance. ASCII blocks are mapped byte by byte; other UTF-8
+    text by code point (an undecodable line or a byte-order mark: None, the parser's
+    path).
+    """
+    ends = _line_ends(block, fmt)
+    if ends is None:
+        return None
+    if not block.isascii():
+        return _count_unicode_chars(block, fmt, labels, ends)
     table, delete = _chars_tables(fmt)
     symbols = block.translate(table, delete)
     # the characters present, in order of first appearance: those of a prefix, then the
@@ -416,14 +492,47 @@ def _count_chars_block(
         for v in seen:
             lookup[v] = index[chr(v)]
         idx = lookup[np.frombuffer(symbols, dtype=np.uint8)]
+    return _relabelled_counts(idx, new_labels, fmt.key), len(symbols), int(ends.size)
+
+
+def _count_unicode_chars(
+    block: bytes, fmt: RecordFormat, labels: list, ends: np.ndarray
+) -> tuple[MomentAccumulator, int, int] | None:
+    """:func:`_count_chars_block` for UTF-8 text that is not ASCII: by code point."""
+    text = _block_text(block)
+    if text is None or (fmt.lowercase and "\u03a3" in text):
+        return None  # capital sigma lower-cases by context: the parser's path, line by line
+    if fmt.lowercase:
+        text = text.lower()
+    cp = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    mask = (cp != 10) & (cp != 13)
+    if fmt.keep is not None:
+        mask &= np.isin(cp, np.fromiter((ord(c) for c in fmt.keep), dtype=np.uint32))
+    cp = cp[mask]
+    uniq, first = np.unique(cp, return_index=True)
+    index = {label: i for i, label in enumerate(labels)}
+    new_labels = list(labels)
+    for c in uniq[np.argsort(first, kind="stable")].tolist():  # order of first appearance
+        if chr(c) not in index:
+            index[chr(c)] = len(new_labels)
+            new_labels.append(chr(c))
+    to_index = np.fromiter((index[chr(c)] for c in uniq.tolist()), dtype=np.int64,
+                           count=uniq.size)
+    idx = to_index[np.searchsorted(uniq, cp)]
+    return _relabelled_counts(idx, new_labels, fmt.key), int(cp.size), int(ends.size)
+
+
+def _relabelled_counts(idx: np.ndarray, new_labels: list, key: Hashable) -> MomentAccumulator:
+    """Counts of the index sequence ``idx`` of stream ``key``, labelled ``new_labels``."""
+    n = len(new_labels)
     fixed = MomentAccumulator(n_symbols=max(1, n), track_heads=True)
-    fixed.learn_many(idx, key=fmt.key)
+    fixed.learn_many(idx, key=key)
     _, _, header, arrays = fixed.to_checkpoint()
     header = dict(header, n_symbols=None, labels=[encode_value(s) for s in new_labels])
     if "c3" in arrays:  # a dense (version 1) accumulator
         arrays = dict(arrays, c3=arrays["c3"][:n, :n, :n])
     # sparse counts (version 2) are indexed like the labels already: only the header changes
-    return MomentAccumulator.from_checkpoint(header, arrays), len(symbols), int(ends.size)
+    return MomentAccumulator.from_checkpoint(header, arrays)
 
 
 # ----------------------------------------------------------------------------- reduction
@@ -474,8 +583,13 @@ def backfill_result(
     n_workers: int | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     alphabet: Sequence[Hashable] | None = None,
+    progress: Callable[[int, int], Any] | None = None,
 ) -> ChunkResult:
-    """Like :func:`backfill`, but the whole :class:`ChunkResult` (counts, records, errors)."""
+    """Like :func:`backfill`, but the whole :class:`ChunkResult` (counts, records, errors).
+
+    ``progress(done, total)`` is called with the bytes of the chunks counted so far
+    and of all chunks (local runs: after every chunk; Dask: once at the end).
+    """
     if not isinstance(fmt, RecordFormat):
         raise ValueError(f"fmt must be a RecordFormat, got {type(fmt).__name__}")
     if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int)
@@ -484,24 +598,102 @@ def backfill_result(
     # absolute paths: Dask workers may run in another directory (they need the same files)
     names = [os.path.abspath(os.fsdecode(p))
              for p in ([paths] if isinstance(paths, str | os.PathLike) else paths)]
+    folders = [p for p in names if os.path.isdir(p)]
+    if folders:
+        raise IsADirectoryError(f"{folders[0]}: is a directory, not a file")
     missing = [p for p in names if not os.path.isfile(p)]
     if missing:
         raise FileNotFoundError(f"no such file: {missing[0]}")
     alphabet = None if alphabet is None else list(alphabet)
     t0 = time.perf_counter()
     chunks = file_chunks(names, chunk_bytes)
+    total = sum(_chunk_size(c) for c in chunks)
+    report = progress or (lambda done, total: None)
+    path = "dask" if scheduler is not None else "processes"
     if not chunks:
         result = ChunkResult(_new_acc(alphabet))
     elif scheduler is not None:
         result = _run_dask(chunks, fmt, alphabet, scheduler, n_workers)
-    elif n_workers == 1 or len(chunks) == 1:
-        result = reduce_in_order([count_chunk(c, fmt, alphabet) for c in chunks])
     else:
-        result = _run_pool(chunks, fmt, alphabet, n_workers)
-    log.info("event=backfilled files=%d chunks=%d records=%d malformed=%d seconds=%.2f",
+        workers, why = pool_size(chunks, n_workers)
+        if workers > 1:
+            path = f"{workers} processes"
+            result = _run_pool(chunks, fmt, alphabet, workers, report, total)
+        else:
+            path = f"serial ({why})"
+            results, done = [], 0
+            for c in chunks:
+                results.append(count_chunk(c, fmt, alphabet))
+                done += _chunk_size(c)
+                report(done, total)
+            result = reduce_in_order(results)
+    report(total, total)
+    log.info("event=backfilled files=%d chunks=%d records=%d malformed=%d seconds=%.2f path=%s",
              len(names), len(chunks), result.records, sum(result.errors.values()),
-             time.perf_counter() - t0)
+             time.perf_counter() - t0, path)
     return result
+
+
+PARALLEL_MIN_BYTES = 32 << 20
+"""Inputs smaller than this are counted in this process even when workers are asked for:
+starting a worker process (importing numpy and streamspec) costs about as much as
+counting 16 MiB (docs/benchmarks.md, "learn --workers")."""
+
+
+def _chunk_size(chunk: Chunk) -> int:
+    if chunk.end is None:
+        return os.path.getsize(chunk.path)
+    return chunk.end - chunk.start
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _load() -> float:
+    """The 1-minute load average (0 where the system does not tell it)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def pool_size(chunks: Sequence[Chunk], n_workers: int | None) -> tuple[int, str]:
+    """How many local processes to count ``chunks`` in, and why 1 when it is 1.
+
+    More processes than chunks or than usable CPUs cannot be faster, nor more than
+    one plus the CPUs left idle by the machine's other jobs (its load average), nor
+    any pool for less than :data:`PARALLEL_MIN_BYTES` of input, where starting the
+    workers costs more than they save: then 1 (count in this process).
+
+    Examples
+    --------
+    >>> big = [Chunk("a", 0, 64 << 20), Chunk("a", 64 << 20, 128 << 20)]
+    >>> pool_size(big, 1)
+    (1, '--workers 1')
+    >>> pool_size(big[:1], 4)
+    (1, 'one chunk')
+    >>> pool_size([Chunk("a", 0, 1 << 20), Chunk("a", 1 << 20, 2 << 20)], 2)
+    (1, 'input under 32 MiB')
+    """
+    if n_workers == 1:
+        return 1, "--workers 1"
+    if len(chunks) < 2:
+        return 1, "one chunk"
+    if sum(_chunk_size(c) for c in chunks) < PARALLEL_MIN_BYTES:
+        return 1, f"input under {PARALLEL_MIN_BYTES >> 20} MiB"
+    cpus = _cpus()
+    if cpus < 2:
+        return 1, "one CPU"
+    load = _load()
+    idle = int(max(0.0, cpus - load))
+    workers = min(n_workers or cpus, len(chunks), cpus, 1 + idle)
+    if workers < 2:
+        return 1, f"no idle CPU: load average {load:.1f} on {cpus} CPUs"
+    return workers, ""
 
 
 def backfill(
@@ -587,13 +779,19 @@ def serial_count(paths: Sequence[str | os.PathLike], fmt: RecordFormat) -> Momen
     return acc
 
 
-def _run_pool(chunks: list[Chunk], fmt: RecordFormat, alphabet, n_workers: int | None) -> ChunkResult:
+def _run_pool(chunks: list[Chunk], fmt: RecordFormat, alphabet, workers: int,
+              report: Callable[[int, int], Any], total: int) -> ChunkResult:
     import multiprocessing
+    from concurrent.futures import as_completed
 
-    workers = min(n_workers or os.cpu_count() or 1, len(chunks))
     # spawn: the caller may run threads (a Dask client, a daemon), which fork would copy locked
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(count_chunk, c, fmt, alphabet) for c in chunks]
+        futures = {pool.submit(count_chunk, c, fmt, alphabet): c for c in chunks}
+        done = 0
+        for f in as_completed(futures):
+            f.result()  # a failed chunk fails at once
+            done += _chunk_size(futures[f])
+            report(done, total)
         return reduce_in_order([f.result() for f in futures])
 
 
@@ -642,7 +840,12 @@ def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
                    help="count on this Dask cluster ('local': start one with --workers "
                         "processes); needs pip install 'streamspec[dask]'")
     g.add_argument("--workers", type=int, metavar="N",
-                   help="without --dask: count in N local processes (1: in this one)")
+                   help="without --dask: count in up to N local processes (1: in this one, "
+                        "the default of a one-pass learn). Processes are started only when "
+                        f"they can be faster: {PARALLEL_MIN_BYTES >> 20} MiB of input or more, "
+                        "in 2 chunks or more, with 2 CPUs or more not busy with other jobs "
+                        "(load average); the log line event=backfilled says which path was "
+                        "taken")
     g.add_argument("--chunk-mb", type=int, default=DEFAULT_CHUNK_BYTES >> 20, metavar="MB",
                    help=f"bytes per task, in MiB (default {DEFAULT_CHUNK_BYTES >> 20})")
 
@@ -652,8 +855,12 @@ def wants_backfill(args: argparse.Namespace) -> bool:
     return getattr(args, "dask", None) is not None or getattr(args, "workers", None) is not None
 
 
-def run_backfill_from_args(args: argparse.Namespace, fmt: RecordFormat) -> MomentAccumulator:
+def run_backfill_from_args(args: argparse.Namespace, fmt: RecordFormat,
+                           progress: Callable[[int, int], Any] | None = None) -> MomentAccumulator:
     """Run :func:`backfill` for parsed ``learn`` arguments (``files``, ``--dask``, ...).
+
+    ``progress(done, total)``: bytes counted so far (see :func:`backfill_result`).
+    :func:`backfill_result_from_args` gives the whole :class:`ChunkResult`.
 
     Raises
     ------
@@ -672,6 +879,12 @@ def run_backfill_from_args(args: argparse.Namespace, fmt: RecordFormat) -> Momen
     ...
     ValueError: --dask/--workers read the files once: they cannot be combined with --follow
     """
+    return backfill_result_from_args(args, fmt, progress).acc
+
+
+def backfill_result_from_args(args: argparse.Namespace, fmt: RecordFormat,
+                              progress: Callable[[int, int], Any] | None = None) -> ChunkResult:
+    """:func:`run_backfill_from_args`, but the whole :class:`ChunkResult` (records, errors)."""
     for flag in ("follow", "state"):
         if getattr(args, flag, None):
             raise ValueError(f"--dask/--workers read the files once: they cannot be combined "
@@ -689,5 +902,5 @@ def run_backfill_from_args(args: argparse.Namespace, fmt: RecordFormat) -> Momen
     chunk_mb = getattr(args, "chunk_mb", DEFAULT_CHUNK_BYTES >> 20)
     if chunk_mb < 1:
         raise ValueError(f"--chunk-mb must be at least 1, got {chunk_mb}")
-    return backfill(args.files, fmt, scheduler=getattr(args, "dask", None), n_workers=workers,
-                    chunk_bytes=chunk_mb << 20)
+    return backfill_result(args.files, fmt, scheduler=getattr(args, "dask", None),
+                           n_workers=workers, chunk_bytes=chunk_mb << 20, progress=progress)

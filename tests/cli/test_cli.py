@@ -7,6 +7,7 @@ resume without losing or repeating a symbol.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -121,7 +122,7 @@ def test_consume_rejects_missing_topic(capsys):
 # ---------------------------------------------------------------------------- learn and friends
 
 
-def test_learn_predict_inspect_round_trip(tmp_path, capsys):
+def test_learn_predict_inspect_round_trip(tmp_path, capsys, monkeypatch):
     lines = token_lines(300, seed=1)
     data = tmp_path / "colors.txt"
     data.write_text("\n".join(lines) + "\n")
@@ -136,8 +137,8 @@ def test_learn_predict_inspect_round_trip(tmp_path, capsys):
     model = ObservableOperatorModel.load(model_path)
     assert sorted(model.symbols) == ["blue", "cyan", "green", "red"]
 
-    assert main(["predict", "--model", str(model_path), "red green", "blue purple",
-                 "--top", "2"]) == 0
+    monkeypatch.setattr(sys, "stdin", io.StringIO("red green\nblue purple\n"))
+    assert main(["predict", "--model", str(model_path), "--top", "2"]) == 0  # a history a line
     out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(out) == 2
     assert len(out[0]["next"]) == 2 and out[0]["top"] in model.symbols
@@ -393,3 +394,237 @@ def test_hmm_commands_reject_bad_input_without_traceback(tmp_path, capsys):
                            str(bad)], capture_output=True, text=True, cwd=ROOT, timeout=WAIT)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("streamspec decode:")
+
+
+# ---------------------------------------------------------------------------- trust on first use
+
+
+def test_version_names_the_package_version(capsys):
+    from streamspec import __version__
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"streamspec {cli.version()}"
+    assert cli.version() == __version__  # pyproject and the package agree
+
+
+def test_every_subcommand_takes_log_level_and_quiet(tmp_path, capsys):
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert {"learn", "predict", "inspect", "decode", "consume", "paper", "demo"} <= set(sub.choices)
+    for name, p in sub.choices.items():
+        assert "--log-level" in p._option_string_actions, name
+        assert "-q" in p._option_string_actions and "--quiet" in p._option_string_actions, name
+    with pytest.raises(SystemExit):
+        cli.main(["inspect", "x", "--log-level", "LOUD"])
+    assert "unknown log level 'LOUD'" in capsys.readouterr().err
+    data = tmp_path / "t.txt"
+    data.write_text("abcabcabd\n" * 50)
+    loud = subprocess.run([sys.executable, "-m", "streamspec", "learn", str(data), "--no-fit",
+                           "--log-level", "debug"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=WAIT)
+    quiet = subprocess.run([sys.executable, "-m", "streamspec", "learn", str(data), "--no-fit",
+                            "-q"], capture_output=True, text=True, cwd=ROOT, timeout=WAIT)
+    assert loud.returncode == quiet.returncode == 0
+    assert "event=counted" in loud.stderr
+    assert quiet.stderr == ""
+
+
+def _png(path: Path) -> Path:
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+    return path
+
+
+def test_bad_input_gives_one_clear_line_and_learns_nothing(tmp_path, capsys):
+    good = tmp_path / "good.txt"
+    good.write_text("abcabcabd\n" * 50)
+    elf = tmp_path / "prog"
+    elf.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 8)
+    png = _png(tmp_path / "x.png")
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("abc\n")
+    csv = tmp_path / "a.csv"
+    csv.write_text("user,page\nu1,home\nu2,cart\nu1,home\n")
+    jsonl = tmp_path / "a.jsonl"
+    jsonl.write_text('{"user": "u1", "item": "a"}\n' * 5)
+    random_bytes = tmp_path / "r.bin"
+    random_bytes.write_bytes(np.random.default_rng(0).bytes(3000))
+    state, out = tmp_path / "state.ckpt", tmp_path / "m.ckpt"
+    assert main(["learn", str(good), "--state", str(state), "--no-fit", "-q"]) == 0
+    before = state.read_bytes()
+    capsys.readouterr()
+    cases = [
+        (["learn", str(elf)], ["prog", "not a text file", "ELF"]),
+        (["learn", str(good), str(png)], ["x.png", "not a text file", "PNG"]),
+        (["learn", str(folder)], ["logs", "is a directory"]),
+        (["learn", str(folder), "--workers", "2"], ["logs", "is a directory"]),
+        (["learn", str(csv), "--encoding", "csv", "--symbol-field", "item"],
+         ["no field 'item' (--symbol-field)", "user, page"]),
+        (["learn", str(csv), "--encoding", "csv", "--symbol-field", "page", "--key-field",
+          "usr"], ["no field 'usr' (--key-field)", "user, page"]),
+        (["learn", str(jsonl), "--encoding", "jsonl", "--symbol-field", "item", "--key-field",
+          "session"], ["no field 'session' (--key-field)", "user, item"]),
+        (["decode", "--model", str(png), str(good)], ["not a streamspec HMM checkpoint", "PNG"]),
+        (["predict", "--model", str(png), "a"], ["not a streamspec model checkpoint", "PNG"]),
+        (["predict", "--model", str(random_bytes), "a"], ["not a streamspec model checkpoint"]),
+        (["predict", "--model", str(folder), "a"], ["not a streamspec model", "a directory"]),
+        (["inspect", str(png)], ["not a streamspec checkpoint", "PNG"]),
+    ]
+    for argv, words in cases:
+        flags = ["--out", str(out), "--state", str(state)] if argv[0] == "learn" else []
+        if "--workers" in argv:
+            flags = ["--out", str(out)]
+        code = main([*argv, *flags])
+        err = capsys.readouterr().err
+        assert code != 0, argv
+        assert err.startswith(f"streamspec {argv[0]}:") and len(err.splitlines()) == 1, err
+        for word in words:
+            assert word in err, (argv, err)
+        assert "Traceback" not in err and "allow_pickle" not in err, err
+        assert not out.exists(), argv  # no model learned from it
+        assert state.read_bytes() == before, argv  # nothing learned lost
+
+    # outputs that cannot be written are refused before counting, not after
+    for argv, words in [(["--out", str(folder)], ["--out", "is a directory"]),
+                        (["--counts", str(folder), "--no-fit"], ["--counts", "is a directory"]),
+                        (["--state", str(png)], ["not a streamspec learn state", "PNG"])]:
+        assert main(["learn", str(good), *argv]) != 0
+        err = capsys.readouterr().err
+        assert err.startswith("streamspec learn:") and "Traceback" not in err
+        for word in words:
+            assert word in err, (argv, err)
+    assert sorted(p.name for p in folder.iterdir()) == ["a.txt"]
+
+    # as processes: the same, with the exit status of the command
+    for argv in (["learn", str(folder)], ["predict", "--model", str(folder), "a"],
+                 ["learn", str(elf)], ["inspect", str(png)]):
+        proc = subprocess.run([sys.executable, "-m", "streamspec", *argv], capture_output=True,
+                              text=True, cwd=ROOT, timeout=WAIT)
+        assert proc.returncode != 0 and proc.stderr.startswith(f"streamspec {argv[0]}:")
+        assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_an_unexpected_error_is_one_line_with_a_hint(monkeypatch, capsys):
+    from streamspec import daemon_cli
+
+    def broken(args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(daemon_cli, "_inspect", broken)
+    assert cli.main(["inspect", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err == ("streamspec inspect: error: unexpected RuntimeError: boom (rerun with "
+                   "--log-level DEBUG for the traceback)\n")
+    assert cli.main(["inspect", "x", "--log-level", "DEBUG"]) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_predict_reads_its_arguments_as_one_history(tmp_path, capsys, monkeypatch):
+    chars = tmp_path / "alice.txt"
+    chars.write_text("Alice was beginning to get very tired of sitting by her sister\n" * 30)
+    model_path = tmp_path / "chars.ckpt"
+    # learn and predict agree on characters by default
+    assert main(["learn", str(chars), "--rank", "3", "--out", str(model_path), "-q"]) == 0
+    model = ObservableOperatorModel.load(model_path)
+    capsys.readouterr()
+    assert main(["predict", "--model", str(model_path), "Alic"]) == 0
+    (one,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert one["history"] == ["A", "l", "i", "c"] and "unknown" not in one
+    expected = model.predict_proba_next([model.symbols.index(c) for c in "Alic"])
+    assert one["next"][one["top"]] == pytest.approx(expected.max(), abs=1e-6)
+    assert main(["predict", "--model", str(model_path), "to", "get"]) == 0
+    (two,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert two["history"] == list("to get")
+
+    tokens = tmp_path / "colors.txt"
+    tokens.write_text("\n".join(token_lines(200, seed=4)) + "\n")
+    tok_path = tmp_path / "tokens.ckpt"
+    assert main(["learn", str(tokens), "--encoding", "tokens", "--rank", "2", "--out",
+                 str(tok_path), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["predict", "--model", str(tok_path), "red", "green"]) == 0
+    args_out = capsys.readouterr().out.splitlines()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("red green\n"))
+    assert main(["predict", "--model", str(tok_path)]) == 0
+    stdin_out = capsys.readouterr().out.splitlines()
+    assert len(args_out) == 1 and args_out == stdin_out
+    assert json.loads(args_out[0])["history"] == ["red", "green"]
+
+
+def test_learn_and_inspect_report_the_rank_used(tmp_path, capsys, caplog):
+    import logging
+    import re
+
+    data = tmp_path / "t.txt"
+    data.write_text("\n".join(token_lines(300, seed=2)) + "\n")
+    out = tmp_path / "m.ckpt"
+    with caplog.at_level(logging.INFO):
+        assert main(["learn", str(data), "--encoding", "tokens", "--rank", "auto", "--out",
+                     str(out)]) == 0
+    model = ObservableOperatorModel.load(out)
+    found = re.search(r"event=fitted rank=(\d+) requested_rank=auto", caplog.text)
+    assert found, caplog.text
+    assert int(found.group(1)) == model.dim
+    capsys.readouterr()
+    assert main(["inspect", str(out)]) == 0
+    assert f"  rank: {model.dim}\n" in capsys.readouterr().out
+
+
+def _load_symbols(path: Path) -> set:
+    try:
+        return set(ObservableOperatorModel.load(path).symbols)
+    except Exception:  # not written yet
+        return set()
+
+
+def test_follow_saves_the_model_periodically_and_on_sigterm_or_sigint(tmp_path):
+    data, state, log = tmp_path / "app.log", tmp_path / "state.ckpt", tmp_path / "learn.log"
+    lines = token_lines(200, seed=6)
+    data.write_text("\n".join(lines) + "\n")
+    total = sum(len(line.split()) for line in lines)
+
+    def follower(out: Path, save_interval: str) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "streamspec", "learn", str(data), "--follow",
+               "--encoding", "tokens", "--rank", "2", "--out", str(out), "--state", str(state),
+               "--save-interval", save_interval, "--poll-interval", "0.02",
+               "--checkpoint-interval", "0.05", "--progress", "never"]
+        return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    # 1. saved every 0.2 s while following: new symbols reach the model without a stop
+    out = tmp_path / "m.ckpt"
+    proc = follower(out, "0.2")
+    try:
+        wait_until(lambda: out.exists(), "the first periodic save", proc=proc)
+        with data.open("a") as f:
+            f.write("orange orange red orange green\n" * 5)
+        total += 25
+        wait_until(lambda: "orange" in _load_symbols(out), "a later periodic save", proc=proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(WAIT) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _records(state) == total
+
+    # 2. no periodic save within the run (1 h): SIGINT (Ctrl-C) alone saves the model, with
+    # the records appended while it followed
+    out = tmp_path / "m2.ckpt"
+    proc = follower(out, "3600")
+    try:
+        with data.open("a") as f:
+            f.write("violet blue violet violet\n" * 5)
+        total += 20
+        wait_until(lambda: _records(state) == total, "the appended records", proc=proc)
+        assert not out.exists()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(WAIT) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert {"orange", "violet", "red"} <= _load_symbols(out)
+    text = log.read_text()
+    assert "event=stopped signal=SIGTERM" in text and "event=stopped signal=SIGINT" in text
+    assert "Traceback" not in text

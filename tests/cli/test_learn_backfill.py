@@ -14,8 +14,16 @@ def aligned(acc: MomentAccumulator, labels: list) -> np.ndarray:
     return acc.counts()[np.ix_(order, order, order)]
 
 
-@pytest.mark.parametrize("flags", [["--workers", "2", "--chunk-mb", "1"], ["--workers", "1"]])
-def test_learn_with_workers_equals_serial_learn(tmp_path, flags):
+@pytest.mark.parametrize("flags", [["--workers", "2", "--chunk-mb", "1"], ["--workers", "1"], []])
+def test_learn_with_workers_equals_serial_learn(tmp_path, flags, monkeypatch, caplog, capsys):
+    import logging
+
+    import connectors.backfill as bf
+
+    # a pool for --workers 2 even for these 1.3 MB (it would count serially otherwise)
+    monkeypatch.setattr(bf, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(bf, "_cpus", lambda: 2)
+    monkeypatch.setattr(bf, "_load", lambda: 0.0)
     rng = np.random.default_rng(0)
     paths = []
     for f in range(2):
@@ -23,8 +31,15 @@ def test_learn_with_workers_equals_serial_learn(tmp_path, flags):
         lines = ["".join(rng.choice(list("abcde"), size=rng.integers(0, 300))) for _ in range(1200)]
         path.write_text("\n".join(lines) + "\n")
         paths.append(str(path))
-    assert main(["learn", *paths, "--no-fit", "--counts", str(tmp_path / "serial.npz")]) == 0
-    assert main(["learn", *paths, "--no-fit", "--counts", str(tmp_path / "par.npz"), *flags]) == 0
+    # --state: read record by record (resumable), the reference
+    assert main(["learn", *paths, "--no-fit", "--counts", str(tmp_path / "serial.npz"),
+                 "--state", str(tmp_path / "state.ckpt")]) == 0
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO, logger="streamspec.backfill"):
+        assert main(["learn", *paths, "--no-fit", "--counts", str(tmp_path / "par.npz"),
+                     "--progress", "always", *flags]) == 0
+    assert ("path=2 processes" if "2" in flags else "path=serial (--workers 1)") in caplog.text
+    assert "100.0%" in capsys.readouterr().err  # the progress bar, to its end
     serial = MomentAccumulator.load(tmp_path / "serial.npz")
     parallel = MomentAccumulator.load(tmp_path / "par.npz")
     assert serial.n_triples > 10**5

@@ -228,10 +228,25 @@ def keyed_files(folder: Path) -> list[Path]:
     return paths
 
 
-def test_process_pool_equals_serial(tmp_path: Path) -> None:
+def test_process_pool_equals_serial(tmp_path: Path, monkeypatch, caplog) -> None:
+    import logging
+
+    import connectors.backfill as bf
+
+    # a pool even for this small input on any machine (it would count serially otherwise)
+    monkeypatch.setattr(bf, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(bf, "_cpus", lambda: 2)
+    monkeypatch.setattr(bf, "_load", lambda: 0.0)
     paths = keyed_files(tmp_path)[:2]
     fmt = RecordFormat("csv")
-    result = backfill_result(paths, fmt, n_workers=2, chunk_bytes=4096)
+    seen: list[tuple[int, int]] = []
+    with caplog.at_level(logging.INFO, logger="streamspec.backfill"):
+        result = backfill_result(paths, fmt, n_workers=2, chunk_bytes=4096,
+                                 progress=lambda done, total: seen.append((done, total)))
+    assert "path=2 processes" in caplog.text
+    total = sum(p.stat().st_size for p in paths)
+    assert seen[-1] == (total, total) and len(seen) > 10
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)  # the bar only moves forward
     assert len(file_chunks(paths, 4096)) > 10
     assert_same(result.acc, serial_count(paths, fmt))
     assert result.records == sum(1 for rec, _ in FileSource([str(p) for p in paths], fmt)
@@ -312,3 +327,72 @@ def test_csv_header_after_an_odd_first_line(tmp_path: Path, first: bytes) -> Non
     assert result.records == len(records) >= 60
     # the header line is a row exactly when the odd first line was the header candidate
     assert ("symbol" in result.acc.keys) == (len(first) <= 21)
+
+
+def test_workers_fall_back_to_this_process_when_a_pool_cannot_be_faster(tmp_path: Path,
+                                                                        monkeypatch, caplog):
+    import logging
+
+    import connectors.backfill as bf
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a process pool was started")
+
+    monkeypatch.setattr(bf, "_run_pool", no_pool)
+    paths = keyed_files(tmp_path)[:2]
+    fmt = RecordFormat("csv")
+    with caplog.at_level(logging.INFO, logger="streamspec.backfill"):
+        result = backfill_result(paths, fmt, n_workers=4, chunk_bytes=4096)  # a few KiB
+    assert "path=serial (input under 32 MiB)" in caplog.text
+    assert_same(result.acc, serial_count(paths, fmt))
+    monkeypatch.setattr(bf, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(bf, "_cpus", lambda: 1)
+    assert bf.pool_size(file_chunks(paths, 4096), 4) == (1, "one CPU")
+    monkeypatch.setattr(bf, "_cpus", lambda: 8)
+    monkeypatch.setattr(bf, "_load", lambda: 0.0)
+    chunks = file_chunks(paths, 4096)
+    assert bf.pool_size(chunks, 4) == (4, "")
+    assert bf.pool_size(chunks[:3], None) == (3, "")  # never more processes than chunks
+    monkeypatch.setattr(bf, "_load", lambda: 6.5)  # other jobs keep 6.5 of the 8 CPUs busy
+    assert bf.pool_size(chunks, 4) == (2, "")
+    monkeypatch.setattr(bf, "_load", lambda: 8.2)
+    assert bf.pool_size(chunks, 4) == (1, "no idle CPU: load average 8.2 on 8 CPUs")
+
+
+UNICODE = st.lists(st.sampled_from(["a", "\u00e9", "\u00c9", "\u0130", "\u03a3", "\u03c3", "\u4e2d",
+                                    "\U0001f600", " ", "\n", "\r\n", "\t", "\u2028", "xy"]),
+                   max_size=80).map("".join)
+
+
+@FAST
+@given(text=UNICODE, lowercase=st.booleans(), encoding=st.sampled_from(["chars", "tokens"]),
+       keep=st.sampled_from([None, "a\u00e9\u4e2d \U0001f600"]))
+def test_unicode_fast_paths_count_like_the_parser(text, lowercase, encoding, keep) -> None:
+    fmt = RecordFormat(encoding, lowercase=lowercase, keep=keep if encoding == "chars" else None)
+    with tempfile.TemporaryDirectory() as folder:
+        path = write(Path(folder), "u.txt", text.encode())
+        result = backfill_result([path], fmt, n_workers=1, chunk_bytes=16)
+        ref = serial_count([path], fmt)
+        n_ref = sum(1 for rec, _ in FileSource([str(path)], fmt) if rec.symbol is not None)
+    assert_same(result.acc, ref)
+    assert result.records == n_ref
+
+
+def test_utf8_text_is_counted_without_the_line_by_line_parser(tmp_path: Path, monkeypatch):
+    import connectors.backfill as bf
+
+    def no_parser(*args, **kwargs):
+        raise AssertionError("counted line by line")
+
+    text = "Caf\u00e9 cr\u00e8me, na\u00efve \u4e2d\u6587 \U0001f600 words\r\n" * 500
+    path = write(tmp_path, "book.txt", text.encode())
+    refs = {enc: serial_count([path], RecordFormat(enc, lowercase=True))
+            for enc in ("chars", "tokens")}
+    monkeypatch.setattr(bf, "_count_lines", no_parser)
+    for enc, ref in refs.items():
+        assert_same(backfill([path], RecordFormat(enc, lowercase=True), n_workers=1), ref)
+    # a block counted in many pieces (as blocks of megabytes are) gives the same counts
+    monkeypatch.setattr(bf, "_UNICODE_PIECE", 100)
+    monkeypatch.setattr(bf, "_TOKENS_PIECE", 70)
+    for enc, ref in refs.items():
+        assert_same(backfill([path], RecordFormat(enc, lowercase=True), n_workers=1), ref)

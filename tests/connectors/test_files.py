@@ -564,3 +564,84 @@ def test_follow_skips_oversized_partial_lines_without_buffering_them(tmp_path):
     f.wait_for(2)
     assert syms(f.finish()) == ["ok", "next"]
     assert errors == ["oversized"]
+
+
+# ---------------------------------------------------------------------- check_files
+
+
+def test_check_files_refuses_binary_files_and_directories(tmp_path):
+    from connectors.files import InputError, check_files
+
+    elf = tmp_path / "prog"
+    elf.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
+    png = tmp_path / "x.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\u00e9 cr\u00e8me\n".encode("latin-1"))
+    for path, words in [(elf, ["NUL byte", "ELF"]), (png, ["NUL byte", "PNG"]),
+                        (latin1, ["not UTF-8", "0xe9"]), (tmp_path, ["is a directory"])]:
+        for fmt in (CHARS, TOKENS, JSONL, RecordFormat("csv")):
+            with pytest.raises(InputError) as exc:
+                check_files([path], fmt)
+            assert str(path) in str(exc.value)
+            for word in words:
+                assert word in str(exc.value)
+    with pytest.raises(FileNotFoundError):
+        check_files([tmp_path / "nope.txt"], CHARS)
+    check_files([tmp_path / "nope.txt"], CHARS, missing_ok=True)  # a file to follow
+
+
+def test_check_files_accepts_utf8_text_cut_mid_character(tmp_path):
+    from connectors.files import _SNIFF, check_files
+
+    # a multi-byte character straddles the end of the block looked at: still text
+    text = tmp_path / "utf8.txt"
+    text.write_bytes(b"a" * (_SNIFF - 1) + "\u00e9\u00e8\n".encode())
+    check_files([text], CHARS)
+    gz = tmp_path / "t.txt.gz"
+    gz.write_bytes(gzip.compress("\u00e9t\u00e9\n".encode() * 10))
+    check_files([gz], TOKENS)
+    bad_gz = tmp_path / "b.txt.gz"
+    bad_gz.write_bytes(gzip.compress(b"\x00\x01binary"))
+    with pytest.raises(ValueError, match="NUL byte"):
+        check_files([bad_gz], TOKENS)
+
+
+def test_check_files_refuses_csv_and_jsonl_lacking_a_named_field(tmp_path):
+    from connectors.files import InputError, check_files
+
+    csv = tmp_path / "a.csv"
+    csv.write_text("user,page,ts\nu1,home,1\nu2,cart,2\n")
+    # the header lacks the (default) symbol field: it names another field, so it is a header
+    with pytest.raises(InputError, match=r"no field 'symbol' \(--symbol-field\); its fields "
+                                         r"are: user, page, ts"):
+        check_files([csv], RecordFormat("csv"))
+    fmt = RecordFormat("csv", symbol_field="page", key_field="usr")
+    with pytest.raises(InputError, match=r"no field 'usr' \(--key-field\)"):
+        check_files([csv], fmt, {"--symbol-field": "page", "--key-field": "usr"})
+    # a named symbol field absent from a first row that is no header
+    fmt = RecordFormat("csv", symbol_field="item")
+    with pytest.raises(InputError, match=r"no field 'item' \(--symbol-field\).*by position"):
+        check_files([csv], fmt, {"--symbol-field": "item"})
+    # accepted: the fields are there, or the columns are given by position
+    check_files([csv], RecordFormat("csv", symbol_field="page", key_field="user"),
+                {"--symbol-field": "page", "--key-field": "user"})
+    headerless = tmp_path / "b.csv"
+    headerless.write_text("u1,home\nu2,cart\n")
+    check_files([headerless], RecordFormat("csv"))  # conventional order key, symbol
+    check_files([headerless], RecordFormat("csv", symbol_field=1, key_field=0),
+                {"--symbol-field": 1, "--key-field": 0})
+
+    jsonl = tmp_path / "a.jsonl"
+    jsonl.write_text('\n{"user": "u1", "item": "a"}\n')
+    with pytest.raises(InputError, match=r"line 2: the JSON object has no field 'symbol' "
+                                         r"\(--symbol-field\); its fields are: user, item"):
+        check_files([jsonl], JSONL)
+    with pytest.raises(InputError, match=r"no field 'session' \(--key-field\)"):
+        check_files([jsonl], RecordFormat("jsonl", symbol_field="item", key_field="session"),
+                    {"--symbol-field": "item", "--key-field": "session"})
+    check_files([jsonl], RecordFormat("jsonl", symbol_field="item", key_field="user"),
+                {"--symbol-field": "item", "--key-field": "user"})
+    marker = tmp_path / "m.jsonl"  # a first line that only ends a sequence needs no symbol
+    marker.write_text('{"key": "u1", "end": true}\n{"key": "u1", "symbol": "a"}\n')
+    check_files([marker], JSONL)

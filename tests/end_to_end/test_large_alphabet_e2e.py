@@ -120,7 +120,8 @@ def test_cli_learn_predict_inspect_on_a_word_file(tmp_path, words):
     assert acc.n == len(set(words)) >= MIN_DISTINCT
     assert by_label(acc) == by_label(direct(words))  # exact counts: one sequence of words
     # predict: valid distributions over the model's words, the 20 most probable by default
-    out = cli("predict", "--model", str(model), f"{words[10]} {words[11]}", "nonsense-word")
+    out = cli("predict", "--model", str(model),  # one history a line of standard input
+              stdin=f"{words[10]} {words[11]}\nnonsense-word\n")
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     assert len(lines) == 2
