@@ -653,7 +653,12 @@ _SIGNATURES = (  # what a refused file most likely is, by its first bytes
 )
 
 
-def _what_is(head: bytes) -> str:
+def looks_like(head: bytes) -> str:
+    """``", it looks like <kind>"`` for the first bytes of a known binary format, else ``""``.
+
+    >>> looks_like(b"\\x89PNG\\r\\n")
+    ', it looks like a PNG image'
+    """
     for magic, what in _SIGNATURES:
         if head.startswith(magic):
             return f", it looks like {what}"
@@ -751,7 +756,7 @@ def _check_text(path: str, head: bytes, complete: bool) -> None:
     nul = head.find(b"\x00")
     if nul >= 0:
         raise InputError(f"{path}: not a text file (a NUL byte at offset {nul}"
-                         f"{_what_is(head)})")
+                         f"{looks_like(head)})")
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -759,7 +764,7 @@ def _check_text(path: str, head: bytes, complete: bool) -> None:
         if complete or exc.start < len(head) - 3 or exc.reason != "unexpected end of data":
             raise InputError(
                 f"{path}: not UTF-8 text (byte 0x{head[exc.start:exc.start + 1].hex()} at "
-                f"offset {exc.start}{_what_is(head)})") from None
+                f"offset {exc.start}{looks_like(head)})") from None
 
 
 def _first_line(head: bytes) -> bytes:

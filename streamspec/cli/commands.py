@@ -787,7 +787,7 @@ def load_checkpoint_file(path: str | os.PathLike, load, what: str = "model check
     is no checkpoint (an image, random bytes, ...), and passes on the loader's own
     errors for a damaged or foreign checkpoint. O(size of the file).
     """
-    from connectors.files import _what_is
+    from connectors.files import looks_like
     from streamspec.core.checkpoint import CheckpointError
 
     path = Path(path)
@@ -799,7 +799,7 @@ def load_checkpoint_file(path: str | os.PathLike, load, what: str = "model check
     except FileNotFoundError:
         raise CheckpointError(f"not a streamspec {what}: {path} (no such file)") from None
     if not head.startswith(_ZIP_MAGIC):
-        why = _what_is(head).removeprefix(", ") or (
+        why = looks_like(head).removeprefix(", ") or (
             "a text file" if _is_text(head) else "its first bytes are not a checkpoint's")
         raise CheckpointError(f"not a streamspec {what}: {path} ({why})")
     try:

@@ -507,7 +507,7 @@ def test_bad_input_gives_one_clear_line_and_learns_nothing(tmp_path, capsys):
 
 
 def test_an_unexpected_error_is_one_line_with_a_hint(monkeypatch, capsys):
-    from streamspec import daemon_cli
+    from streamspec.cli import commands as daemon_cli
 
     def broken(args):
         raise RuntimeError("boom")
