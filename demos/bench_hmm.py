@@ -39,7 +39,7 @@ at least 20× slower than ours, and ours better than EM@ours.
 Our fit times include counting the triples (``MomentAccumulator.learn_many``); EM's
 include all restarts. On synthetic HMMs, parameter errors against the truth after
 matching states (Hungarian assignment on the L1 distance of emission columns, as in
-``tests/test_hmm_recovery.py``): emission error = largest total-variation distance
+``tests/core/test_hmm_recovery.py``): emission error = largest total-variation distance
 between matched emission distributions, transition error = largest entry error of T.
 
 Real splits: Alice (``11-0.txt``, letters a-z) and the books are single streams, the

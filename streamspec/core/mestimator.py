@@ -167,7 +167,7 @@ class MEstimator(Estimator):
         starts keep working); in the dense one it is the dense identity-weighted
         estimate. ``None``: the plain model (always θ_M).
         Its effect on held-out log loss is in ``Notes`` (with and without it, by
-        ``python tests/test_mestimator_projected.py --bench``).
+        ``python tests/core/test_mestimator_projected.py --bench``).
     filter, window, min_proba
         Passed to the fitted :class:`ObservableOperatorModel`.
 
@@ -218,7 +218,7 @@ class MEstimator(Estimator):
     the default weighting:
 
     Held-out log loss (nats/symbol, window-2 filter, 20,000 held-out symbols) and
-    fit time, rank 10, ``python tests/test_mestimator_projected.py --bench``
+    fit time, rank 10, ``python tests/core/test_mestimator_projected.py --bench``
     (2 shared cores; times are indicative, the machine was loaded). Plain models
     (``backoff=None``):
 

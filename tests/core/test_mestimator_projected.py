@@ -1,6 +1,6 @@
 """The projected formulation of θ_M: θ_spec at W = I, Proposition 1, GLS, warm starts, memory.
 
-Run as a script (``python tests/test_mestimator_projected.py --bench``) to repeat the
+Run as a script (``python tests/core/test_mestimator_projected.py --bench``) to repeat the
 measurements behind MEstimator's defaults (held-out log loss and fit time at
 n = 26, ~1,000 and ~20,000 symbols).
 """
@@ -275,7 +275,7 @@ def test_default_fits_five_thousand_symbols_under_two_gigabytes():
 
 
 # ---------------------------------------------------------------------------
-# measurements behind the defaults (not a test): python tests/test_mestimator_projected.py --bench
+# measurements behind the defaults (not a test): python tests/core/test_mestimator_projected.py --bench
 # ---------------------------------------------------------------------------
 
 
