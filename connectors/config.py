@@ -160,7 +160,7 @@ class DaemonConfig:
         ``state_topic`` and restored from it on assignment (no shared file
         system); the owner of partition 0 refits on the global counts and
         publishes to the model topic, which every daemon serves from (see
-        :mod:`connectors.state_topic` and :mod:`connectors.model_topic`).
+        :mod:`connectors.state.snapshots` and :mod:`connectors.model_topic`).
     state_topic
         The state topic of the kafka backend (default ``<topic>.state``; created
         with as many partitions as the source topic).

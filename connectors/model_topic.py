@@ -1,7 +1,7 @@
 """The shared model in a Kafka topic: published by the elected refitter, served by every daemon.
 
 With ``--state-backend kafka`` one daemon at a time refits on the global counts
-(the merge of the latest snapshot of every partition, :mod:`connectors.state_topic`)
+(the merge of the latest snapshot of every partition, :mod:`connectors.state.snapshots`)
 and publishes each model to the *model topic* (one partition); every daemon
 follows that topic and serves predictions from the newest model it has read.
 

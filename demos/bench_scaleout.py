@@ -52,7 +52,7 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 from bench_kafka import produce  # noqa: E402
 
 from connectors.broker import create_topic, local_broker  # noqa: E402
-from connectors.state_topic import read_snapshots  # noqa: E402
+from connectors.state.snapshots import read_snapshots  # noqa: E402
 
 PARTITIONS = 6
 

@@ -38,7 +38,7 @@ from test_kafka_daemon import (  # noqa: E402
 from connectors.config import DaemonConfig  # noqa: E402
 from connectors.model_topic import ModelRecord, is_hmm_message  # noqa: E402
 from connectors.state import PartitionState  # noqa: E402
-from connectors.state_topic import (  # noqa: E402
+from connectors.state.snapshots import (  # noqa: E402
     LatestSnapshots,
     Snapshot,
     encode_snapshot,

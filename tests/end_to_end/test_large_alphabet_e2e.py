@@ -256,7 +256,7 @@ from connectors.config import DaemonConfig  # noqa: E402
 from connectors.kafka import EXIT_STATE_FAILURE, ConsumerDaemon, learn_record  # noqa: E402
 from connectors.records import Record  # noqa: E402
 from connectors.state import PartitionState, StateStore  # noqa: E402
-from connectors.state_topic import read_snapshots  # noqa: E402
+from connectors.state.snapshots import read_snapshots  # noqa: E402
 from streamspec.core.checkpoint import CheckpointError  # noqa: E402
 
 GROUP = ["--session-timeout-ms", "3000", "--heartbeat-interval-ms", "500",

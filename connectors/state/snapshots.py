@@ -12,12 +12,12 @@ Message layout
 * key: the source partition number, in decimal ASCII (``b"3"``);
 * value: the bytes of :func:`streamspec.core.checkpoint.dump_checkpoint` with the
   format ``streamspec.PartitionState`` (the same header and arrays as the
-  checkpoint files of :mod:`connectors.state`: npz + JSON header, versioned,
+  checkpoint files of :mod:`connectors.state.files`: npz + JSON header, versioned,
   SHA-256 checksummed, never a pickle);
 * headers: ``format`` (``streamspec.PartitionState/1``), ``source-topic``,
-  ``source-partition``, ``source-offset`` (the next offset to read), ``records``
-  and ``owner``, so that a reader picks the latest snapshot without decoding the
-  older ones;
+  ``source-partition``, ``source-offset`` (the next offset to read), ``records``,
+  ``owner`` and ``group`` (the consumer group, when known), so that a reader picks
+  the latest snapshot without decoding the older ones;
 * partition: source partition ``p`` goes to state partition ``p % S`` (``S``
   partitions in the state topic, created equal to the source's): each daemon
   restoring a partition reads only its state partition, and all the snapshots
@@ -31,6 +31,14 @@ its offset) and processing is deterministic, so two snapshots of one partition
 at one offset are equal, and a late write by an evicted member (a zombie) can
 never replace a newer state by an older one.
 
+When the latest cannot be read
+------------------------------
+Unless the topic is compacted, the older snapshots of a partition stay in its
+log: :func:`read_snapshot_history` keeps the newest few of each partition, so
+that a restore can fall back to the previous one when the newest is corrupt
+(its records are then read again from the source: exact, as with the ``.prev``
+files of the local backend).
+
 Cost of reading
 ---------------
 Without compaction a state partition grows by one snapshot per checkpoint of
@@ -40,7 +48,7 @@ created) it holds about one snapshot per key.
 
 Examples
 --------
->>> from connectors.state import PartitionState
+>>> from connectors.state.files import PartitionState
 >>> st = PartitionState("clicks", 2)
 >>> st.acc.learn_many("abcab", key="u1")
 >>> st.offset, st.records = 5, 5
@@ -68,7 +76,7 @@ from dataclasses import dataclass, field
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
-from connectors.state import PartitionState, dump_verified, merge_accumulators
+from connectors.state.files import PartitionState, dump_verified, merge_accumulators
 from streamspec.core.checkpoint import CheckpointError, load_checkpoint_bytes
 from streamspec.streaming.accumulator import MomentAccumulator
 
@@ -80,6 +88,8 @@ __all__ = [
     "state_partition",
     "read_topic",
     "read_snapshots",
+    "read_snapshot_history",
+    "SnapshotHistory",
     "TopicFollower",
     "ensure_topic",
 ]
@@ -126,6 +136,8 @@ def encode_snapshot(state: PartitionState, owner: str = "") -> tuple[bytes, byte
         ("records", str(int(state.records)).encode()),
         ("owner", state.owner.encode()),
     ]
+    if state.group is not None:
+        headers.append(("group", state.group.encode()))
     return str(int(state.partition)).encode(), value, headers
 
 
@@ -151,6 +163,8 @@ class Snapshot:
         The encoded state (see :func:`decode_snapshot`).
     owner
         Client id of the daemon that wrote it.
+    group
+        The consumer group it was written for (``None``: not recorded).
     """
 
     partition: int
@@ -158,6 +172,7 @@ class Snapshot:
     records: int
     value: bytes = field(repr=False)
     owner: str = ""
+    group: str | None = None
 
     @classmethod
     def from_message(cls, key: bytes | None, value: bytes | None, headers) -> Snapshot:
@@ -172,6 +187,7 @@ class Snapshot:
                 records=int(h.get("records", b"0")),
                 value=value,
                 owner=h.get("owner", b"").decode("utf-8", "replace"),
+                group=None if h.get("group") is None else h["group"].decode("utf-8", "replace"),
             )
         except (KeyError, ValueError) as exc:
             raise ValueError(f"malformed snapshot headers ({exc})") from None
@@ -246,6 +262,30 @@ class LatestSnapshots:
     def merged(self, order: Iterable | None = None) -> MomentAccumulator:
         """The global counts: the latest state of every partition merged by label."""
         return merge_accumulators((s.acc for s in self.states()), order)
+
+
+class SnapshotHistory:
+    """The newest ``keep`` snapshots of every source partition, newest first.
+
+    Ordered as :class:`LatestSnapshots` chooses (largest offset; ties: the later in
+    the log). Memory: at most ``keep`` snapshot values per partition.
+    """
+
+    def __init__(self, keep: int = 4) -> None:
+        self.keep = max(1, int(keep))
+        self._seen = 0
+        self._by_partition: dict[int, list[tuple[int, int, Snapshot]]] = {}
+
+    def offer(self, snap: Snapshot) -> None:
+        self._seen += 1
+        kept = self._by_partition.setdefault(snap.partition, [])
+        kept.append((snap.offset, self._seen, snap))
+        kept.sort(key=lambda item: (item[0], item[1]), reverse=True)
+        del kept[self.keep:]
+
+    def newest_first(self, partition: int) -> list[Snapshot]:
+        """The kept snapshots of ``partition``, the one to use first at the front."""
+        return [snap for _, _, snap in self._by_partition.get(partition, [])]
 
 
 def _consumer(bootstrap: str, client_id: str) -> KafkaConsumer:
@@ -338,6 +378,39 @@ def read_snapshots(
         partitions = {state_partition(p, n_state) for p in wanted}
     read_topic(bootstrap, state_topic, take, partitions, timeout, client_id)
     return latest
+
+
+def read_snapshot_history(
+    bootstrap: str,
+    state_topic: str,
+    source_partitions: Iterable[int],
+    keep: int = 4,
+    timeout: float = 30.0,
+    client_id: str = "streamspec-state-reader",
+) -> SnapshotHistory:
+    """The newest ``keep`` snapshots of each of ``source_partitions``, read to the end.
+
+    Only the state partitions holding those source partitions are read; messages
+    that are not snapshots are logged and skipped.
+    """
+    history = SnapshotHistory(keep)
+    wanted = set(source_partitions)
+
+    def take(m) -> None:
+        try:
+            snap = Snapshot.from_message(m.key, m.value, m.headers)
+        except ValueError as exc:
+            log.warning("event=foreign-state-message topic=%s partition=%d offset=%d error=%r",
+                        m.topic, m.partition, m.offset, str(exc))
+            return
+        if snap.partition in wanted:
+            history.offer(snap)
+
+    n_state = partition_count(bootstrap, state_topic)
+    if n_state and wanted:
+        read_topic(bootstrap, state_topic, take, {state_partition(p, n_state) for p in wanted},
+                   timeout, client_id)
+    return history
 
 
 def partition_count(bootstrap: str, topic: str) -> int:

@@ -1,0 +1,172 @@
+"""What the daemon sends besides its state: dead letters, predictions, models.
+
+All go through one producer (``linger_ms=5``); they are flushed before every
+checkpoint that moves past their messages, so they are delivered at least once.
+:class:`Outputs` also holds the model being served (for predictions and the
+status line).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from kafka import KafkaProducer
+from kafka.errors import KafkaError, MessageSizeTooLargeError
+
+from connectors.config import DaemonConfig
+from connectors.kafka.clients import BOOTSTRAP_TIMEOUT_MS
+from connectors.metrics import DaemonMetrics
+from connectors.model_topic import encode_hmm
+from connectors.predictions import StreamPredictor
+from connectors.state.files import PartitionState
+from streamspec.core.model import ObservableOperatorModel
+
+__all__ = ["Outputs", "DETAIL_MAX", "MODEL_SNAPSHOT_HEADERS"]
+
+log = logging.getLogger("streamspec.daemon")
+
+DETAIL_MAX = 300  # characters of an error kept in a dead-letter header or a log line
+_LOG_EVERY_DEAD = 1000  # after the first 10 of a reason, log one dead letter in this many
+
+MODEL_SNAPSHOT_HEADERS = ("format", "model-version", "records", "loss")
+"""Headers of every model snapshot message; the value is ``ObservableOperatorModel.to_bytes()``."""
+
+
+class Outputs:
+    """The daemon's output producer and the model it serves.
+
+    Parameters
+    ----------
+    config
+        The daemon's settings (topics of the outputs).
+    metrics
+        Counted into: dead letters per reason, predictions.
+    client_id
+        The daemon's client id (the key of its model messages).
+    max_bytes
+        Largest message value accepted as input (a dead letter may be as large).
+
+    Attributes
+    ----------
+    producer
+        ``None`` until :meth:`connect`, and when no output topic is set.
+    model, version
+        The model served, and its version (0: none yet, or loaded at start).
+    """
+
+    def __init__(self, config: DaemonConfig, metrics: DaemonMetrics, client_id: str,
+                 max_bytes: int):
+        self.config, self.metrics, self.client_id = config, metrics, client_id
+        self.max_bytes = max_bytes
+        self.producer: KafkaProducer | None = None
+        self.model: ObservableOperatorModel | None = None
+        self.version = 0
+        self.predictor: StreamPredictor | None = None
+
+    def connect(self) -> KafkaProducer | None:
+        """Create the producer if any output topic is set (``KafkaError`` to be retried)."""
+        cfg = self.config
+        if not (cfg.dead_letter_topic_name or cfg.predictions_topic or cfg.models_topic):
+            return None
+        self.producer = KafkaProducer(
+            bootstrap_servers=cfg.bootstrap.split(","),
+            client_id=f"{self.client_id}-out",
+            linger_ms=5,
+            bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
+            max_request_size=max(16 << 20, 2 * self.max_bytes),
+        )
+        return self.producer
+
+    def close(self) -> None:
+        if self.producer is not None:
+            self.producer.flush(timeout=10)
+            self.producer.close(timeout=10)
+
+    def serve(self, model: ObservableOperatorModel, version: int) -> None:
+        """Serve ``model`` (predictions, metrics) as version ``version``."""
+        self.model = model
+        self.version = version
+        if self.config.predictions_topic:
+            if self.predictor is None:
+                self.predictor = StreamPredictor(model, version)
+            else:
+                self.predictor.set_model(model, version)
+
+    def flush(self) -> bool:
+        """Wait until every output sent is acknowledged; False (logged) if it failed."""
+        if self.producer is None:
+            return True
+        try:
+            self.producer.flush(timeout=30)
+            return True
+        except KafkaError as exc:
+            log.warning("event=output-flush-failed error=%r", str(exc))
+            return False
+
+    def dead_letter(self, state: PartitionState, m, reason: str, detail: str) -> None:
+        """Count message ``m`` as a dead letter of ``reason`` and send it unchanged."""
+        state.dead_letters[reason] += 1
+        self.metrics.dead_letters[reason] += 1
+        n = self.metrics.dead_letters[reason]
+        if n <= 10 or n % _LOG_EVERY_DEAD == 0:
+            log.warning(
+                "event=dead-letter reason=%s partition=%s-%d offset=%d count=%d detail=%r",
+                reason, m.topic, m.partition, m.offset, n, detail[:DETAIL_MAX],
+            )
+        topic = self.config.dead_letter_topic_name
+        if topic is None or self.producer is None:
+            return
+        headers = [
+            ("reason", reason.encode()),
+            ("detail", detail[:DETAIL_MAX].encode("utf-8", "replace")),
+            ("source-topic", m.topic.encode()),
+            ("source-partition", str(m.partition).encode()),
+            ("source-offset", str(m.offset).encode()),
+        ]
+        try:
+            self.producer.send(topic, key=m.key, value=m.value, headers=headers)
+        except MessageSizeTooLargeError:
+            headers.append(("truncated-from", str(len(m.value)).encode()))
+            self.producer.send(topic, key=m.key, value=m.value[: self.max_bytes],
+                               headers=headers)
+
+    def predict_all(self, m, records) -> None:
+        """One prediction message per symbol of ``m``; outputs only, counts never change."""
+        predictor = self.predictor
+        try:
+            for r in records:
+                if r.symbol is not None:
+                    out = predictor.observe(r.key, r.symbol)
+                    out.update(symbol=r.symbol, partition=m.partition, offset=m.offset)
+                    self.producer.send(
+                        self.config.predictions_topic,
+                        key=m.key,
+                        value=json.dumps(out, default=str).encode(),
+                    )
+                    self.metrics.predictions += 1
+                if r.end:
+                    predictor.forget(r.key)
+        except (KafkaError, ValueError) as exc:
+            log.warning("event=prediction-failed partition=%s-%d offset=%d error=%r",
+                        m.topic, m.partition, m.offset, str(exc))
+
+    def publish_model(self, model: ObservableOperatorModel, version: int, records: int,
+                      loss: float) -> None:
+        """Send ``model`` (and its HMM, right after it) to ``models_topic``, if set."""
+        topic = self.config.models_topic
+        if not topic or self.producer is None:
+            return
+        headers = [
+            ("format", b"streamspec.ObservableOperatorModel/1"),
+            ("model-version", str(version).encode()),
+            ("records", str(records).encode()),
+            ("loss", repr(loss).encode()),
+        ]
+        key = self.client_id.encode()
+        self.producer.send(topic, key=key, value=model.to_bytes(), headers=headers)
+        hmm = getattr(model, "hmm", None)
+        if hmm is not None:
+            _, value, hmm_headers = encode_hmm(hmm, version, records, self.client_id)
+            # the model's key: the same partition, so the HMM stays right after its model
+            self.producer.send(topic, key=key, value=value, headers=hmm_headers)

@@ -1,0 +1,25 @@
+"""Durable partition state: checkpoint files, state-topic snapshots, and the backends over them.
+
+* :mod:`connectors.state.files`: :class:`PartitionState`, :class:`SourceState` and
+  :class:`StateStore` (one checkpoint file per partition, with a ``.prev`` fallback);
+* :mod:`connectors.state.snapshots`: the snapshot messages of the state topic and
+  their readers (Kafka needed);
+* :mod:`connectors.state.backend`: the :class:`~connectors.state.backend.StateBackend`
+  interface the daemon uses, implemented by :mod:`connectors.state.local` (the
+  files) and :mod:`connectors.state.topic` (the state topic).
+
+Importing this package needs no Kafka client: ``streamspec learn`` uses the files only.
+"""
+
+from connectors.state.files import (
+    ForeignCheckpoint,
+    PartitionState,
+    Restored,
+    SourceState,
+    StateStore,
+    dump_verified,
+    merge_accumulators,
+)
+
+__all__ = ["PartitionState", "SourceState", "StateStore", "merge_accumulators",
+           "dump_verified", "ForeignCheckpoint", "Restored"]
