@@ -210,8 +210,6 @@ ALLOWED_FUNCTIONS = {
     "streamspec/core/mestimator.py::_fit_projected",
     "streamspec/core/mestimator.py::_fit_dense",
     "streamspec/core/subspace.py::project_triples",
-    "streamspec/core/weighting.py::build_weighting",
-    "streamspec/core/weighting.py::projected_weighting",
 }
 
 
