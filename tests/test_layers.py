@@ -201,7 +201,6 @@ ALLOWED_MODULES = {
     "streamspec/core/mestimator.py",  # not split yet
     "streamspec/core/model.py",  # not split yet
     "streamspec/core/backoff.py",  # not split yet
-    "streamspec/adapters/river_model.py",  # not split yet
 }
 ALLOWED_FUNCTIONS = {
     "streamspec/streaming/accumulator.py::from_checkpoint",  # accumulator.py: see above
