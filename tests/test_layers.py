@@ -196,22 +196,21 @@ SIZED = ("streamspec/core", "streamspec/streaming", "streamspec/adapters")
 # Known exceptions, each to be removed when it is split. Any other module or function over
 # the limit fails the test; an entry that is no longer over it fails too (keep this current).
 ALLOWED_MODULES = {
-    "streamspec/streaming/accumulator.py",  # being changed on another branch; split later
-    "streamspec/core/checkpoint.py",  # idem (under the limit today)
+    # 616 lines: counting kernels, tails, buffers and checkpoints are out; what is left is one
+    # class (learning, views, merge/concat; a 110-line docstring): the views and merge/concat
+    # could still become modules of their own
+    "streamspec/streaming/accumulator.py",
+    "streamspec/core/checkpoint.py",  # changed on another branch (under the limit today)
     "streamspec/core/mestimator.py",  # not split yet
     "streamspec/core/model.py",  # not split yet
     "streamspec/core/backoff.py",  # not split yet
-    "streamspec/adapters/river_model.py",  # not split yet
 }
 ALLOWED_FUNCTIONS = {
-    "streamspec/streaming/accumulator.py::from_checkpoint",  # accumulator.py: see above
     # not split yet
     "streamspec/core/hmm_estimator.py::moment_estimate",
     "streamspec/core/mestimator.py::_fit_projected",
     "streamspec/core/mestimator.py::_fit_dense",
     "streamspec/core/subspace.py::project_triples",
-    "streamspec/core/weighting.py::build_weighting",
-    "streamspec/core/weighting.py::projected_weighting",
 }
 
 

@@ -16,12 +16,9 @@ from streamspec.core.moments import probabilities
 from streamspec.core.progress import Progress
 from streamspec.core.solvers import conjugate_gradient, fista, lasso_groups, solve_groups
 from streamspec.core.spectral import spectral_operators, top_subspace
-from streamspec.core.weighting import Weighting, build_weighting
+from streamspec.core.weighting import DENSE_MAX, Weighting, build_weighting
 
 __all__ = ["DenseProblem", "DENSE_MAX", "dense_bytes", "regauge"]
-
-DENSE_MAX = 2500  # largest coupled group (parameters) solved with an explicit Hessian
-
 
 class DenseProblem:
     """One dense fit: the moments ``P21``, ``P3j[j, x, i] = P3x1[x, i, j]``, counts ``c3``.
@@ -152,20 +149,11 @@ class DenseProblem:
         WP = W.apply(self.P3j)
         c = np.einsum("jxi,xjw->xiw", WP, Z, optimize=True)
         mu = self.mu / 2
-        if W.blocks is None and W.K is None:  # rows (x, i) decouple
-            H = np.einsum("jxi,xjw,xjv->xiwv", W.lam, Z, Z, optimize=True).reshape(n * n, k, k)
-            groups, shape = (H, c.reshape(n * n, k)), (n * n, k)
-        elif W.blocks is not None:  # symbols x decouple
-            H = np.einsum("jxab,xjw,xjv->xawbv", W.blocks, Z, Z, optimize=True)
-            groups, shape = (H.reshape(n, n * k, n * k), c.reshape(n, n * k)), (n, n * k)
-        elif n * n * k <= DENSE_MAX:
-            Wd = np.stack([W.dense_block(j) for j in range(n)]).reshape(n, n, n, n, n)
-            H = np.einsum("jxiyl,xjw,yjv->xiwylv", Wd, Z, Z, optimize=True)
-            p = n * n * k
-            groups, shape = (H.reshape(1, p, p), c.reshape(1, p)), (1, p)
-        else:
+        if not W.has_explicit_hessian(n, k):
             return self.r_step_iterative(R, Z, W, c)
-        H, cg = groups
+        # why: W decides which groups of R it leaves uncoupled (rows, symbols or none)
+        H = W.r_hessian(Z)
+        cg, shape = c.reshape(H.shape[:2]), H.shape[:2]
         if mu > 0:
             theta = lasso_groups(H, cg, mu, theta0=R.reshape(shape))
         else:

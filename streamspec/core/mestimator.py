@@ -13,6 +13,12 @@ from streamspec.core.moments import probabilities
 from streamspec.core.params import Estimator
 from streamspec.core.progress import Progress
 from streamspec.core.projected import identity_loss, projected_loss, projected_step
+from streamspec.core.projected_weighting import (
+    PROJECTED_WEIGHTINGS,
+    ProjectedWeighting,
+    projected_weighting,
+    resolve_projected_shrinkage,
+)
 from streamspec.core.spectral import (
     check_rank,
     counts_of,
@@ -22,12 +28,6 @@ from streamspec.core.spectral import (
 )
 from streamspec.core.subspace import DENSE_SVD_MAX, project_triples, top_singular
 from streamspec.core.triples import Triples
-from streamspec.core.weighting import (
-    PROJECTED_WEIGHTINGS,
-    ProjectedWeighting,
-    projected_weighting,
-    resolve_projected_shrinkage,
-)
 
 __all__ = ["MEstimator", "MFactors", "FACTORIZATIONS", "FORMULATIONS", "DENSE_MEMORY_LIMIT",
            "select_rank_by_spectrum"]
@@ -59,7 +59,7 @@ class MEstimator(Estimator):
     weighted by ``W_x = (Σ^(i) ⊗ Σ_x)⁻¹`` and solved per symbol in closed form,
     ``B̃_x = A_x Σ_x⁻¹ Mᵀ (M Σ_x⁻¹ Mᵀ)⁻¹`` (GLS; it does not depend on the i-side
     factor). ``Σ_x`` is re-estimated at the previous operators (Algorithm 1), see
-    :class:`~streamspec.core.weighting.ProjectedWeighting`. With W = I this *is*
+    :class:`~streamspec.core.projected_weighting.ProjectedWeighting`. With W = I this *is*
     θ_spec, because ``Uᵀ P21 Q = [Σ_k, 0]`` makes ``A_x Mᵀ (M Mᵀ)⁻¹ = Uᵀ P3x1[x]
     (Uᵀ P21)⁺``; at full rank (k = k' = n) ``G_x = 0`` is solvable exactly, so every
     weighting gives θ_spec's probabilities (Proposition 1). The model is
@@ -149,7 +149,7 @@ class MEstimator(Estimator):
         Shrinkage of W towards the identity, in [0, 1] or ``"auto"``. Dense:
         :func:`~streamspec.core.weighting.resolve_shrinkage`. Projected: per symbol,
         ``s_x = 10 / (10 + N_x / k'²)`` with N_x the triples whose middle symbol
-        is x (:func:`~streamspec.core.weighting.resolve_projected_shrinkage`).
+        is x (:func:`~streamspec.core.projected_weighting.resolve_projected_shrinkage`).
     ridge
         Relative ridge on the diagonal of the second moments (both formulations).
     backoff
@@ -179,7 +179,7 @@ class MEstimator(Estimator):
     weighting_
         The weighting re-estimated at the solution (a
         :class:`~streamspec.core.weighting.Weighting`, dense, or a
-        :class:`~streamspec.core.weighting.ProjectedWeighting`).
+        :class:`~streamspec.core.projected_weighting.ProjectedWeighting`).
     loss_history_
         One list per outer iteration, every one recorded, rejected ones included.
         Dense: the training loss after each accepted sweep (W fixed within one; a

@@ -2,41 +2,25 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from streamspec.core.alphabet import MAX_LABELS, OTHER, Alphabet
-from streamspec.core.checkpoint import (
-    CheckpointError,
-    decode_value,
-    encode_value,
-    read_checkpoint,
-    write_checkpoint,
-)
 from streamspec.core.moments import probabilities, second_moment_blocks
-from streamspec.core.triples import BITS, MAX_SYMBOLS, Triples, check_dense, unpack
+from streamspec.core.triples import BITS, MAX_SYMBOLS, Triples, check_dense
+from streamspec.streaming.accumulator_io import AccumulatorIO
+from streamspec.streaming.count_buffer import FLUSH_AT, CountBuffer
+from streamspec.streaming.stream_tails import DONE, NEW, remap_tail, tail_list
 
 __all__ = ["MomentAccumulator", "OTHER"]
 
 _MODES = ("sliding", "sequences")
-_DONE = -(2**62)  # tail marker in sequences mode: this stream's triple is already counted
-_NEW = -(2**62) - 1  # tail of a stream not seen yet
-_MISSING = object()
-_M2 = (1 << (2 * BITS)) - 1  # two symbols: a tail
-_FLUSH_AT = 8192  # learn_one's triple codes kept in a list before they become one array
-_CONSOLIDATE_AT = 65536  # pending triples are merged into the sorted counts past max(this, nnz/2)
-_COMPACT_CELLS = 1 << 22  # learn_many counts runs with m³ below this by np.bincount
-_DENSE_CELLS = 1 << 16  # alphabets with n³ below this buffer counts in one dense n³ array (512 KiB)
-_PARALLEL_AT = 1 << 21  # runs longer than this are sorted as two halves in two threads
-_RESCALE_AT = 1e100  # forgetting: the running weight is folded into the counts past this
 assert MAX_LABELS == MAX_SYMBOLS
 
 
-class MomentAccumulator:
+class MomentAccumulator(CountBuffer, AccumulatorIO):
     """Counts of symbol triples (x1, x2, x3), kept one symbol at a time, sparse.
 
     The counts ``c3[x2, x3, x1]`` are all the state: ``c21`` and ``c1`` are their
@@ -177,7 +161,7 @@ class MomentAccumulator:
         # triples not merged yet: arrays of packed codes (weights None = 1 each; sorted flag)
         self._chunks: list[tuple[np.ndarray, np.ndarray | None, bool]] = []
         self._chunked = 0
-        # small alphabets (n³ ≤ _DENSE_CELLS): unmerged counts also in one dense array,
+        # small alphabets (n³ ≤ count_buffer's DENSE_CELLS): unmerged counts also in one dense array,
         # indexed (x2·m + x3)·m + x1 for the alphabet size m it was made for
         self._dense: np.ndarray | None = None
         self._dense_m = 0
@@ -185,7 +169,7 @@ class MomentAccumulator:
         self._pending: list[int] = []
         self._pending_w: list[float] = []
         self._default_buffer: list[int] = []  # symbols of the default stream not yet counted
-        # per stream: its last symbols, a·base + b, or -1 - b with one symbol, or _DONE
+        # per stream: its last symbols, a·base + b, or -1 - b with one symbol, or DONE
         self._tails: dict[Hashable, int] = {}
         # track_heads: per key, the first (up to two) symbol indices of its first
         # segment here, and whether that segment was ended; see concat()
@@ -233,7 +217,7 @@ class MomentAccumulator:
         if key is None and self._plain and type(x) is int and 0 <= x < self._fixed_n:
             buffer = self._default_buffer
             buffer.append(x)
-            if len(buffer) >= _FLUSH_AT:
+            if len(buffer) >= FLUSH_AT:
                 try:
                     self._flush_default()
                 except BaseException:
@@ -251,13 +235,13 @@ class MomentAccumulator:
             n0 = len(self._alphabet._labels)
             i = self._alphabet.index_of(x)
         tails = self._tails
-        tail = tails.get(key, _NEW)
+        tail = tails.get(key, NEW)
         if tail >= 0 and self._plain:
             code = tail * self._base + i
             tails[key] = code % self._base2
             pending = self._pending
             pending.append(code)
-            if len(pending) >= _FLUSH_AT:
+            if len(pending) >= FLUSH_AT:
                 try:
                     self._flush_pending()
                 except BaseException:
@@ -278,15 +262,15 @@ class MomentAccumulator:
     def _learn_other(self, i: int, key: Hashable, tail: int) -> None:
         if self.track_heads:
             self._note_head(key, tail, (i,))
-        if tail == _NEW:
+        if tail == NEW:
             self._tails[key] = -1 - i
         elif tail >= 0:
             if self.mode == "sequences":
-                self._tails[key] = _DONE
+                self._tails[key] = DONE
             else:
                 self._tails[key] = (tail * self._base + i) % self._base2
             self._count((tail * self._base + i,))
-        elif tail != _DONE:
+        elif tail != DONE:
             self._tails[key] = (-1 - tail) * self._base + i
 
     def learn_many(self, xs: Sequence | np.ndarray, key: Hashable = None) -> None:
@@ -312,10 +296,10 @@ class MomentAccumulator:
             return
         tail = self._tails.get(key)
         if self.track_heads:
-            self._note_head(key, _NEW if tail is None else tail, idx[:2].tolist())
+            self._note_head(key, NEW if tail is None else tail, idx[:2].tolist())
         if tail is None:
             head: list[int] = []
-        elif tail == _DONE:
+        elif tail == DONE:
             return
         elif tail < 0:
             head = [-1 - tail]
@@ -325,26 +309,14 @@ class MomentAccumulator:
         if self.mode == "sequences":
             if seq.size >= 3:
                 self._count(((int(seq[0]) * self._base + int(seq[1])) * self._base + int(seq[2]),))
-                self._tails[key] = _DONE
+                self._tails[key] = DONE
             else:
                 self._store_tail(key, seq)
             return
         self._store_tail(key, seq)
         if seq.size < 3:
             return
-        if self.forgetting != 1.0:
-            self._count_weighted_run(seq)
-        elif seq.size - 2 < _FLUSH_AT:
-            self._pending.extend(_stream_codes(seq, self._base).tolist())
-            if len(self._pending) >= _FLUSH_AT:
-                self._flush_pending()
-        else:
-            n = len(self._alphabet)
-            if n**3 <= _DENSE_CELLS:
-                self._dense_add(_compact_counts(seq, n), n)
-            else:
-                self._add_chunk((*_count_run(seq, n), True))
-            self._total += seq.size - 2
+        self._count_run(seq)
 
     def end(self, key: Hashable = None) -> None:
         """Declare the sequence of stream ``key`` over: its next symbol starts a new one. O(1)."""
@@ -495,9 +467,9 @@ class MomentAccumulator:
         """Record symbols of the first segment of ``key`` while it has fewer than two."""
         head = self._heads.get(key)
         if head is None:
-            if tail == _NEW:
+            if tail == NEW:
                 self._heads[key] = (tuple(new[:2]), False)
-        elif not head[1] and len(head[0]) < 2 and tail != _NEW:
+        elif not head[1] and len(head[0]) < 2 and tail != NEW:
             self._heads[key] = ((head[0] + tuple(new))[:2], False)
 
     # ------------------------------------------------------------------ merging
@@ -513,7 +485,7 @@ class MomentAccumulator:
         """
         out, mapping = self._merge_counts(other)
         for key, tail in other._tails.items():
-            out._tails[key] = _remap_tail(tail, mapping, out._base)
+            out._tails[key] = remap_tail(tail, mapping, out._base)
         for key, (symbols, ended) in other._heads.items():
             out._heads.setdefault(key, (tuple(int(mapping[s]) for s in symbols), ended))
         return out
@@ -569,7 +541,7 @@ class MomentAccumulator:
         out, mapping = self._merge_counts(later)
         for key, (symbols, ended) in later._heads.items():
             head = tuple(int(mapping[s]) for s in symbols)
-            left_tail = _tail_list(out._tails.get(key), out._base)
+            left_tail = tail_list(out._tails.get(key), out._base)
             joined = left_tail + list(head)
             codes = [(joined[p] * out._base + joined[p + 1]) * out._base + joined[p + 2]
                      for p in range(len(joined) - 2)]
@@ -581,7 +553,7 @@ class MomentAccumulator:
             elif not ended and len(head) < 2:
                 out._store_tail(key, np.asarray(joined[-2:], dtype=np.int64))
             else:
-                out._tails[key] = _remap_tail(later_tail, mapping, out._base)
+                out._tails[key] = remap_tail(later_tail, mapping, out._base)
             mine = out._heads.get(key)
             if mine is None:
                 out._heads[key] = (head, ended)
@@ -589,7 +561,7 @@ class MomentAccumulator:
                 out._heads[key] = ((mine[0] + head)[:2], ended)
         for key, tail in later._tails.items():  # streams opened by `later` before any head
             if key not in later._heads:
-                out._tails[key] = _remap_tail(tail, mapping, out._base)
+                out._tails[key] = remap_tail(tail, mapping, out._base)
         return out
 
     def __add__(self, other: MomentAccumulator) -> MomentAccumulator:
@@ -611,194 +583,13 @@ class MomentAccumulator:
 
     # ------------------------------------------------------------------ persistence
 
-    _FORMAT = "streamspec.MomentAccumulator"
-    _VERSION = 2  # 1: dense c3; 2: sparse codes + weights
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write a checksummed npz+JSON checkpoint, atomically. O(nnz + n + streams)."""
-        write_checkpoint(path, *self.to_checkpoint())
-
-    def to_checkpoint(self) -> tuple[str, int, dict, dict[str, np.ndarray]]:
-        """(format, version, header, arrays) of this accumulator, for any checkpoint sink.
-
-        Version 2: arrays ``codes`` (sorted packed triples), ``weights``, ``n_triples``,
-        ``tail_a``, ``tail_b``; labels, keys and heads in the header. Raises
-        ``CheckpointError`` (before anything is written) if a label or key cannot
-        be stored, or if the labels would not read back as distinct symbols.
-        O(nnz + n + streams).
-        """
-        self._flush()
-        keys = list(self._tails)
-        ab = [_tail_symbols(self._tails[k], self._base) for k in keys]
-        a = np.array([p[0] for p in ab], dtype=np.int64)
-        b = np.array([p[1] for p in ab], dtype=np.int64)
-        labels = None
-        if self.n_symbols is None:
-            labels = [encode_value(s) for s in self._alphabet._labels]
-            back = [decode_value(v) for v in labels]
-            if len(set(back)) != len(back):  # could not be read back: refuse to write it
-                raise CheckpointError("labels that are equal once stored (e.g. 1 and 1.0 as keys)")
-        header = {
-            "n_symbols": self.n_symbols,
-            "mode": self.mode,
-            "forgetting": self.forgetting,
-            "max_symbols": self.max_symbols,
-            "labels": labels,
-            "keys": [encode_value(k) for k in keys],
-            "track_heads": self.track_heads,
-            "heads": [[encode_value(k), list(sym), ended] for k, (sym, ended) in self._heads.items()],
-        }
-        weights = self._w / self._weight if self.forgetting != 1.0 else self._w
-        arrays = {"codes": self._codes, "weights": weights, "n_triples": np.array(self.n_triples),
-                  "tail_a": a, "tail_b": b}
-        return self._FORMAT, self._VERSION, header, arrays
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> MomentAccumulator:
-        """Read a checkpoint written by :meth:`save` (version 1 or 2); ``CheckpointError`` if bad."""
-        header, arrays = read_checkpoint(path, cls._FORMAT, cls._VERSION)
-        return cls.from_checkpoint(header, arrays, source=str(path))
-
-    @classmethod
-    def from_checkpoint(cls, header: dict, arrays: dict, source: str = "checkpoint"):
-        """The accumulator of a checkpoint's header and arrays (sparse v2 or dense v1).
-
-        Validates everything: array shapes and types, sorted distinct codes, symbol
-        indices below n, non-negative counts, tails and heads; raises
-        ``CheckpointError`` naming the problem. O(nnz + n + streams) (v1: O(n³)).
-        """
-        def bad(what: str) -> CheckpointError:
-            return CheckpointError(f"{source}: {what}")
-
-        try:
-            acc = cls(header["n_symbols"], header["mode"], header["forgetting"],
-                      bool(header.get("track_heads", False)), header.get("max_symbols"))
-            if header["labels"] is not None:
-                labels = [decode_value(v) for v in header["labels"]]
-                acc._alphabet.add_labels(labels)
-                if acc.n != len(labels):
-                    raise bad(f"{len(labels)} labels but {acc.n} distinct symbols")
-            n = acc.n
-            for key, symbols, ended in header.get("heads", []):
-                sym = tuple(int(v) for v in symbols)
-                if len(sym) > 2 or any(not 0 <= v < n for v in sym):
-                    raise bad(f"head {sym} of stream {key!r} out of range for {n} symbols")
-                acc._heads[decode_value(key)] = (sym, bool(ended))
-            if "codes" in arrays:
-                codes, w = np.asarray(arrays["codes"]), np.asarray(arrays["weights"])
-                if codes.ndim != 1 or w.shape != codes.shape:
-                    raise bad(f"codes of shape {codes.shape} and weights of shape {w.shape}")
-                if codes.size and codes.dtype.kind not in "iu":
-                    raise bad(f"codes of type {codes.dtype}")
-                codes, w = codes.astype(np.int64), w.astype(np.float64)
-                if codes.size and (codes[0] < 0 or (np.diff(codes) <= 0).any()):
-                    raise bad("codes are not sorted and distinct")
-                if codes.size and max(int(a.max()) for a in unpack(codes)) >= n:
-                    raise bad(f"a triple has a symbol index out of range for {n} symbols")
-            elif "c3" in arrays:  # version 1: dense counts
-                c3 = np.asarray(arrays["c3"], dtype=np.float64)
-                if c3.shape != (n, n, n):
-                    raise bad(f"counts of shape {c3.shape} for {n} symbols")
-                if (c3 < 0).any():
-                    raise bad("negative counts")
-                t = Triples.from_dense(c3)
-                codes, w = t.codes, t.weights
-            else:
-                raise bad("no counts (neither 'codes' nor 'c3')")
-            if (w < 0).any():
-                raise bad("negative counts")
-            if not np.isfinite(w).all():
-                raise bad("counts hold NaN or infinite values")
-            keep = w > 0
-            acc._codes, acc._w = codes[keep], w[keep]
-            total = float(arrays["n_triples"])
-            if not (np.isfinite(total) and total >= 0):
-                raise bad(f"n_triples {total!r} is not a non-negative number")
-            acc._total = total
-            keys = [decode_value(k) for k in header["keys"]]
-            for key, a, b in zip(keys, arrays["tail_a"].tolist(), arrays["tail_b"].tolist(),
-                                 strict=True):
-                if not (a == b == -2 or (a == -1 and 0 <= b < n) or (0 <= a < n and 0 <= b < n)):
-                    raise bad(f"tail ({a}, {b}) of stream {key!r} out of range for {n} symbols")
-                acc._tails[key] = _tail_code(a, b, acc._base)
-        except CheckpointError:
-            raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CheckpointError(f"{source}: malformed accumulator checkpoint ({exc})") from None
-        return acc
-
     # ------------------------------------------------------------------ internals
-
-    def _snapshot(self, key: Hashable, n_labels: int) -> tuple:
-        """What a learning call may change, to undo it exactly (O(1))."""
-        return (key, n_labels, self._tails.get(key, _MISSING), self._heads.get(key, _MISSING),
-                self._chunks, len(self._chunks), self._chunked, self._codes, self._w,
-                self._pending, len(self._pending), self._pending_w, len(self._pending_w),
-                self._total, self._weight, self._dense, self._dense_m)
-
-    def _restore(self, snap: tuple) -> None:
-        (key, n_labels, tail, head, chunks, n_chunks, chunked, codes, w,
-         pending, n_pending, pending_w, n_pending_w, total, weight, dense, dense_m) = snap
-        if n_labels >= 0:
-            self._alphabet.truncate(n_labels)
-        for store, value in ((self._tails, tail), (self._heads, head)):
-            if value is _MISSING:
-                store.pop(key, None)
-            else:
-                store[key] = value
-        del chunks[n_chunks:]
-        del pending[n_pending:]
-        del pending_w[n_pending_w:]
-        self._chunks, self._chunked, self._codes, self._w = chunks, chunked, codes, w
-        self._pending, self._pending_w = pending, pending_w
-        self._total, self._weight = total, weight
-        self._dense, self._dense_m = dense, dense_m
 
     def _store_tail(self, key, seq: np.ndarray) -> None:
         if seq.size == 1:
             self._tails[key] = -1 - int(seq[-1])
         else:
             self._tails[key] = int(seq[-2]) * self._base + int(seq[-1])
-
-    def _count(self, codes) -> None:
-        """Count triples given as stream codes ``(x1·base + x2)·base + x3``."""
-        if self.forgetting == 1.0:
-            self._pending.extend(codes)
-            if len(self._pending) >= _FLUSH_AT:
-                self._flush_pending()
-            return
-        g = self.forgetting
-        for code in codes:
-            self._weight /= g
-            self._pending.append(code)
-            self._pending_w.append(self._weight)
-            self._total += self._weight
-        if self._weight > _RESCALE_AT or len(self._pending) >= _FLUSH_AT:
-            self._normalise_weight()
-
-    def _count_weighted_run(self, seq: np.ndarray) -> None:
-        codes = _to_packed(_stream_codes(seq, self._base), self._base)
-        g = self.forgetting
-        # weights grow geometrically along the run; fold them in blocks that stay finite
-        block = max(1, int(np.log(_RESCALE_AT) / -np.log(g)) // 2)
-        for start in range(0, codes.size, block):
-            part = codes[start : start + block]
-            w = self._weight * g ** -np.arange(1, part.size + 1, dtype=np.float64)
-            self._add_chunk((part, w, False))
-            self._total += float(w.sum())
-            self._weight = float(w[-1])
-            self._normalise_weight()
-
-    def _normalise_weight(self) -> None:
-        """Fold the running forgetting weight into the stored counts (O(nnz + buffered))."""
-        if self._weight == 1.0:
-            return
-        self._flush_pending()
-        weight = self._weight
-        chunks = [(c, (w if w is not None else np.ones(c.size)) / weight, s) for c, w, s in self._chunks]
-        self._w, self._chunks = self._w / weight, chunks
-        self._total /= weight
-        self._weight = 1.0
 
     def _flush_default(self) -> None:
         buffer = self._default_buffer
@@ -809,73 +600,6 @@ class MomentAccumulator:
             except BaseException:
                 self._default_buffer = buffer
                 raise
-
-    def _flush_pending(self) -> None:
-        """Turn learn_one's list of triples into one array of packed codes (all-or-nothing)."""
-        if not self._pending:
-            return
-        stream = np.array(self._pending, dtype=np.int64)
-        weights = np.array(self._pending_w) if self._pending_w else None
-        n, base = len(self._alphabet), self._base
-        if weights is None and base == n and n**3 <= 4 * stream.size:  # small alphabet: count now
-            # stream code x1·n² + (x2·n + x3) -> compact code (x2·n + x3)·n + x1
-            counts = np.bincount(stream % (n * n) * n + stream // (n * n), minlength=n**3)
-            if n**3 <= _DENSE_CELLS:
-                self._dense_add(counts, n)
-            else:
-                self._add_chunk((*_compact_to_packed(counts, n), True))
-        else:
-            self._add_chunk((_to_packed(stream, base), weights, False))
-        if weights is None:
-            self._total += stream.size
-        self._pending, self._pending_w = [], []
-
-    def _dense_add(self, counts: np.ndarray, m: int) -> None:
-        """Add compact counts over m symbols to the dense buffer (the in-place add comes last)."""
-        if self._dense is not None and self._dense_m != m:
-            self._flush_dense()
-        if self._dense is None:
-            self._dense, self._dense_m = counts, m
-        else:
-            self._dense += counts
-
-    def _flush_dense(self) -> None:
-        if self._dense is not None:
-            self._add_chunk((*_compact_to_packed(self._dense, self._dense_m), True))
-            self._dense = None
-
-    def _add_chunk(self, chunk: tuple[np.ndarray, np.ndarray | None, bool]) -> None:
-        """Buffer counted triples, merging all buffers into the counts when they are large."""
-        if chunk[2] and self._codes.size <= 4 * chunk[0].size:  # O(chunk) to merge now
-            w = chunk[1] if chunk[1] is not None else np.ones(chunk[0].size)
-            self._codes, self._w = _merge_sorted(self._codes, self._w, chunk[0], w)
-        elif self._chunked + chunk[0].size >= max(_CONSOLIDATE_AT, self._codes.size // 2):
-            self._consolidate([*self._chunks, chunk])
-        else:
-            self._chunks.append(chunk)
-            self._chunked += chunk[0].size
-
-    def _consolidate(self, chunks: list) -> None:
-        """Merge buffered triples into the sorted counts; assigns only at the end."""
-        if not chunks:
-            return
-        if len(chunks) == 1 and chunks[0][2]:
-            codes, w = chunks[0][0], chunks[0][1]
-            if w is None:
-                w = np.ones(codes.size)
-        else:
-            codes = np.concatenate([c for c, _, _ in chunks])
-            if all(w is None for _, w, _ in chunks):
-                codes, w = _sort_reduce(codes)
-            else:
-                weights = np.concatenate([w if w is not None else np.ones(c.size) for c, w, _ in chunks])
-                codes, w = _sort_reduce_weighted(codes, weights)
-        codes, w = _merge_sorted(self._codes, self._w, codes, w)
-        if self.forgetting != 1.0:
-            keep = w > 0  # weights that underflowed to zero
-            if not keep.all():
-                codes, w = codes[keep], w[keep]
-        self._codes, self._w, self._chunks, self._chunked = codes, w, [], 0
 
     def _flush(self) -> None:
         """Everything counted so far merged into the sorted arrays."""
@@ -890,176 +614,3 @@ class MomentAccumulator:
             f"forgetting={self.forgetting!r}; {self.n} symbols, {self.n_triples:g} triples, "
             f"{len(self._tails)} streams)"
         )
-
-
-# ---------------------------------------------------------------------------- counting kernels
-
-
-def _stream_codes(seq: np.ndarray, base: int) -> np.ndarray:
-    """``(x1·base + x2)·base + x3`` of every consecutive triple of ``seq`` (learn_one's order)."""
-    return (seq[:-2] * base + seq[1:-1]) * base + seq[2:]
-
-
-def _to_packed(stream: np.ndarray, base: int) -> np.ndarray:
-    """Stream codes (x1, x2, x3) in ``base`` to packed codes (x2, x3, x1)."""
-    if base == 1 << BITS:
-        return ((stream & _M2) << BITS) | (stream >> 2 * BITS)
-    x1, rest = np.divmod(stream, base * base)
-    x2, x3 = np.divmod(rest, base)
-    return (x2 << 2 * BITS) | (x3 << BITS) | x1
-
-
-_CHUNK = 1 << 18  # symbols per block in the compact count: the codes stay in cache
-
-
-def _count_run(seq: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted distinct packed codes of the consecutive triples of ``seq`` and their counts.
-
-    Small alphabets (m³ ≤ 2²² for the largest index m, and not much more cells
-    than triples): one ``np.bincount`` of compact codes ``(x2·m + x3)·m + x1``
-    computed block by block into a reused buffer (the arithmetic runs in cache),
-    whose non-zeros are in packed order already. Otherwise a sort of packed codes.
-    """
-    T = seq.size - 2
-    m = n
-    if m**3 > _COMPACT_CELLS or m**3 > 4 * T:
-        m = int(seq.max()) + 1
-    if m**3 <= _COMPACT_CELLS and m**3 <= 4 * T:
-        return _compact_to_packed(_compact_counts(seq, m), m)
-    codes = np.empty(T, dtype=np.int64)
-    tmp = np.empty(T, dtype=np.int64)
-    np.left_shift(seq[1:-1], 2 * BITS, out=codes)
-    np.left_shift(seq[2:], BITS, out=tmp)
-    codes |= tmp
-    codes |= seq[:-2]
-    del tmp
-    return _sort_reduce(codes)
-
-
-def _compact_counts(seq: np.ndarray, m: int) -> np.ndarray:
-    """Counts of the consecutive triples of ``seq`` indexed ``(x2·m + x3)·m + x1``, int64 (m³,).
-
-    Computed block by block into one reused buffer, so that the code arithmetic runs
-    in cache instead of streaming temporaries of the input's size through memory.
-    """
-    T = seq.size - 2
-    counts = np.zeros(m**3, dtype=np.int64)
-    buf = np.empty(min(_CHUNK, T), dtype=np.int64)
-    for s in range(0, T, _CHUNK):
-        k = min(_CHUNK, T - s)
-        b = buf[:k]
-        np.multiply(seq[s + 1 : s + 1 + k], m, out=b)
-        b += seq[s + 2 : s + 2 + k]
-        b *= m
-        b += seq[s : s + k]
-        counts += np.bincount(b, minlength=m**3)
-    return counts
-
-
-def _compact_to_packed(counts: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """Non-zeros of counts indexed ``(x2·m + x3)·m + x1``, as sorted packed codes and weights."""
-    nz = np.flatnonzero(counts)
-    x2, rest = np.divmod(nz, m * m)
-    x3, x1 = np.divmod(rest, m)
-    return (x2 << 2 * BITS) | (x3 << BITS) | x1, counts[nz].astype(np.float64)
-
-
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _run_starts(c: np.ndarray) -> np.ndarray:
-    """Positions where a run of equal values of the sorted, non-empty ``c`` starts."""
-    first = np.empty(c.size, dtype=bool)
-    first[0] = True
-    np.not_equal(c[1:], c[:-1], out=first[1:])
-    return np.flatnonzero(first)
-
-
-def _reduce_sorted(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if c.size == 0:
-        return c, np.empty(0)
-    starts = _run_starts(c)
-    counts = np.empty(starts.size)  # run lengths, written as float64 in one pass
-    np.subtract(starts[1:], starts[:-1], out=counts[:-1], casting="unsafe")
-    counts[-1] = c.size - starts[-1]
-    return c[starts], counts
-
-
-def _sort_reduce(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted distinct codes and their multiplicities (sorts ``codes`` in place).
-
-    Long arrays are sorted as two halves in two threads (numpy's sort releases the
-    GIL), then merged by one stable sort, which finds the two sorted runs and
-    merges them in linear time.
-    """
-    global _POOL
-    if codes.size >= _PARALLEL_AT and (os.cpu_count() or 1) > 1:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(2, thread_name_prefix="streamspec-sort")
-        h = codes.size // 2
-        list(_POOL.map(np.ndarray.sort, [codes[:h], codes[h:]]))
-        codes.sort(kind="stable")
-    else:
-        codes.sort()
-    return _reduce_sorted(codes)
-
-
-def _sort_reduce_weighted(codes: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    order = np.argsort(codes, kind="stable")
-    c = codes[order]
-    if c.size == 0:
-        return c, np.empty(0)
-    starts = _run_starts(c)
-    return c[starts], np.add.reduceat(weights[order], starts)
-
-
-def _merge_sorted(a: np.ndarray, aw: np.ndarray, b: np.ndarray, bw: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Union of two sorted distinct code arrays, weights summed. O(len(a) + len(b) log len(a))."""
-    if a.size == 0:
-        return b, bw
-    if b.size == 0:
-        return a, aw
-    pos = np.searchsorted(a, b)
-    hit = a[np.minimum(pos, a.size - 1)] == b
-    w = aw.copy()
-    w[pos[hit]] += bw[hit]
-    miss = ~hit
-    return np.insert(a, pos[miss], b[miss]), np.insert(w, pos[miss], bw[miss])
-
-
-# ---------------------------------------------------------------------------- tails
-
-
-def _tail_symbols(tail: int, base: int) -> tuple[int, int]:
-    """(second-last, last) symbol of a tail; -1 where absent, (-2, -2) when done."""
-    if tail == _DONE:
-        return -2, -2
-    if tail < 0:
-        return -1, -1 - tail
-    return tail // base, tail % base
-
-
-def _tail_list(tail: int | None, base: int) -> list[int]:
-    """The symbols of a tail as a list of 0, 1 or 2 indices."""
-    if tail is None or tail == _DONE:
-        return []
-    a, b = _tail_symbols(tail, base)
-    return [b] if a < 0 else [a, b]
-
-
-def _tail_code(a: int, b: int, base: int) -> int:
-    if a == -2:
-        return _DONE
-    if a == -1:
-        return -1 - b
-    return a * base + b
-
-
-def _remap_tail(tail: int, mapping: np.ndarray, base: int) -> int:
-    a, b = _tail_symbols(tail, base)
-    if a >= 0:
-        a = int(mapping[a])
-    if b >= 0:
-        b = int(mapping[b])
-    return _tail_code(a, b, base)

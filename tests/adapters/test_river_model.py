@@ -155,7 +155,7 @@ def test_lazy_table_for_large_contexts_agrees_with_the_eager_one(hmm_letters, mo
         model.learn_one({}, y)
     model.refit()
     eager = PredictionTable(model.model, window=2)
-    monkeypatch.setattr("streamspec.adapters.river_model._EAGER_MAX", 10)
+    monkeypatch.setattr("streamspec.adapters.prediction_table._EAGER_MAX", 10)
     lazy = PredictionTable(model.model, window=2)
     assert len(lazy.rows) < len(eager.rows)
     for a in range(8):

@@ -343,8 +343,8 @@ def test_every_form_of_the_inverse_weighting_equals_the_dense_inverse():
     """Σ_x⁻¹ as the estimator applies it (scale, Woodbury for rare symbols, dense for
     frequent ones) equals the inverse of the dense Σ_x, symbol by symbol."""
     from streamspec.core.projected import sigma_groups as _sigma_groups
+    from streamspec.core.projected_weighting import projected_weighting
     from streamspec.core.subspace import top_singular
-    from streamspec.core.weighting import projected_weighting
 
     rng = np.random.default_rng(3)
     n, k, kp = 60, 3, 8

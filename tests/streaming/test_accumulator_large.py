@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streamspec.streaming.accumulator as accmod
+import streamspec.streaming.count_buffer as bufmod
+import streamspec.streaming.count_kernels as kernmod
 from streamspec import CheckpointError, MomentAccumulator
 from streamspec.core.alphabet import Alphabet
 from streamspec.core.checkpoint import dump_checkpoint, load_checkpoint_bytes
@@ -120,8 +122,8 @@ def test_dense_buffer_compact_and_sort_counting_kernels_agree(monkeypatch, n):
     x = np.random.default_rng(3).integers(0, n, 100_000)
     results = []
     for dense_cells, compact_cells in [(1 << 16, 1 << 22), (0, 1 << 22), (0, 0)]:
-        monkeypatch.setattr(accmod, "_DENSE_CELLS", dense_cells)
-        monkeypatch.setattr(accmod, "_COMPACT_CELLS", compact_cells)
+        monkeypatch.setattr(bufmod, "_DENSE_CELLS", dense_cells)
+        monkeypatch.setattr(kernmod, "_COMPACT_CELLS", compact_cells)
         acc = MomentAccumulator(n)
         acc.learn_many(x[:50_000], key="a")
         for s in x[50_000:60_000].tolist():
@@ -252,7 +254,7 @@ def test_learn_many_is_all_or_nothing_when_counting_fails(monkeypatch):
     for x in (3, 4, 5):
         acc.learn_one(x, key="t")  # some buffered triples
     before = acc.copy()
-    fail_on(monkeypatch, accmod, "_merge_sorted")
+    fail_on(monkeypatch, bufmod, "merge_sorted")
     new = np.arange(100, 100 + 100_000) % 5000  # new labels, a long run: merged at once
     with pytest.raises(MemoryError):
         acc.learn_many(new, key="t")
@@ -292,11 +294,11 @@ def test_learn_many_is_all_or_nothing_when_the_alphabet_cannot_grow(monkeypatch)
 
 def test_learn_one_is_all_or_nothing_at_the_flush(monkeypatch):
     acc, ref = MomentAccumulator(), MomentAccumulator()
-    xs = [f"w{i}" for i in range(accmod._FLUSH_AT + 10)]  # all new labels
+    xs = [f"w{i}" for i in range(accmod.FLUSH_AT + 10)]  # all new labels
     for x in xs[:10]:  # the first two symbols of a stream buffer no triple
         acc.learn_one(x, key="k")
         ref.learn_one(x, key="k")
-    fail_on(monkeypatch, accmod, "_to_packed")
+    fail_on(monkeypatch, bufmod, "to_packed")
     done = 10
     with pytest.raises(MemoryError):
         for x in xs[10:]:

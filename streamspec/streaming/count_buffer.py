@@ -1,0 +1,187 @@
+"""The counts of a :class:`~streamspec.streaming.accumulator.MomentAccumulator` and their buffers.
+
+The counts are sorted distinct packed codes with weights (``_codes``, ``_w``); newly
+counted triples wait in buffers (learn_one's list ``_pending``, arrays ``_chunks`` and,
+for small alphabets, one dense array ``_dense``) and are merged in when the buffers
+grow large or when the counts are read (``_flush``). :class:`CountBuffer` holds these
+steps; the accumulator creates the attributes and decides what to count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import numpy as np
+
+from streamspec.streaming.count_kernels import (
+    compact_counts,
+    compact_to_packed,
+    count_run,
+    merge_sorted,
+    sort_reduce,
+    sort_reduce_weighted,
+    stream_codes,
+    to_packed,
+)
+
+__all__ = ["CountBuffer", "FLUSH_AT"]
+
+FLUSH_AT = 8192  # learn_one's triple codes kept in a list before they become one array
+_CONSOLIDATE_AT = 65536  # pending triples are merged into the sorted counts past max(this, nnz/2)
+_DENSE_CELLS = 1 << 16  # alphabets with n³ below this buffer counts in one dense n³ array (512 KiB)
+_RESCALE_AT = 1e100  # forgetting: the running weight is folded into the counts past this
+_MISSING = object()
+
+
+class CountBuffer:
+    """Buffered counting and undo of :class:`~streamspec.streaming.accumulator.MomentAccumulator`
+    (a mixin: the attributes are the accumulator's)."""
+
+    def _snapshot(self, key: Hashable, n_labels: int) -> tuple:
+        """What a learning call may change, to undo it exactly (O(1))."""
+        return (key, n_labels, self._tails.get(key, _MISSING), self._heads.get(key, _MISSING),
+                self._chunks, len(self._chunks), self._chunked, self._codes, self._w,
+                self._pending, len(self._pending), self._pending_w, len(self._pending_w),
+                self._total, self._weight, self._dense, self._dense_m)
+
+    def _restore(self, snap: tuple) -> None:
+        (key, n_labels, tail, head, chunks, n_chunks, chunked, codes, w,
+         pending, n_pending, pending_w, n_pending_w, total, weight, dense, dense_m) = snap
+        if n_labels >= 0:
+            self._alphabet.truncate(n_labels)
+        for store, value in ((self._tails, tail), (self._heads, head)):
+            if value is _MISSING:
+                store.pop(key, None)
+            else:
+                store[key] = value
+        del chunks[n_chunks:]
+        del pending[n_pending:]
+        del pending_w[n_pending_w:]
+        self._chunks, self._chunked, self._codes, self._w = chunks, chunked, codes, w
+        self._pending, self._pending_w = pending, pending_w
+        self._total, self._weight = total, weight
+        self._dense, self._dense_m = dense, dense_m
+
+    def _count(self, codes) -> None:
+        """Count triples given as stream codes ``(x1·base + x2)·base + x3``."""
+        if self.forgetting == 1.0:
+            self._pending.extend(codes)
+            if len(self._pending) >= FLUSH_AT:
+                self._flush_pending()
+            return
+        g = self.forgetting
+        for code in codes:
+            self._weight /= g
+            self._pending.append(code)
+            self._pending_w.append(self._weight)
+            self._total += self._weight
+        if self._weight > _RESCALE_AT or len(self._pending) >= FLUSH_AT:
+            self._normalise_weight()
+
+    def _count_run(self, seq: np.ndarray) -> None:
+        """Count every consecutive triple of a run of symbol indices (sliding mode). O(len(seq))
+        when buffered, else one counting kernel (see :mod:`streamspec.streaming.count_kernels`)."""
+        if self.forgetting != 1.0:
+            self._count_weighted_run(seq)
+        elif seq.size - 2 < FLUSH_AT:
+            self._pending.extend(stream_codes(seq, self._base).tolist())
+            if len(self._pending) >= FLUSH_AT:
+                self._flush_pending()
+        else:
+            n = len(self._alphabet)
+            if n**3 <= _DENSE_CELLS:
+                self._dense_add(compact_counts(seq, n), n)
+            else:
+                self._add_chunk((*count_run(seq, n), True))
+            self._total += seq.size - 2
+
+    def _count_weighted_run(self, seq: np.ndarray) -> None:
+        codes = to_packed(stream_codes(seq, self._base), self._base)
+        g = self.forgetting
+        # weights grow geometrically along the run; fold them in blocks that stay finite
+        block = max(1, int(np.log(_RESCALE_AT) / -np.log(g)) // 2)
+        for start in range(0, codes.size, block):
+            part = codes[start : start + block]
+            w = self._weight * g ** -np.arange(1, part.size + 1, dtype=np.float64)
+            self._add_chunk((part, w, False))
+            self._total += float(w.sum())
+            self._weight = float(w[-1])
+            self._normalise_weight()
+
+    def _normalise_weight(self) -> None:
+        """Fold the running forgetting weight into the stored counts (O(nnz + buffered))."""
+        if self._weight == 1.0:
+            return
+        self._flush_pending()
+        weight = self._weight
+        chunks = [(c, (w if w is not None else np.ones(c.size)) / weight, s) for c, w, s in self._chunks]
+        self._w, self._chunks = self._w / weight, chunks
+        self._total /= weight
+        self._weight = 1.0
+
+    def _flush_pending(self) -> None:
+        """Turn learn_one's list of triples into one array of packed codes (all-or-nothing)."""
+        if not self._pending:
+            return
+        stream = np.array(self._pending, dtype=np.int64)
+        weights = np.array(self._pending_w) if self._pending_w else None
+        n, base = len(self._alphabet), self._base
+        if weights is None and base == n and n**3 <= 4 * stream.size:  # small alphabet: count now
+            # stream code x1·n² + (x2·n + x3) -> compact code (x2·n + x3)·n + x1
+            counts = np.bincount(stream % (n * n) * n + stream // (n * n), minlength=n**3)
+            if n**3 <= _DENSE_CELLS:
+                self._dense_add(counts, n)
+            else:
+                self._add_chunk((*compact_to_packed(counts, n), True))
+        else:
+            self._add_chunk((to_packed(stream, base), weights, False))
+        if weights is None:
+            self._total += stream.size
+        self._pending, self._pending_w = [], []
+
+    def _dense_add(self, counts: np.ndarray, m: int) -> None:
+        """Add compact counts over m symbols to the dense buffer (the in-place add comes last)."""
+        if self._dense is not None and self._dense_m != m:
+            self._flush_dense()
+        if self._dense is None:
+            self._dense, self._dense_m = counts, m
+        else:
+            self._dense += counts
+
+    def _flush_dense(self) -> None:
+        if self._dense is not None:
+            self._add_chunk((*compact_to_packed(self._dense, self._dense_m), True))
+            self._dense = None
+
+    def _add_chunk(self, chunk: tuple[np.ndarray, np.ndarray | None, bool]) -> None:
+        """Buffer counted triples, merging all buffers into the counts when they are large."""
+        if chunk[2] and self._codes.size <= 4 * chunk[0].size:  # O(chunk) to merge now
+            w = chunk[1] if chunk[1] is not None else np.ones(chunk[0].size)
+            self._codes, self._w = merge_sorted(self._codes, self._w, chunk[0], w)
+        elif self._chunked + chunk[0].size >= max(_CONSOLIDATE_AT, self._codes.size // 2):
+            self._consolidate([*self._chunks, chunk])
+        else:
+            self._chunks.append(chunk)
+            self._chunked += chunk[0].size
+
+    def _consolidate(self, chunks: list) -> None:
+        """Merge buffered triples into the sorted counts; assigns only at the end."""
+        if not chunks:
+            return
+        if len(chunks) == 1 and chunks[0][2]:
+            codes, w = chunks[0][0], chunks[0][1]
+            if w is None:
+                w = np.ones(codes.size)
+        else:
+            codes = np.concatenate([c for c, _, _ in chunks])
+            if all(w is None for _, w, _ in chunks):
+                codes, w = sort_reduce(codes)
+            else:
+                weights = np.concatenate([w if w is not None else np.ones(c.size) for c, w, _ in chunks])
+                codes, w = sort_reduce_weighted(codes, weights)
+        codes, w = merge_sorted(self._codes, self._w, codes, w)
+        if self.forgetting != 1.0:
+            keep = w > 0  # weights that underflowed to zero
+            if not keep.all():
+                codes, w = codes[keep], w[keep]
+        self._codes, self._w, self._chunks, self._chunked = codes, w, [], 0
