@@ -14,7 +14,7 @@ import pytest
 
 kafka = pytest.importorskip("kafka")
 
-from test_kafka_daemon import (  # noqa: E402
+from kafka_helpers import (  # noqa: E402
     DaemonThread,
     by_label,
     config,

@@ -19,7 +19,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from test_kafka_daemon import (  # shared helpers (the module needs kafka anyway)
+from kafka_helpers import (  # shared helpers (the module needs kafka anyway)
     ROOT,
     DaemonThread,
     by_label,

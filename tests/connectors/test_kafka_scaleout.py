@@ -20,7 +20,7 @@ import pytest
 
 kafka = pytest.importorskip("kafka")
 
-from test_kafka_daemon import (  # noqa: E402
+from kafka_helpers import (  # noqa: E402
     GROUP_SETTINGS,
     DaemonThread,
     Feeder,

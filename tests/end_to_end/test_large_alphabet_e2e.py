@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_kafka_daemon import by_label, produce, wait_until  # shared helpers (the module needs kafka anyway)
+from kafka_helpers import by_label, produce, wait_until  # shared helpers (the module needs kafka anyway)
 
 from streamspec.streaming.accumulator import OTHER, MomentAccumulator
 
