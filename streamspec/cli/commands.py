@@ -512,69 +512,42 @@ def _learn(args) -> int:
     except (OSError, ValueError) as exc:
         print(f"streamspec learn: {exc}", file=sys.stderr)
         return 1
+    from connectors.ingest_loop import IngestLoop
+
+    log = logging.getLogger("streamspec.learn")
+    log.info("event=%s files=%s", "following" if args.follow else "reading", ",".join(args.files))
+    show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+    progress = _Progress(list(args.files), show, args.follow)
+    acc = state.acc
+
+    def checkpoint(final_positions: dict | None = None) -> None:
+        state.records = loop.records
+        state.positions = final_positions if final_positions is not None else dict(loop.positions)
+        state.errors.clear()
+        state.errors.update(loop.errors())
+        if args.state:
+            state.save(args.state)
+
+    # --follow --out: the model is saved every --save-interval seconds while records come
+    periodic = bool(args.follow and args.out and not args.no_fit)
+    loop = IngestLoop(
+        source, acc, records=state.records, positions=state.positions, errors=state.errors,
+        checkpoint=checkpoint if args.state else None, checkpoint_every=args.checkpoint_every,
+        checkpoint_interval=args.checkpoint_interval,
+        save=(lambda: _fit_and_save(args, acc, log, final=False)) if periodic else None,
+        save_interval=args.save_interval, progress=progress.update)
     stop: dict[str, Any] = {"signal": None}
 
     def on_signal(signum, frame):
         stop["signal"] = signum
-        source.stop()
+        loop.stop()
         # a second Ctrl-C or SIGTERM (e.g. while the model is being saved) ends at once
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    log = logging.getLogger("streamspec.learn")
-    log.info("event=%s files=%s", "following" if args.follow else "reading", ",".join(args.files))
-    show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
-    progress = _Progress(list(args.files), show, args.follow)
-    acc = state.acc
-    base_errors = dict(state.errors)
-    # positions of the records learned so far: the reader thread may be ahead of them
-    positions = dict(state.positions)
-    last_ckpt, since = time.monotonic(), 0
-    # --follow --out: the model is saved every --save-interval seconds while records come
-    periodic = bool(args.follow and args.out and not args.no_fit)
-    last_save, unsaved = time.monotonic(), 0
-
-    def checkpoint(final_positions: dict | None = None) -> None:
-        state.positions = final_positions if final_positions is not None else dict(positions)
-        state.errors.clear()
-        state.errors.update(base_errors)
-        state.errors.update(source.errors_by_reason)
-        if args.state:
-            state.save(args.state)
-
-    finished = False
-    for item in _read_in_thread(source, timeout=min(args.checkpoint_interval,
-                                                    args.save_interval)):
-        if stop["signal"] is not None:
-            break
-        if item is _DONE:
-            finished = True
-            break
-        if item is not None:
-            rec, pos = item
-            if rec.symbol is not None:
-                acc.learn_one(rec.symbol, rec.key)
-                state.records += 1
-                unsaved += 1
-            if rec.end:
-                acc.end(rec.key)
-            positions[pos.path] = pos.to_dict()
-            since += 1
-        # None: no record for a while (following an idle file): checkpoint what we have
-        if args.state and since and (item is None or since >= args.checkpoint_every
-                                     or time.monotonic() - last_ckpt >= args.checkpoint_interval):
-            checkpoint()
-            last_ckpt, since = time.monotonic(), 0
-        if periodic and unsaved and time.monotonic() - last_save >= args.save_interval:
-            if args.state:  # the state is never behind the model saved
-                checkpoint()
-                last_ckpt, since = time.monotonic(), 0
-            _fit_and_save(args, acc, log, final=False)
-            last_save, unsaved = time.monotonic(), 0
-        progress.update(state.records, positions)
-    source.stop()
+    finished = loop.run()
     # at the natural end everything read was learned: the source's own position is exact
     # (it also covers trailing blank or malformed lines)
     checkpoint(source.position() if finished else None)
@@ -692,51 +665,6 @@ def _fit_and_save_hmm(args, acc, log: logging.Logger) -> int:
         hmm.save(path)
         log.info("event=saved hmm=%s", path)
     return 0
-
-
-_DONE = object()
-
-
-def _read_in_thread(source, timeout: float):
-    """Iterate ``source`` in a thread; yield its items, ``None`` after ``timeout`` s without one,
-    and ``_DONE`` at its end (re-raising its error, if any)."""
-    import queue
-    import threading
-
-    q: queue.Queue = queue.Queue(maxsize=10_000)
-    failure: list[BaseException] = []
-
-    def reader() -> None:
-        try:
-            for item in source:
-                while True:
-                    try:
-                        q.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        if source.stopped:
-                            return
-        except BaseException as exc:  # re-raised in the caller's thread
-            failure.append(exc)
-        finally:
-            try:
-                q.put(_DONE, timeout=1.0)
-            except queue.Full:  # nobody reads any more: the caller stopped
-                pass
-
-    thread = threading.Thread(target=reader, name="streamspec-file-reader", daemon=True)
-    thread.start()
-    while True:
-        try:
-            item = q.get(timeout=max(timeout, 0.01))
-        except queue.Empty:
-            yield None
-            continue
-        if item is _DONE and failure:
-            raise failure[0]
-        yield item
-        if item is _DONE:
-            return
 
 
 # ---------------------------------------------------------------------------- predict
