@@ -794,7 +794,7 @@ def _check_csv_header(path: str, head: bytes, fmt: RecordFormat, named: Mapping[
         return
     cells = tuple(c.strip() for c in _first_line(head).decode("utf-8", "replace")
                   .rstrip("\r").split(fmt.delimiter))
-    others = [s for _, s in fmt._field_specs() if isinstance(s, str) and s != fmt.symbol_field]
+    others = [s for _, s in fmt.field_specs() if isinstance(s, str) and s != fmt.symbol_field]
     if any(s in cells for s in others) or named:
         # a first row naming other fields is a header lacking the symbol field; and a field
         # given by name can only be found through a header
