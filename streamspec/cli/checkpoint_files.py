@@ -44,7 +44,7 @@ def load_checkpoint_file(path: str | os.PathLike, load: Callable[[Path], Any],
     is no checkpoint (an image, random bytes, ...), and passes on the loader's own
     errors for a damaged or foreign checkpoint. O(size of the file).
     """
-    from connectors.files import looks_like
+    from connectors.file_checks import looks_like
     from streamspec.core.checkpoint import CheckpointError
 
     path = Path(path)
