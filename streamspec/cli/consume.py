@@ -46,6 +46,18 @@ def register(subparsers) -> None:
         ),
     )
     p.add_argument("--config", metavar="FILE", help="TOML settings file (see connectors.config)")
+    _add_kafka_options(p)
+    add_format_options(p, kafka=True)
+    p.add_argument_group("record format").add_argument(
+        "--alphabet", metavar="A,B,...",
+        help="fixed alphabet: other symbols go to the dead-letter topic")
+    add_estimator_options(p, defaults=False)
+    _add_schedule_options(p)
+    p.set_defaults(func=_consume)
+
+
+def _add_kafka_options(p) -> None:
+    """The broker, topics, group and consumer settings of ``consume``."""
     g = p.add_argument_group("kafka")
     g.add_argument("--bootstrap", metavar="HOST:PORT", help="broker address")
     g.add_argument("--topic", metavar="T", help="topic to consume")
@@ -85,11 +97,10 @@ def register(subparsers) -> None:
                    help="longest wait of one poll (default 200)")
     g.add_argument("--max-poll-records", type=int, metavar="N",
                    help="messages per poll at most (default 2000)")
-    add_format_options(p, kafka=True)
-    p.add_argument_group("record format").add_argument(
-        "--alphabet", metavar="A,B,...",
-        help="fixed alphabet: other symbols go to the dead-letter topic")
-    add_estimator_options(p, defaults=False)
+
+
+def _add_schedule_options(p) -> None:
+    """When ``consume`` refits and checkpoints, and how it reports."""
     g = p.add_argument_group("schedule")
     g.add_argument("--refit-every", type=int, metavar="N", help="refit after N new symbols")
     g.add_argument("--refit-interval", type=float, metavar="S", help="also refit every S seconds")
@@ -109,7 +120,6 @@ def register(subparsers) -> None:
     g.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (0: any port)")
     g.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING")
-    p.set_defaults(func=_consume)
 
 
 _CONSUME_SETTINGS = (

@@ -47,6 +47,17 @@ def _cell(value: Any) -> str:
         "\r", "\\r")
 
 
+_NAME = "streamspec decode"
+
+
+class _Stop(Exception):
+    """A step of decode failed: its message is printed, the command exits with ``status``."""
+
+    def __init__(self, message: str, status: int = 1):
+        super().__init__(message)
+        self.status = status
+
+
 def _decode(args) -> int:
     """Print the Viterbi state (or the smoothed posteriors) of every symbol of the files.
 
@@ -55,26 +66,39 @@ def _decode(args) -> int:
     Exit status 1, with a message on stderr, for a missing or invalid model or file,
     a symbol the model does not know, or no symbol at all; 2 for bad format options.
     """
-    from connectors.files import FileSource
     from connectors.records import format_from_options
     from streamspec.core.checkpoint import CheckpointError
     from streamspec.core.hidden_markov_model import HiddenMarkovModel
 
-    name = "streamspec decode"
     try:
-        fmt = format_from_options(**format_from_args(args, FILE_FORMAT))
-    except ValueError as exc:
-        print(f"{name}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        hmm = load_checkpoint_file(args.model, HiddenMarkovModel.load, what="HMM checkpoint")
-    except (CheckpointError, OSError) as exc:
-        print(f"{name}: {exc} (an HMM checkpoint is written by learn --states K --out MODEL "
-              f"as MODEL{HMM_SUFFIX})", file=sys.stderr)
-        return 1
-    labels = hmm.symbols if hmm.symbols is not None else list(range(hmm.n_symbols))
+        try:
+            fmt = format_from_options(**format_from_args(args, FILE_FORMAT))
+        except ValueError as exc:
+            raise _Stop(str(exc), 2) from None
+        try:
+            hmm = load_checkpoint_file(args.model, HiddenMarkovModel.load, what="HMM checkpoint")
+        except (CheckpointError, OSError) as exc:
+            raise _Stop(f"{exc} (an HMM checkpoint is written by learn --states K --out MODEL "
+                        f"as MODEL{HMM_SUFFIX})") from None
+        labels = hmm.symbols if hmm.symbols is not None else list(range(hmm.n_symbols))
+        symbols, keys, sequences = _read_sequences(args, fmt, hmm, labels)
+        out = _states(args, hmm, symbols, sequences)
+    except _Stop as stop:
+        print(f"{_NAME}: {stop}", file=sys.stderr)
+        return stop.status
+    _print_lines(args, labels, symbols, keys, out)
+    return 0
+
+
+def _read_sequences(args, fmt, hmm, labels) -> tuple[list[int], list, list[list[int]]]:
+    """Every symbol (as an index of ``labels``) and key in file order, and the sequences.
+
+    A sequence is the positions (in the symbol list) of one key's symbols up to its end.
+    """
+    from connectors.files import FileSource
+
     index = {s: i for i, s in enumerate(labels)}
-    symbols: list = []  # every symbol record, in file order
+    symbols: list[int] = []  # every symbol record, in file order
     keys: list = []
     open_seq: dict[Any, list[int]] = {}  # key -> positions (in symbols) of its open sequence
     sequences: list[list[int]] = []
@@ -84,25 +108,29 @@ def _decode(args) -> int:
         for rec, pos in source:
             if rec.symbol is not None:
                 if rec.symbol not in index:
-                    print(f"{name}: {pos.path}, line {pos.line}: symbol {rec.symbol!r} is not one of "
-                          f"the model's {hmm.n_symbols} symbols (is --encoding the one used by "
-                          f"learn?)", file=sys.stderr)
-                    return 1
+                    raise _Stop(f"{pos.path}, line {pos.line}: symbol {rec.symbol!r} is not one "
+                                f"of the model's {hmm.n_symbols} symbols (is --encoding the one "
+                                f"used by learn?)")
                 open_seq.setdefault(rec.key, []).append(len(symbols))
                 symbols.append(index[rec.symbol])
                 keys.append(rec.key)
             if rec.end and rec.key in open_seq:
                 sequences.append(open_seq.pop(rec.key))
     except (OSError, ValueError) as exc:
-        print(f"{name}: {exc}", file=sys.stderr)
-        return 1
+        raise _Stop(str(exc)) from None
     sequences.extend(open_seq.values())
     if source.errors:
-        print(f"{name}: skipped {source.errors} malformed line(s): "
+        print(f"{_NAME}: skipped {source.errors} malformed line(s): "
               f"{dict(source.errors_by_reason)}", file=sys.stderr)
     if not symbols:
-        print(f"{name}: no symbol read from {', '.join(args.files)}", file=sys.stderr)
-        return 1
+        raise _Stop(f"no symbol read from {', '.join(args.files)}")
+    return symbols, keys, sequences
+
+
+def _states(args, hmm, symbols: list[int], sequences: list[list[int]]) -> np.ndarray:
+    """The Viterbi state (or, with ``--posterior``, the posteriors) of every symbol."""
+    from streamspec.core.hidden_markov_model import HiddenMarkovModel
+
     x = np.asarray(symbols, dtype=np.int64)
     m = hmm.n_states
     out = np.empty((len(x), m)) if args.posterior else np.empty(len(x), dtype=np.int64)
@@ -112,8 +140,12 @@ def _decode(args) -> int:
         try:
             out[at] = raw.predict_proba(x[at]) if args.posterior else raw.decode(x[at])[1]
         except ValueError as exc:
-            print(f"{name}: {exc}", file=sys.stderr)
-            return 1
+            raise _Stop(str(exc)) from None
+    return out
+
+
+def _print_lines(args, labels, symbols: list[int], keys: list, out: np.ndarray) -> None:
+    """One tab-separated line per symbol, in blocks; a closed pipe ends the output quietly."""
     with_key = args.key_field is not None
     lines = []
     try:
@@ -135,4 +167,3 @@ def _decode(args) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
         os.close(devnull)
-    return 0
