@@ -10,98 +10,27 @@ In follow mode (like ``tail -F``) the files are polled as they grow; a file that
 is renamed away (log rotation) is read to its end before the new file at the
 same path is read from its beginning, and a file that gets shorter (truncated)
 is read again from its beginning.
+
+One file's reading and :class:`Position` are in :mod:`connectors.file_reader`;
+the checks of input files before reading (:func:`check_files`) in
+:mod:`connectors.file_checks`. Both are re-exported here.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import IO, Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
-from .records import MalformedRecord, Record, RecordFormat, RecordParser, parse_line
+from connectors.file_checks import InputError, check_files, looks_like
+from connectors.file_reader import FileReader, Line, Position, is_gzip, normalise_paths
+from connectors.records import MalformedRecord, Record, RecordFormat
 
-__all__ = ["FileSource", "InputError", "LineInfo", "Position", "check_files"]
-
-# lines read from one file before the other files of a follow-mode source get a turn
-_FAIR_SHARE = 1000
-# bytes of an oversized line kept to show in its error report
-_HEAD = 256
-# bytes of a file's beginning that check_files looks at
-_SNIFF = 64 << 10
-
-
-@dataclass(frozen=True, slots=True)
-class Position:
-    """Where a record was read, and where reading resumes after it.
-
-    Parameters
-    ----------
-    path
-        The path the source was given (the logical file; after rotation the bytes
-        may have come from a renamed file, identified by ``inode``).
-    inode
-        The inode of the file the record's line was read from.
-    offset
-        Byte offset just after the record's line (its line break included).
-    line
-        1-based number of the record's line in that file.
-    line_start
-        Byte offset where the record's line starts.
-    skip
-        0 when this record is the last of its line, so reading resumes at
-        ``offset``. Otherwise (a line of several records, e.g. characters) the
-        number of the line's records given out so far: reading resumes by reading
-        the line at ``line_start`` again and skipping that many records.
-
-    Examples
-    --------
-    >>> p = Position("data.txt", inode=42, offset=10, line=2, line_start=6)
-    >>> p.to_dict()
-    {'path': 'data.txt', 'inode': 42, 'offset': 10, 'line': 2, 'line_start': 6, 'skip': 0}
-    >>> Position.from_dict(p.to_dict()) == p
-    True
-    >>> Position.from_dict({"path": "data.txt", "inode": 42})
-    Traceback (most recent call last):
-    ...
-    ValueError: position is missing offset, line
-
-    """
-
-    path: str
-    inode: int
-    offset: int
-    line: int
-    line_start: int = 0
-    skip: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The position as a JSON-serialisable dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Position:
-        """The position saved by :meth:`to_dict`; ValueError for anything else."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"a position must be a dict, got {type(data).__name__}")
-        names = [f.name for f in fields(cls)]
-        unknown = sorted(set(data) - set(names))
-        if unknown:
-            raise ValueError(f"position has unknown fields {', '.join(map(str, unknown))}")
-        missing = [n for n in ("path", "inode", "offset", "line") if n not in data]
-        if missing:
-            raise ValueError(f"position is missing {', '.join(missing)}")
-        if not isinstance(data["path"], str) or not data["path"]:
-            raise ValueError(f"position path must be a non-empty string, got {data['path']!r}")
-        for n in names[1:]:
-            v = data.get(n, 0)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"position {n} must be a non-negative integer, got {v!r}")
-        return cls(**data)
+__all__ = ["FileSource", "InputError", "LineInfo", "Position", "check_files", "looks_like"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,13 +54,6 @@ class LineInfo:
     offset: int
     data: bytes
 
-
-class _Line(NamedTuple):
-    data: bytes | None  # None: no line, the reader moved on (new or truncated file)
-    start: int
-    end: int
-    number: int
-    oversized: bool = False
 
 
 ErrorHandler = Callable[[LineInfo, MalformedRecord], Any]
@@ -222,7 +144,7 @@ class FileSource:
         idle_timeout: float | None = None,
         on_error: ErrorHandler | None = None,
     ):
-        self.paths = _normalise_paths(paths)
+        self.paths = normalise_paths(paths)
         if not isinstance(fmt, RecordFormat):
             raise ValueError(f"fmt must be a RecordFormat, got {type(fmt).__name__}")
         if not _positive_number(poll_interval):
@@ -235,7 +157,7 @@ class FileSource:
         if on_error is not None and not callable(on_error):
             raise ValueError("on_error must be callable")
         if follow:
-            gz = [p for p in self.paths if _is_gzip(p)]
+            gz = [p for p in self.paths if is_gzip(p)]
             if gz:
                 raise ValueError(f"cannot follow a gzip file ({gz[0]}); read it in one pass")
         else:
@@ -288,7 +210,7 @@ class FileSource:
 
     def _iterate(self) -> Iterator[tuple[Record, Position]]:
         self._iterating = True
-        readers = [_Reader(p, self.fmt) for p in self.paths]
+        readers = [FileReader(p, self.fmt) for p in self.paths]
         try:
             if self.follow:
                 yield from self._follow(readers)
@@ -299,7 +221,7 @@ class FileSource:
                 r.close()
             self._iterating = False
 
-    def _one_pass(self, readers: list[_Reader]) -> Iterator[tuple[Record, Position]]:
+    def _one_pass(self, readers: list[FileReader]) -> Iterator[tuple[Record, Position]]:
         for r in readers:
             if self._stop.is_set():
                 return
@@ -316,7 +238,7 @@ class FileSource:
                     break
                 self._moved(r)
 
-    def _follow(self, readers: list[_Reader]) -> Iterator[tuple[Record, Position]]:
+    def _follow(self, readers: list[FileReader]) -> Iterator[tuple[Record, Position]]:
         last_data = time.monotonic()
         while not self._stop.is_set():
             active = False
@@ -340,7 +262,7 @@ class FileSource:
             # Event.wait instead of sleep: stop() ends the wait at once
             self._stop.wait(wait)
 
-    def _emit(self, r: _Reader, ln: _Line) -> Iterator[tuple[Record, Position]]:
+    def _emit(self, r: FileReader, ln: Line) -> Iterator[tuple[Record, Position]]:
         if ln.data is None:
             self._set_position(r.consumed_position())
             return
@@ -366,238 +288,27 @@ class FileSource:
             if self._stop.is_set():
                 return
 
-    def _moved(self, r: _Reader) -> None:
+    def _moved(self, r: FileReader) -> None:
         self._set_position(r.consumed_position())
 
     def _set_position(self, pos: Position) -> None:
         with self._lock:
             self._positions[pos.path] = pos
 
-    def _report(self, r: _Reader, ln: _Line, exc: MalformedRecord) -> None:
+    def _report(self, r: FileReader, ln: Line, exc: MalformedRecord) -> None:
         self.errors += 1
         self.errors_by_reason[exc.reason] += 1
         if self.on_error is not None:
             self.on_error(LineInfo(r.path, ln.number, ln.start, ln.data or b""), exc)
 
 
-class _Reader:
-    """One path's open file, its line splitting, and how far it has been consumed."""
-
-    def __init__(self, path: str, fmt: RecordFormat):
-        self.path = path
-        self.fmt = fmt
-        self.parser = RecordParser(fmt)
-        self.fh: IO[bytes] | None = None
-        self.ident: tuple[int, int] = (0, 0)  # (device, inode) of the open file
-        self.offset = 0  # start of the next unconsumed line
-        self.line = 0  # lines consumed
-        self.read_pos = 0  # bytes read from fh (consumed, partial or being discarded)
-        self.partial = b""  # an incomplete last line, waiting for its line break
-        self.discard: tuple[int, bytes] | None = None  # (start, head) of an oversized line
-        self.skip = 0  # records of the next line already given out (mid-line resume)
-        self.draining = False  # the open file is no longer at path: read it to its end
-        self.got_data = False  # the last poll read at least one byte
-        self.at_eof = False  # the last lines() call stopped at the end of the file
-        self.started = False  # the path has been opened once (start position used)
-
-    @property
-    def inode(self) -> int:
-        return self.ident[1]
-
-    def consumed_position(self) -> Position:
-        return Position(self.path, self.inode, self.offset, self.line, self.offset, 0)
-
-    def take_skip(self) -> int:
-        skip, self.skip = self.skip, 0
-        return skip
-
-    def close(self) -> None:
-        if self.fh is not None:
-            self.fh.close()
-            self.fh = None
-
-    # ------------------------------------------------------------------ opening
-
-    def open_at(self, pos: Position | None, must_exist: bool) -> bool:
-        """Open the path, resuming at ``pos``; False if it does not exist (yet)."""
-        self.started = True
-        try:
-            inode: int | None = os.stat(self.path).st_ino
-        except FileNotFoundError:
-            inode = None
-        if pos is not None and pos.inode != inode:
-            # the file we were reading was rotated away: finish it first if it is near
-            old = _find_rotated(self.path, pos.inode)
-            if old is not None and self._open(old, pos):
-                self.draining = True
-                return True
-            pos = None
-        if self._open(self.path, pos):
-            return True
-        if must_exist:
-            raise FileNotFoundError(f"no such file: {self.path}")
-        return False
-
-    def switch_to_path(self) -> bool:
-        """Leave the drained file for the (new) file at the path, from its start."""
-        self.close()
-        self.draining = False
-        return self._open(self.path, None)
-
-    def _open(self, path: str, pos: Position | None) -> bool:
-        try:
-            fh = gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb")
-        except FileNotFoundError:
-            return False
-        st = os.fstat(fh.fileno())
-        if pos is not None and pos.inode != st.st_ino:
-            pos = None  # replaced since it was looked at: its offsets mean nothing here
-        self.close()
-        self.fh = fh
-        self.ident = (st.st_dev, st.st_ino)
-        self.partial, self.discard, self.skip = b"", None, 0
-        self.parser.reset()
-        self.offset = self.read_pos = self.line = 0
-        if pos is None:
-            return True
-        resume = pos.line_start if pos.skip else pos.offset
-        if not _is_gzip(path) and resume > st.st_size:
-            return True  # shorter than where we were: truncated since, read it all again
-        if resume > 0:
-            if self.fmt.encoding == "csv":
-                # the header is behind us, but named columns still need it
-                self.parser.prime(fh.readline(self.fmt.max_bytes + 2))
-            else:
-                self.parser.started = True
-            fh.seek(resume)
-        self.offset = self.read_pos = resume
-        self.line = pos.line - 1 if pos.skip else pos.line
-        self.skip = pos.skip
-        return True
-
-    # ------------------------------------------------------------------ following
-
-    def poll(self, pos: Position | None) -> Iterator[_Line]:
-        """Follow mode: the lines available now, then a check for rotation.
-
-        ``pos`` is where to resume when the path is opened for the first time.
-        """
-        self.got_data = False
-        if self.fh is None:
-            opened = self._open(self.path, None) if self.started else self.open_at(pos, False)
-            if not opened:
-                return
-        yield from self.lines(final=self.draining, budget=_FAIR_SHARE)
-        if not self.at_eof:
-            return  # the fair share is used up: the other files' turn
-        if not self.draining:
-            change = self._path_change()
-            if change is None:
-                return
-            if change == "truncated":
-                self._rewind()
-                yield self._moved_marker()
-                return
-            # rotated: read what is left of the old file first (a writer may still be
-            # flushing to it), then move on to the new file at the path
-            self.draining = True
-            yield from self.lines(final=True, budget=_FAIR_SHARE)
-            if not self.at_eof:
-                return
-        if self.switch_to_path():
-            yield self._moved_marker()
-        # else: the path is gone for now; the next poll opens it once it is back
-
-    def _rewind(self) -> None:
-        assert self.fh is not None
-        self.fh.seek(0)
-        self.offset = self.read_pos = self.line = 0
-        self.partial, self.discard, self.skip = b"", None, 0
-        self.parser.reset()
-
-    def _moved_marker(self) -> _Line:
-        return _Line(None, self.offset, self.offset, self.line)
-
-    def _path_change(self) -> str | None:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return None  # renamed away, the new file not there yet: keep the old one
-        if (st.st_dev, st.st_ino) != self.ident:
-            return "rotated"
-        if st.st_size < self.read_pos:
-            return "truncated"
-        return None
-
-    # ------------------------------------------------------------------ lines
-
-    def lines(self, final: bool, budget: int | None) -> Iterator[_Line]:
-        """Complete lines available now (``final``: also a last line without break).
-
-        Offsets are counted from the bytes read, never from ``tell()``, so they stay
-        exact for gzip files too. An oversized line is not held in memory: its bytes
-        are dropped as they are read, keeping only the head for the error report.
-        """
-        assert self.fh is not None
-        limit = self.fmt.max_bytes + 2  # the longest allowed line with its "\r\n"
-        produced = 0
-        self.at_eof = False
-        while budget is None or produced < budget:
-            chunk = self.fh.readline(limit - len(self.partial))
-            if chunk:
-                self.read_pos += len(chunk)
-                self.got_data = True
-            ended = chunk.endswith(b"\n") or (final and not chunk)
-            if self.discard is not None:
-                if ended:
-                    start, head = self.discard
-                    self.discard = None
-                    produced += 1
-                    yield self._finish(head, start, oversized=True)
-                elif not chunk:
-                    self.at_eof = True
-                    return
-                continue
-            data = self.partial + chunk if self.partial else chunk
-            if ended and data:
-                self.partial = b""
-                produced += 1
-                yield self._finish(data, self.offset)
-            elif len(data) >= limit:
-                self.partial = b""
-                self.discard = (self.offset, data[:_HEAD])
-            elif not chunk:
-                self.at_eof = True  # a partial line waits for its line break
-                return
-            else:
-                self.partial = data
-
-    def _finish(self, data: bytes, start: int, oversized: bool = False) -> _Line:
-        self.offset = self.read_pos
-        self.line += 1
-        return _Line(data, start, self.offset, self.line, oversized)
-
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _normalise_paths(paths: Any) -> tuple[str, ...]:
-    if isinstance(paths, str | bytes | os.PathLike):
-        paths = [paths]
-    out = tuple(os.fsdecode(p) for p in paths)
-    if not out:
-        raise ValueError("FileSource needs at least one path")
-    if len(set(out)) != len(out):
-        raise ValueError("FileSource paths must be distinct")
-    return out
 
 
 def _positive_number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and x > 0
 
-
-def _is_gzip(path: str) -> bool:
-    return path.endswith(".gz")
 
 
 def _start_positions(start: Any) -> dict[str, Position]:
@@ -621,216 +332,3 @@ def _start_positions(start: Any) -> dict[str, Position]:
         pos = value if isinstance(value, Position) else Position.from_dict(value)
         out[pos.path] = pos
     return out
-
-
-def _find_rotated(path: str, inode: int) -> str | None:
-    """A file next to ``path``, named like it (``app.log.1``), with the given inode."""
-    folder = os.path.dirname(path) or "."
-    base = os.path.basename(path)
-    try:
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                if (entry.name != base and entry.name.startswith(base)
-                        and entry.inode() == inode and entry.is_file()):
-                    return entry.path
-    except OSError:
-        return None
-    return None
-
-
-# ---------------------------------------------------------------------- input checks
-
-
-class InputError(ValueError):
-    """A file that is not text input of the given record format (see :func:`check_files`)."""
-
-
-_SIGNATURES = (  # what a refused file most likely is, by its first bytes
-    (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
-    (b"%PDF", "a PDF document"), (b"\x7fELF", "an executable (ELF)"),
-    (b"PK\x03\x04", "a zip archive (a streamspec checkpoint?)"),
-    (b"\xff\xfe", "UTF-16 text"), (b"\xfe\xff", "UTF-16 text"),
-)
-
-
-def looks_like(head: bytes) -> str:
-    """``", it looks like <kind>"`` for the first bytes of a known binary format, else ``""``.
-
-    >>> looks_like(b"\\x89PNG\\r\\n")
-    ', it looks like a PNG image'
-    """
-    for magic, what in _SIGNATURES:
-        if head.startswith(magic):
-            return f", it looks like {what}"
-    return ""
-
-
-def check_files(
-    paths: str | os.PathLike | Iterable[str | os.PathLike],
-    fmt: RecordFormat,
-    given_fields: Mapping[str, str | int] | None = None,
-    *,
-    missing_ok: bool = False,
-) -> None:
-    """Refuse files that cannot be input of ``fmt``, before anything is read from them.
-
-    Looks at the first 64 KiB of every file (decompressed for ``.gz``):
-
-    * a directory, or (unless ``missing_ok``) a path that does not exist;
-    * a binary file: a NUL byte, or bytes that are not UTF-8;
-    * ``csv``: a header row (see ``RecordFormat.csv_header``) without the symbol
-      field or one of ``fields``; a first row that holds another field's name but
-      not the symbol field's (a header lacking it); a first row that is no header
-      while ``fields`` names a column (names need a header);
-    * ``jsonl``: a first JSON object without the symbol field (and not an end
-      marker) or without one of ``fields``.
-
-    Later malformed lines are not looked for: a source skips and counts them.
-
-    Parameters
-    ----------
-    paths
-        The files.
-    fmt
-        Their record format.
-    given_fields
-        Fields the user named explicitly, by option name (e.g.
-        ``{"--key-field": "user"}``); only names (``str``) are checked.
-    missing_ok
-        Accept paths that do not exist (yet), e.g. files to follow.
-
-    Raises
-    ------
-    InputError
-        A ``ValueError`` naming the file and the problem (and, for a missing
-        field, the fields the file has).
-    FileNotFoundError
-        For a missing file, unless ``missing_ok``.
-
-    Notes
-    -----
-    Cost: O(64 KiB) read per file.
-
-    Examples
-    --------
-    >>> import pathlib, tempfile
-    >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (folder / "a.csv").write_text("user,page\\nu1,home\\n")
-    >>> fmt = RecordFormat("csv", symbol_field="item")
-    >>> check_files([folder / "a.csv"], fmt, {"--symbol-field": "item"})
-    ... # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    connectors.files.InputError: ...has no field 'item' (--symbol-field); its fields are: user, page...
-    >>> _ = (folder / "b.bin").write_bytes(b"\\x00\\x01\\x02")
-    >>> check_files([folder / "b.bin"], RecordFormat("chars"))  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    connectors.files.InputError: ...b.bin: not a text file (a NUL byte at offset 0)
-    >>> import shutil; shutil.rmtree(folder)
-
-    """
-    named = {opt: f for opt, f in (given_fields or {}).items() if isinstance(f, str)}
-    for path in _normalise_paths(paths):
-        if os.path.isdir(path):
-            raise InputError(f"{path}: is a directory, not a file (give the files in it, "
-                             f"e.g. {os.path.join(path, '*')})")
-        if not os.path.exists(path):
-            if missing_ok:
-                continue
-            raise FileNotFoundError(f"no such file: {path}")
-        try:
-            with (gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb")) as fh:
-                head = fh.read(_SNIFF)
-                complete = not fh.read(1)
-        except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
-            raise InputError(f"{path}: cannot be read ({exc})") from None
-        _check_text(path, head, complete)
-        if fmt.encoding == "csv":
-            _check_csv_header(path, head, fmt, named)
-        elif fmt.encoding == "jsonl":
-            _check_json_fields(path, head, fmt, named)
-
-
-def _check_text(path: str, head: bytes, complete: bool) -> None:
-    nul = head.find(b"\x00")
-    if nul >= 0:
-        raise InputError(f"{path}: not a text file (a NUL byte at offset {nul}"
-                         f"{looks_like(head)})")
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # a character cut by the end of the block is no error
-        if complete or exc.start < len(head) - 3 or exc.reason != "unexpected end of data":
-            raise InputError(
-                f"{path}: not UTF-8 text (byte 0x{head[exc.start:exc.start + 1].hex()} at "
-                f"offset {exc.start}{looks_like(head)})") from None
-
-
-def _first_line(head: bytes) -> bytes:
-    return head.split(b"\n", 1)[0]
-
-
-def _options_of(fmt: RecordFormat, named: Mapping[str, str]) -> dict[str, str]:
-    """Field name -> the option that names it (explicit options first, then the symbol's)."""
-    out = {f: opt for opt, f in named.items()}
-    if isinstance(fmt.symbol_field, str):
-        out.setdefault(fmt.symbol_field, "--symbol-field")
-    return out
-
-
-def _check_csv_header(path: str, head: bytes, fmt: RecordFormat, named: Mapping[str, str]) -> None:
-    if fmt.csv_header is False or not head:
-        return
-    parser = RecordParser(fmt)
-    parser.prime(_first_line(head))  # takes the header as a source would, if it is one
-    if parser.header is not None:
-        cells = parser.header
-        missing = [(f, opt) for f, opt in _options_of(fmt, named).items() if f not in cells]
-        if missing:
-            f, opt = missing[0]
-            raise InputError(f"{path}: the CSV header has no field {f!r} ({opt}); its fields "
-                             f"are: {', '.join(cells)}")
-        return
-    cells = tuple(c.strip() for c in _first_line(head).decode("utf-8", "replace")
-                  .rstrip("\r").split(fmt.delimiter))
-    others = [s for _, s in fmt._field_specs() if isinstance(s, str) and s != fmt.symbol_field]
-    if any(s in cells for s in others) or named:
-        # a first row naming other fields is a header lacking the symbol field; and a field
-        # given by name can only be found through a header
-        if "--symbol-field" in named or isinstance(fmt.symbol_field, str):
-            f, opt = named.get("--symbol-field", fmt.symbol_field), "--symbol-field"
-        else:  # the symbol by position: one of the named fields is what is missing
-            opt = next(iter(named))
-            f = named[opt]
-        raise InputError(
-            f"{path}: the CSV header has no field {f!r} ({opt}); its fields are: "
-            f"{', '.join(cells)} (without a header row, give columns by position, "
-            f"e.g. --symbol-field 1)")
-
-
-def _check_json_fields(path: str, head: bytes, fmt: RecordFormat, named: Mapping[str, str]) -> None:
-    import json
-
-    for number, line in enumerate(head.split(b"\n")[:-1] or [head], start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            return  # a malformed first line: skipped and counted like any other
-        if not isinstance(obj, dict):
-            return  # a scalar symbol of the default stream
-        try:
-            ends = any(r.end for r in parse_line(line, fmt))
-        except MalformedRecord:
-            ends = False
-        wanted = _options_of(fmt, named)
-        if ends:  # a pure end marker need not carry the symbol
-            wanted = {f: opt for f, opt in wanted.items() if opt != "--symbol-field"}
-        missing = [(f, opt) for f, opt in wanted.items() if f not in obj]
-        if missing:
-            f, opt = missing[0]
-            raise InputError(f"{path}, line {number}: the JSON object has no field {f!r} "
-                             f"({opt}); its fields are: {', '.join(map(str, obj))}")
-        return

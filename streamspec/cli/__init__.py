@@ -5,7 +5,9 @@ function that adds its parser and sets ``func``; this file only lists them, adds
 the options every subcommand shares (``--log-level``, ``-q/--quiet``) and turns
 errors into one line on stderr and a non-zero exit status (never a traceback,
 unless ``--log-level DEBUG`` asks for it).
-This is the only place where ``streamspec`` reaches into ``connectors``.
+This package is the only place where ``streamspec`` reaches into ``connectors``, and
+only when a command runs: building the parser (``streamspec --help``) imports
+neither ``connectors`` nor kafka-python.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from collections.abc import Callable, Iterable
 _COMMANDS = [
     ("streamspec.experiments.paper", "register"),
     ("streamspec.experiments.demo", "register"),
-    ("streamspec.cli.commands", "register"),
+    ("streamspec.cli.consume", "register"),
+    ("streamspec.cli.learn", "register"),
+    ("streamspec.cli.predict", "register"),
+    ("streamspec.cli.inspect", "register"),
+    ("streamspec.cli.decode", "register"),
 ]
 
 

@@ -63,7 +63,37 @@ def wait_until(condition, what: str, proc=None) -> None:
 
 
 def test_commands_are_registered_in_the_cli():
-    assert ("streamspec.cli.commands", "register") in cli._COMMANDS
+    for command in ("consume", "learn", "predict", "inspect", "decode"):
+        assert (f"streamspec.cli.{command}", "register") in cli._COMMANDS
+
+
+def test_building_the_parser_imports_neither_connectors_nor_kafka():
+    """``streamspec --help`` must work without kafka-python: connectors load when a command runs."""
+    code = ("from streamspec.cli import build_parser; build_parser(); import sys; "
+            "loaded = sorted(m for m in sys.modules if m.startswith(('connectors', 'kafka'))); "
+            "assert not loaded, loaded")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_backfill_options_show_the_defaults_of_connectors_backfill():
+    """The literals the parser shows (it cannot import connectors) are the backfill's own."""
+    import argparse
+
+    import connectors.backfill as bf
+    from streamspec.cli.options import CHUNK_MB, PARALLEL_MIN_MB, add_backfill_options
+
+    assert CHUNK_MB == bf.DEFAULT_CHUNK_BYTES >> 20
+    assert PARALLEL_MIN_MB == bf.PARALLEL_MIN_BYTES >> 20
+    ours, theirs = argparse.ArgumentParser(), argparse.ArgumentParser()
+    add_backfill_options(ours)
+    bf.add_backfill_arguments(theirs)
+
+    def options(p):
+        return [(a.option_strings, a.dest, a.default, a.type, a.help) for a in p._actions]
+
+    assert options(ours) == options(theirs)
 
 
 @pytest.mark.parametrize(
@@ -507,12 +537,12 @@ def test_bad_input_gives_one_clear_line_and_learns_nothing(tmp_path, capsys):
 
 
 def test_an_unexpected_error_is_one_line_with_a_hint(monkeypatch, capsys):
-    from streamspec.cli import commands as daemon_cli
+    from streamspec.cli import inspect as inspect_command
 
     def broken(args):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(daemon_cli, "_inspect", broken)
+    monkeypatch.setattr(inspect_command, "_inspect", broken)
     assert cli.main(["inspect", "x"]) == 1
     err = capsys.readouterr().err
     assert err == ("streamspec inspect: error: unexpected RuntimeError: boom (rerun with "

@@ -379,7 +379,7 @@ def test_unicode_fast_paths_count_like_the_parser(text, lowercase, encoding, kee
 
 
 def test_utf8_text_is_counted_without_the_line_by_line_parser(tmp_path: Path, monkeypatch):
-    import connectors.backfill as bf
+    import connectors.chunk_counting as bf
 
     def no_parser(*args, **kwargs):
         raise AssertionError("counted line by line")

@@ -592,7 +592,7 @@ def test_check_files_refuses_binary_files_and_directories(tmp_path):
 
 
 def test_check_files_accepts_utf8_text_cut_mid_character(tmp_path):
-    from connectors.files import _SNIFF, check_files
+    from connectors.file_checks import _SNIFF, check_files
 
     # a multi-byte character straddles the end of the block looked at: still text
     text = tmp_path / "utf8.txt"

@@ -1,0 +1,182 @@
+"""``streamspec inspect``: describe any streamspec checkpoint, or every one in a state folder."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streamspec.cli.checkpoint_files import HMM_SUFFIX, load_checkpoint_file, model_rank
+from streamspec.cli.options import positive_int
+
+__all__ = ["describe_checkpoint", "register"]
+
+
+def register(subparsers) -> None:
+    """Add ``inspect`` to the CLI's subparsers."""
+    p = subparsers.add_parser(
+        "inspect",
+        help="describe a checkpoint (model, counts, partition state) or a state folder",
+        description=(
+            "Print what a streamspec checkpoint holds: its format and version, and for a "
+            "model its symbols and dimension, for counts the number of triples and streams, "
+            "for a daemon's partition checkpoint its offset and dead letters. Given a "
+            "state folder, describe every checkpoint in it and the merged counts."
+        ),
+        epilog="example: streamspec inspect state/clicks/partition-00000.ckpt",
+    )
+    p.add_argument("path", metavar="CKPT", help="a checkpoint file or a state folder")
+    p.add_argument("--json", action="store_true", help="print one JSON object per checkpoint")
+    p.add_argument("--top", type=positive_int, default=_TOP_EMISSIONS, metavar="K",
+                   help=f"HMM (learn --states ... --out MODEL: MODEL.hmm): the K most probable "
+                        f"symbols of each hidden state (default {_TOP_EMISSIONS})")
+    p.set_defaults(func=_inspect)
+
+
+_TOP_EMISSIONS = 5  # inspect: symbols listed per hidden state of an HMM by default
+_LISTED_SYMBOLS = 50  # inspect: symbols listed (the count is always given)
+
+
+def describe_checkpoint(path: str | os.PathLike, top: int = _TOP_EMISSIONS) -> dict[str, Any]:
+    """A summary of any streamspec checkpoint file (``CheckpointError`` if it is none).
+
+    For a :class:`~streamspec.HiddenMarkovModel`: its sizes, ``startprob``, ``transmat``
+    (rows: from-state) and, per state, its ``top`` most probable symbols
+    (``emissions``: a list per state of ``[symbol, probability]``), O(m² + m·n).
+    """
+    from streamspec.core.checkpoint import CheckpointError
+
+    def read(p: Path) -> tuple[bytes, dict]:
+        data = p.read_bytes()
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                return data, json.loads(str(z["__header__"]))
+        except KeyError:
+            raise CheckpointError(f"not a streamspec checkpoint: {p} (a zip archive without "
+                                  f"a checkpoint header)") from None
+        except (ValueError, zipfile.BadZipFile, EOFError) as exc:
+            raise CheckpointError(f"{p}: corrupt or unreadable checkpoint "
+                                  f"({type(exc).__name__}: {exc})") from None
+
+    path = Path(path)
+    data, header = load_checkpoint_file(path, read, what="checkpoint")
+    kind = header.get("format")
+    out: dict[str, Any] = {"path": str(path), "format": kind, "version": header.get("version"),
+                           "bytes": len(data)}
+    if kind == "streamspec.ObservableOperatorModel":
+        from streamspec.core.model import ObservableOperatorModel
+
+        m = ObservableOperatorModel.from_bytes(data, source=str(path))
+        out.update(symbols=_listed(m.symbols), n_symbols=m.n_symbols, rank=model_rank(m), dim=m.dim,
+                   filter=m.filter, window=m.window,
+                   model_mb=round(sum(a.nbytes for a in (m.b1, m.binf, m.B)) / 1e6, 3),
+                   backoff=getattr(m, "backoff", None) is not None)
+    elif kind == "streamspec.HiddenMarkovModel":
+        out.update(_describe_hmm(path, top))
+    elif kind == "streamspec.MomentAccumulator":
+        from streamspec.streaming.accumulator import MomentAccumulator
+
+        out.update(_describe_acc(MomentAccumulator.load(path)))
+    elif kind == "streamspec.PartitionState":
+        from connectors.state import PartitionState
+
+        st = PartitionState.load(path)
+        out.update(topic=st.topic, partition=st.partition, offset=st.offset, records=st.records,
+                   dead_letters=dict(st.dead_letters), owner=st.owner,
+                   written_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.written_at)),
+                   **_describe_acc(st.acc))
+    elif kind == "streamspec.SourceState":
+        from connectors.state import SourceState
+
+        st = SourceState.load(path)
+        out.update(records=st.records, errors=dict(st.errors), positions=st.positions,
+                   **_describe_acc(st.acc))
+    else:
+        raise CheckpointError(f"{path}: unknown checkpoint format {kind!r}")
+    return out
+
+
+def _describe_hmm(path: Path, top: int) -> dict[str, Any]:
+    """Sizes, start probabilities, transitions and top emissions of a saved HMM. O(m² + m·n)."""
+    from streamspec.core.hidden_markov_model import HiddenMarkovModel
+
+    hmm = HiddenMarkovModel.load(path)
+    labels = hmm.symbols if hmm.symbols is not None else list(range(hmm.n_symbols))
+    k = min(top, hmm.n_symbols)
+    emissions = []
+    for row in hmm.emissionprob_:
+        best = np.argpartition(-row, k - 1)[:k] if k < len(row) else np.arange(len(row))
+        best = best[np.argsort(-row[best], kind="stable")]
+        emissions.append([[labels[i], round(float(row[i]), 6)] for i in best.tolist()])
+    return {"n_states": hmm.n_states, "n_symbols": hmm.n_symbols, "symbols": _listed(hmm.symbols),
+            "startprob": [round(float(v), 6) for v in hmm.startprob_],
+            "transmat": [[round(float(v), 6) for v in row] for row in hmm.transmat_],
+            "emissions": emissions}
+
+
+def _print_hmm(info: dict[str, Any]) -> None:
+    """The text form of an HMM's summary: matrices as aligned rows, one line per state."""
+    for key in ("bytes", "n_states", "n_symbols", "symbols"):
+        print(f"  {key}: {info[key]}")
+    m = info["n_states"]
+    print("  startprob: " + "  ".join(f"{v:.4f}" for v in info["startprob"]))
+    print(f"  transmat ({m}x{m}, row: from state, column: to state):")
+    print("    from\\to " + "".join(f"{j:>9d}" for j in range(m)))
+    for i, row in enumerate(info["transmat"]):
+        print(f"    {i:>7d} " + "".join(f"{v:9.4f}" for v in row))
+    print("  emissions (most probable symbols of each state):")
+    for i, pairs in enumerate(info["emissions"]):
+        print(f"    state {i}: " + ", ".join(f"{s!s} {p:.4f}" for s, p in pairs))
+
+
+def _listed(symbols):
+    """The first symbols of a (possibly huge) alphabet, for display; ``None`` stays ``None``."""
+    if symbols is None or len(symbols) <= _LISTED_SYMBOLS:
+        return symbols
+    return [*symbols[:_LISTED_SYMBOLS], f"... ({len(symbols) - _LISTED_SYMBOLS:,} more)"]
+
+
+def _describe_acc(acc) -> dict[str, Any]:
+    """Summary of an accumulator: sizes and the memory its counts take. O(n + distinct triples)."""
+    triples = acc.triples()
+    return {"mode": acc.mode, "n_triples": acc.n_triples, "n_symbols": acc.n,
+            "max_symbols": getattr(acc, "max_symbols", None),
+            "distinct_triples": triples.nnz,
+            "counts_mb": round(acc.memory_bytes() / 1e6, 3),
+            "symbols": _listed(acc.symbols), "streams": len(acc.keys)}
+
+
+def _inspect(args) -> int:
+    from streamspec.core.checkpoint import CheckpointError
+
+    path = Path(args.path)
+    files = sorted([*path.rglob("*.ckpt"), *path.rglob("*" + HMM_SUFFIX)]) if path.is_dir() else [path]
+    if not files:
+        print(f"streamspec inspect: no checkpoint under {path}", file=sys.stderr)
+        return 1
+    status = 0
+    for f in files:
+        try:
+            info = describe_checkpoint(f, top=args.top)
+        except CheckpointError as exc:
+            print(f"streamspec inspect: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        if args.json:
+            print(json.dumps(info, default=str))
+        elif info["format"] == "streamspec.HiddenMarkovModel":
+            print(f"{info['path']}: {info['format']} v{info['version']}")
+            _print_hmm(info)
+        else:
+            print(f"{info['path']}: {info['format']} v{info['version']}")
+            for key, value in info.items():
+                if key not in ("path", "format", "version"):
+                    print(f"  {key}: {value}")
+    return status

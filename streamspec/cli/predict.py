@@ -1,0 +1,100 @@
+"""``streamspec predict``: next-symbol distributions of a saved model, one JSON line per history."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from streamspec.cli.checkpoint_files import load_checkpoint_file
+
+__all__ = ["register", "split_history"]
+
+
+def register(subparsers) -> None:
+    """Add ``predict`` to the CLI's subparsers."""
+    p = subparsers.add_parser(
+        "predict",
+        help="print next-symbol distributions of a saved model",
+        description=(
+            "Print one JSON line with the distribution of the next symbol after a history. "
+            "The positional arguments form ONE history (joined by spaces, as typed); "
+            "without them every line of standard input is a history. A history is split "
+            "into symbols by --encoding: auto (the default) splits it the way the model's "
+            "symbols were read by learn: into characters when every symbol of the model "
+            "is one character (learn's default encoding, chars), else at whitespace "
+            "(tokens). Symbols the model does not know are skipped and listed."
+        ),
+        epilog="example: streamspec learn alice.txt --out m.ckpt && "
+               "streamspec predict --model m.ckpt 'Alic'",
+    )
+    p.add_argument("--model", required=True, metavar="CKPT",
+                   help="a model checkpoint (learn --out, or <state-dir>/<topic>/model.ckpt)")
+    p.add_argument("histories", nargs="*", metavar="HISTORY",
+                   help="the history, one or more words forming one sequence (default: "
+                        "every line of standard input is a history)")
+    p.add_argument("--encoding", choices=["auto", "chars", "tokens"], default="auto",
+                   help="how a history is split into symbols: auto (default: chars for a "
+                        "model of single characters, else tokens), chars (every character), "
+                        "tokens (whitespace-separated)")
+    p.add_argument("--top", type=int, default=None, metavar="K",
+                   help=f"list only the K most probable symbols (0: all; default: all for up "
+                        f"to {_LIST_ALL_MAX} symbols, else the {_TOP_DEFAULT} most probable)")
+    p.set_defaults(func=_predict)
+
+
+_LIST_ALL_MAX = 100  # predict: alphabets up to this size are listed whole by default
+_TOP_DEFAULT = 20  # predict: symbols listed by default for larger alphabets
+
+
+def split_history(text: str, encoding: str, symbols) -> list[str]:
+    """The symbols of one history: characters or whitespace-separated tokens.
+
+    ``encoding="auto"`` picks characters when every label of ``symbols`` (the
+    model's alphabet) is a one-character string, else tokens.
+
+    Examples
+    --------
+    >>> split_history("Alic", "auto", ["A", "l", "i", "c", "e", " "])
+    ['A', 'l', 'i', 'c']
+    >>> split_history("red green", "auto", ["red", "green"])
+    ['red', 'green']
+    >>> split_history("a b", "tokens", ["a", "b"])
+    ['a', 'b']
+    """
+    if encoding == "auto":
+        chars = symbols is not None and all(isinstance(s, str) and len(s) == 1 for s in symbols)
+        encoding = "chars" if chars else "tokens"
+    return list(text) if encoding == "chars" else text.split()
+
+
+def _predict(args) -> int:
+    """One JSON line per history. O(window·k² + n·k + n log n) per history for n symbols, rank k."""
+    from streamspec.core.model import ObservableOperatorModel
+
+    model = load_checkpoint_file(args.model, ObservableOperatorModel.load)
+    labels = model.symbols if model.symbols is not None else list(range(model.n_symbols))
+    index = {str(s): i for i, s in enumerate(labels)}
+    # the arguments are one history, as typed: predict --model m the cat == predict 'the cat'
+    lines = [" ".join(args.histories)] if args.histories else (
+        ln.rstrip("\r\n") for ln in sys.stdin)
+    top = args.top if args.top is not None else (
+        0 if len(labels) <= _LIST_ALL_MAX else _TOP_DEFAULT)
+    for line in lines:
+        symbols = split_history(line, args.encoding, model.symbols)
+        known = [index[s] for s in symbols if s in index]
+        unknown = [s for s in symbols if s not in index]
+        p = model.predict_proba_next(np.asarray(known, dtype=np.int64))
+        order = np.argsort(-p, kind="stable")
+        if top > 0:
+            order = order[:top]
+        out = {
+            "history": symbols,
+            "next": {str(labels[i]): round(float(p[i]), 6) for i in order},
+            "top": str(labels[int(order[0])]),
+        }
+        if unknown:
+            out["unknown"] = unknown
+        print(json.dumps(out))
+    return 0
