@@ -43,7 +43,6 @@ Examples
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import time
@@ -60,18 +59,14 @@ __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "Chunk",
     "ChunkResult",
-    "add_backfill_arguments",
     "backfill",
     "backfill_result",
-    "backfill_result_from_args",
     "chunk_bounds",
     "count_chunk",
     "file_chunks",
     "pool_size",
     "reduce_in_order",
-    "run_backfill_from_args",
     "serial_count",
-    "wants_backfill",
 ]
 
 _DASK_HINT = "the Dask backfill needs dask.distributed: pip install 'streamspec[dask]'"
@@ -364,87 +359,3 @@ def _run_dask(chunks: list[Chunk], fmt: RecordFormat, alphabet, scheduler: Any,
 
 
 # ----------------------------------------------------------------------------- command line
-
-
-def add_backfill_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--dask ADDRESS``, ``--workers N`` and ``--chunk-mb MB`` to a ``learn`` parser.
-
-    Examples
-    --------
-    >>> p = argparse.ArgumentParser()
-    >>> add_backfill_arguments(p)
-    >>> args = p.parse_args(["--dask", "tcp://127.0.0.1:8786", "--chunk-mb", "16"])
-    >>> args.dask, args.workers, args.chunk_mb, wants_backfill(args)
-    ('tcp://127.0.0.1:8786', None, 16, True)
-    >>> wants_backfill(p.parse_args([]))
-    False
-    """
-    g = parser.add_argument_group("parallel backfill (files read once, counted in chunks)")
-    g.add_argument("--dask", metavar="SCHEDULER_ADDRESS",
-                   help="count on this Dask cluster ('local': start one with --workers "
-                        "processes); needs pip install 'streamspec[dask]'")
-    g.add_argument("--workers", type=int, metavar="N",
-                   help="without --dask: count in up to N local processes (1: in this one, "
-                        "the default of a one-pass learn). Processes are started only when "
-                        f"they can be faster: {PARALLEL_MIN_BYTES >> 20} MiB of input or more, "
-                        "in 2 chunks or more, with 2 CPUs or more not busy with other jobs "
-                        "(load average); the log line event=backfilled says which path was "
-                        "taken")
-    g.add_argument("--chunk-mb", type=int, default=DEFAULT_CHUNK_BYTES >> 20, metavar="MB",
-                   help=f"bytes per task, in MiB (default {DEFAULT_CHUNK_BYTES >> 20})")
-
-
-def wants_backfill(args: argparse.Namespace) -> bool:
-    """Whether the parsed arguments ask for a parallel backfill (``--dask`` or ``--workers``)."""
-    return getattr(args, "dask", None) is not None or getattr(args, "workers", None) is not None
-
-
-def run_backfill_from_args(args: argparse.Namespace, fmt: RecordFormat,
-                           progress: Callable[[int, int], Any] | None = None) -> MomentAccumulator:
-    """Run :func:`backfill` for parsed ``learn`` arguments (``files``, ``--dask``, ...).
-
-    ``progress(done, total)``: bytes counted so far (see :func:`backfill_result`).
-    :func:`backfill_result_from_args` gives the whole :class:`ChunkResult`.
-
-    Raises
-    ------
-    ValueError
-        For options a backfill cannot honour: ``--follow``, ``--state``, a mode other
-        than ``sliding``, a bad ``--workers`` or ``--chunk-mb``.
-
-    Examples
-    --------
-    >>> p = argparse.ArgumentParser()
-    >>> add_backfill_arguments(p)
-    >>> args = p.parse_args(["--workers", "2"])
-    >>> args.files, args.follow = ["x.txt"], True
-    >>> run_backfill_from_args(args, RecordFormat())
-    Traceback (most recent call last):
-    ...
-    ValueError: --dask/--workers read the files once: they cannot be combined with --follow
-    """
-    return backfill_result_from_args(args, fmt, progress).acc
-
-
-def backfill_result_from_args(args: argparse.Namespace, fmt: RecordFormat,
-                              progress: Callable[[int, int], Any] | None = None) -> ChunkResult:
-    """:func:`run_backfill_from_args`, but the whole :class:`ChunkResult` (records, errors)."""
-    for flag in ("follow", "state"):
-        if getattr(args, flag, None):
-            raise ValueError(f"--dask/--workers read the files once: they cannot be combined "
-                             f"with --{flag}")
-    mode = getattr(args, "mode", None) or "sliding"
-    if mode != "sliding":
-        raise ValueError(f"--dask/--workers count in sliding mode only, not --mode {mode}")
-    if getattr(args, "max_symbols", None) is not None:
-        raise ValueError("--dask/--workers count chunks independently: they cannot be combined "
-                         "with --max-symbols (which symbols fit the cap depends on the order); "
-                         "count serially")
-    workers = getattr(args, "workers", None)
-    if workers is not None and workers < 1:
-        raise ValueError(f"--workers must be at least 1, got {workers}")
-    chunk_mb = getattr(args, "chunk_mb", DEFAULT_CHUNK_BYTES >> 20)
-    if chunk_mb < 1:
-        raise ValueError(f"--chunk-mb must be at least 1, got {chunk_mb}")
-    return backfill_result(args.files, fmt, scheduler=getattr(args, "dask", None),
-                           n_workers=workers, chunk_bytes=chunk_mb << 20, progress=progress)

@@ -25,11 +25,13 @@ from streamspec.cli.options import (
     add_estimator_options,
     add_format_options,
     apply_toml,
+    backfill_result_from_args,
     check_input_files,
     estimator_default,
     format_from_args,
     positive_float,
     positive_int,
+    wants_backfill,
 )
 
 __all__ = ["register"]
@@ -158,8 +160,6 @@ def _learn(args) -> int:
     fmt, status = _record_format(args)
     if fmt is None:
         return status
-    from connectors.backfill import wants_backfill
-
     # refuse bad input before anything is counted (or a state or model overwritten)
     check_input_files(args, fmt)
     _check_outputs(args)
@@ -195,8 +195,6 @@ def _show_progress(args) -> bool:
 
 def _learn_by_chunks(args, fmt) -> int:
     """Count the files in chunks (here, in processes or on Dask), save the counts, fit."""
-    from connectors.backfill import backfill_result_from_args
-
     bar = _Progress(list(args.files), _show_progress(args), follow=False)
     try:
         result = backfill_result_from_args(args, fmt, progress=bar.bytes_done)

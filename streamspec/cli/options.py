@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
     "CHUNK_MB", "FILE_FORMAT", "KAFKA_FORMAT", "PARALLEL_MIN_MB", "add_backfill_options",
     "add_estimator_options", "add_format_options", "apply_toml", "check_input_files",
-    "estimator_default", "format_from_args", "parse_rank", "positive_float", "positive_int",
+    "backfill_result_from_args", "estimator_default", "format_from_args", "parse_rank",
+    "positive_float", "positive_int", "wants_backfill",
 ]
 
 
@@ -183,8 +185,8 @@ PARALLEL_MIN_MB = 32  # learn --workers: processes are started from this much in
 def add_backfill_options(parser: argparse.ArgumentParser) -> None:
     """Add ``--dask ADDRESS``, ``--workers N`` and ``--chunk-mb MB`` to a ``learn`` parser.
 
-    The same options as :func:`connectors.backfill.add_backfill_arguments`, without
-    importing :mod:`connectors`.
+    Their defaults are literals, so that building the parser imports nothing from
+    :mod:`connectors` (a test checks them against :mod:`connectors.backfill`).
 
     Examples
     --------
@@ -207,3 +209,55 @@ def add_backfill_options(parser: argparse.ArgumentParser) -> None:
                         "taken")
     g.add_argument("--chunk-mb", type=int, default=CHUNK_MB, metavar="MB",
                    help=f"bytes per task, in MiB (default {CHUNK_MB})")
+
+
+def wants_backfill(args: argparse.Namespace) -> bool:
+    """Whether the parsed arguments ask for a backfill by chunks (``--dask`` or ``--workers``)."""
+    return getattr(args, "dask", None) is not None or getattr(args, "workers", None) is not None
+
+
+def backfill_result_from_args(args: argparse.Namespace, fmt: Any,
+                              progress: Callable[[int, int], Any] | None = None) -> Any:
+    """Run :func:`connectors.backfill.backfill_result` for parsed ``learn`` arguments.
+
+    ``fmt`` is the record format; ``progress(done, total)`` gets the bytes counted so far.
+    Returns the backfill's ``ChunkResult`` (counts, records, errors).
+
+    Raises
+    ------
+    ValueError
+        For options a backfill cannot honour: ``--follow``, ``--state``, a mode other
+        than ``sliding``, ``--max-symbols``, a bad ``--workers`` or ``--chunk-mb``.
+
+    Examples
+    --------
+    >>> p = argparse.ArgumentParser()
+    >>> add_backfill_options(p)
+    >>> args = p.parse_args(["--workers", "2"])
+    >>> args.files, args.follow = ["x.txt"], True
+    >>> backfill_result_from_args(args, None)
+    Traceback (most recent call last):
+    ...
+    ValueError: --dask/--workers read the files once: they cannot be combined with --follow
+    """
+    for flag in ("follow", "state"):
+        if getattr(args, flag, None):
+            raise ValueError(f"--dask/--workers read the files once: they cannot be combined "
+                             f"with --{flag}")
+    mode = getattr(args, "mode", None) or "sliding"
+    if mode != "sliding":
+        raise ValueError(f"--dask/--workers count in sliding mode only, not --mode {mode}")
+    if getattr(args, "max_symbols", None) is not None:
+        raise ValueError("--dask/--workers count chunks independently: they cannot be combined "
+                         "with --max-symbols (which symbols fit the cap depends on the order); "
+                         "count serially")
+    workers = getattr(args, "workers", None)
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {workers}")
+    chunk_mb = getattr(args, "chunk_mb", CHUNK_MB)
+    if chunk_mb < 1:
+        raise ValueError(f"--chunk-mb must be at least 1, got {chunk_mb}")
+    from connectors.backfill import backfill_result  # lazily: the CLI's parser needs no connectors
+
+    return backfill_result(args.files, fmt, scheduler=getattr(args, "dask", None),
+                           n_workers=workers, chunk_bytes=chunk_mb << 20, progress=progress)

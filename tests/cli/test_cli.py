@@ -86,14 +86,35 @@ def test_the_backfill_options_show_the_defaults_of_connectors_backfill():
 
     assert CHUNK_MB == bf.DEFAULT_CHUNK_BYTES >> 20
     assert PARALLEL_MIN_MB == bf.PARALLEL_MIN_BYTES >> 20
-    ours, theirs = argparse.ArgumentParser(), argparse.ArgumentParser()
-    add_backfill_options(ours)
-    bf.add_backfill_arguments(theirs)
+    p = argparse.ArgumentParser()
+    add_backfill_options(p)
+    assert p.parse_args([]).chunk_mb == bf.DEFAULT_CHUNK_BYTES >> 20
 
-    def options(p):
-        return [(a.option_strings, a.dest, a.default, a.type, a.help) for a in p._actions]
 
-    assert options(ours) == options(theirs)
+def test_backfill_result_from_args_counts_and_refuses_what_it_cannot_honour(tmp_path):
+    import argparse
+
+    from connectors.backfill import backfill, serial_count
+    from connectors.records import RecordFormat
+    from streamspec.cli.options import add_backfill_options, backfill_result_from_args
+
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"abcabcabc\n" * 50)
+    p = argparse.ArgumentParser()
+    p.add_argument("files", nargs="+")
+    p.add_argument("--mode", default="sliding")
+    add_backfill_options(p)
+    acc = backfill_result_from_args(p.parse_args([str(path), "--workers", "1", "--chunk-mb", "1"]),
+                                    RecordFormat()).acc
+    ref = serial_count([path], RecordFormat())
+    assert acc.symbols == ref.symbols and acc.n_triples == ref.n_triples > 0
+    np.testing.assert_array_equal(acc.counts(), ref.counts())
+    for argv, message in [(["--workers", "0"], "--workers"), (["--chunk-mb", "0"], "--chunk-mb"),
+                          (["--workers", "2", "--mode", "sequences"], "sliding")]:
+        with pytest.raises(ValueError, match=message):
+            backfill_result_from_args(p.parse_args([str(path), *argv]), RecordFormat())
+    with pytest.raises(FileNotFoundError):
+        backfill([tmp_path / "missing.txt"], RecordFormat(), n_workers=1)
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import sys
@@ -16,14 +15,12 @@ from hypothesis import strategies as st
 
 from connectors.backfill import (
     Chunk,
-    add_backfill_arguments,
     backfill,
     backfill_result,
     chunk_bounds,
     count_chunk,
     file_chunks,
     reduce_in_order,
-    run_backfill_from_args,
     serial_count,
 )
 from connectors.files import FileSource
@@ -284,26 +281,6 @@ def test_dask_missing_names_the_extra(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(ImportError, match=r"streamspec\[dask\]"):
         backfill([path], RecordFormat(), scheduler="tcp://127.0.0.1:1")
-
-
-# ----------------------------------------------------------------------------- command line
-
-
-def test_run_backfill_from_args(tmp_path: Path) -> None:
-    path = write(tmp_path, "t.txt", b"abcabcabc\n" * 50)
-    p = argparse.ArgumentParser()
-    p.add_argument("files", nargs="+")
-    p.add_argument("--mode", default="sliding")
-    add_backfill_arguments(p)
-    acc = run_backfill_from_args(p.parse_args([str(path), "--workers", "1", "--chunk-mb", "1"]),
-                                 RecordFormat())
-    assert_same(acc, serial_count([path], RecordFormat()))
-    for argv, message in [(["--workers", "0"], "--workers"), (["--chunk-mb", "0"], "--chunk-mb"),
-                          (["--workers", "2", "--mode", "sequences"], "sliding")]:
-        with pytest.raises(ValueError, match=message):
-            run_backfill_from_args(p.parse_args([str(path), *argv]), RecordFormat())
-    with pytest.raises(FileNotFoundError):
-        backfill([tmp_path / "missing.txt"], RecordFormat(), n_workers=1)
 
 
 def test_count_chunk_of_a_range_reads_only_its_lines(tmp_path: Path) -> None:
