@@ -204,7 +204,6 @@ ALLOWED_MODULES = {
 }
 ALLOWED_FUNCTIONS = {
     # not split yet
-    "streamspec/core/hmm_estimator.py::moment_estimate",
     "streamspec/core/subspace.py::project_triples",
 }
 
