@@ -20,6 +20,7 @@ from streamspec.core.moments import probabilities
 from streamspec.core.progress import Progress
 from streamspec.core.solvers import conjugate_gradient, fista, lasso_groups, solve_groups
 from streamspec.core.spectral import (
+    alphabet_size,
     check_rank,
     counts_of,
     select_rank_by_spectrum,
@@ -230,15 +231,6 @@ def dense_bytes(n: int, k: int, weighting: str, factorization: str) -> int:
     elif factorization == "per_symbol":
         cells += 4 * n**2 * k
     return 8 * int(cells)
-
-
-def alphabet_size(data) -> int:
-    """The number of symbols of Triples, an accumulator or dense counts ``c3``. O(1)."""
-    if isinstance(data, Triples):
-        return data.n
-    if hasattr(data, "counts") and hasattr(data, "symbols"):
-        return int(data.n)
-    return int(np.shape(data)[0]) if np.ndim(data) else 0
 
 
 class DenseFit(FitSteps):

@@ -15,10 +15,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from streamspec.core import defaults
+
 __all__ = ["FILTERS", "symbol_indices", "safe_norm", "clip_normalise", "floor_normalise", "update_state",
            "window_states", "extend_states", "filter_chunks"]
 
-FILTERS = ("window", "recursive")
+FILTERS = defaults.FILTERS  # the names, defined once with the other allowed values
 
 
 def symbol_indices(seq, n: int) -> np.ndarray:

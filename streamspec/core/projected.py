@@ -32,6 +32,7 @@ __all__ = ["SigmaInverse", "sigma_groups", "projected_step", "projected_loss", "
            "SYMBOL_BLOCK", "ProjectedFit", "projected_sizes"]
 
 _FULL_CONDITIONS_MAX = 1 << 24  # floats of A (n·k·k') kept for every symbol on small problems
+_AUTO_RANK_MAX = 100  # rank="auto" above DENSE_SVD_MAX symbols: among the top 100 (MEstimator)
 
 
 def sigma_groups(W: ProjectedWeighting, symbols: np.ndarray, kp: int
@@ -106,11 +107,8 @@ def projected_sizes(rank: int | str, n_conditions: int | None, P21, N: float, n:
     """
     if not (isinstance(rank, str) and rank == "auto"):
         k = check_rank(rank, n)
-    elif n <= DENSE_SVD_MAX:
-        k = select_rank_by_spectrum(P21.toarray(), N)
     else:
-        _, s, _ = top_singular(P21, min(n - 1, 100))
-        k = max(1, int((s > 1.0 / np.sqrt(N)).sum()))
+        k = select_rank_by_spectrum(P21, N, max_rank=_AUTO_RANK_MAX)
     kmax = n if n <= DENSE_SVD_MAX else n - 1  # ARPACK needs k' < n
     kp = max(k, min(kmax, n_conditions if n_conditions is not None else 2 * k))
     if k > kmax:
