@@ -33,6 +33,7 @@ __all__ = [
     "load_checkpoint_bytes",
     "encode_value",
     "decode_value",
+    "check_metadata",
 ]
 
 _HEADER = "__header__"
@@ -59,6 +60,27 @@ def encode_value(v):
         f"cannot store {v!r} of type {type(v).__name__}: labels and keys must be str, int, "
         "float, bool, bytes, None or tuples of these"
     )
+
+
+def check_metadata(metadata) -> dict[str, str]:
+    """A copy of a model's ``metadata`` (None: ``{}``), refused unless a dict of str to str.
+
+    Strings only, so that it is stored in the JSON header as it is and reads back
+    equal. O(entries).
+
+    Examples
+    --------
+    >>> check_metadata({"encoding": "utf-8"})
+    {'encoding': 'utf-8'}
+    >>> check_metadata(None)
+    {}
+    """
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise ValueError(f"metadata must be a dict of str to str, got {metadata!r}")
+    return dict(metadata)
 
 
 def decode_value(v):

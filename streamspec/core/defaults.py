@@ -39,7 +39,8 @@ __all__ = [
     "MAX_OUTER_DENSE", "MAX_SWEEPS", "WARM_SWEEPS", "TOL", "SHRINKAGE", "RIDGE", "WINDOW",
     "FILTER", "MIN_PROBA", "BACKOFF", "REFIT_EVERY", "ONLINE_MIN_PROBA",
     "WEIGHTINGS", "FACTORIZATIONS", "FORMULATIONS", "FILTERS", "BACKOFFS",
-    "check_settings", "check_setting",
+    "HMM_N_ITER", "HMM_TOL", "HMM_INIT", "HMM_INITS",
+    "check_settings", "check_setting", "check_hmm_settings",
 ]
 
 # ---------------------------------------------------------------- the defaults
@@ -61,6 +62,10 @@ MIN_PROBA = 1e-6  # floor of a batch-fitted model's probabilities
 ONLINE_MIN_PROBA = 1e-3  # SpectralHMM: online predictions meet unseen trigrams often
 BACKOFF = "auto"
 REFIT_EVERY = 10_000
+# HMMEstimator (the HMM itself, math.md section 8)
+HMM_N_ITER = 50  # EM iterations on the counted triples after the moment start
+HMM_TOL = 1e-8  # EM stops when the mean triple log-likelihood rises by less
+HMM_INIT = "moments"
 
 # ---------------------------------------------------------------- the allowed values
 WEIGHTINGS = ("identity", "diagonal", "per_symbol", "exact")
@@ -68,6 +73,7 @@ FACTORIZATIONS = ("shared", "fixed", "per_symbol")
 FORMULATIONS = ("auto", "projected", "dense")
 FILTERS = ("window", "recursive")
 BACKOFFS = ("auto", None)
+HMM_INITS = ("moments", "random")
 
 
 def _is_int(v: Any) -> bool:
@@ -115,11 +121,21 @@ _RULES = {
     "n_states": ((lambda v: v is None or (_is_int(v) and v >= 1)), "a positive integer or None"),
 }
 
+# HMMEstimator: n_states is required (None is the online model's "no HMM"), and its EM
+# tolerance may be 0 (run every iteration)
+_HMM_RULES = _RULES | {
+    "n_states": ((lambda v: _is_int(v) and v >= 1), "a positive integer"),
+    "n_iter": ((lambda v: _is_int(v) and v >= 0), "an integer >= 0"),
+    "tol": ((lambda v: _is_real(v) and v >= 0), "a number >= 0"),
+    "init": _choice(HMM_INITS),
+}
 
-def check_setting(name: str, value: Any) -> None:
+
+def check_setting(name: str, value: Any, rules: dict | None = None) -> None:
     """Raise ``ValueError`` naming ``name`` and its allowed values if ``value`` is not one. O(1).
 
-    Names without a rule are accepted as they are.
+    Names without a rule are accepted as they are. ``rules``: the rule table
+    (default: the estimators'; :func:`check_hmm_settings` passes the HMM's).
 
     Examples
     --------
@@ -128,7 +144,7 @@ def check_setting(name: str, value: Any) -> None:
     ...
     ValueError: rank must be a positive integer or 'auto'; got 0
     """
-    rule = _RULES.get(name)
+    rule = (_RULES if rules is None else rules).get(name)
     if rule is None:
         return
     ok, allowed = rule
@@ -148,3 +164,21 @@ def check_settings(**settings: Any) -> None:
     """
     for name, value in settings.items():
         check_setting(name, value)
+
+
+def check_hmm_settings(**settings: Any) -> None:
+    """Check the settings of :class:`~streamspec.HMMEstimator` like :func:`check_settings`. O(#settings).
+
+    The same rules, except ``n_states`` (required), ``n_iter``, ``tol`` (0 allowed) and
+    ``init`` (one of :data:`HMM_INITS`).
+
+    Examples
+    --------
+    >>> check_hmm_settings(n_states=2, n_iter=0, tol=0.0, init="random")
+    >>> check_hmm_settings(n_states=None)
+    Traceback (most recent call last):
+    ...
+    ValueError: n_states must be a positive integer; got None
+    """
+    for name, value in settings.items():
+        check_setting(name, value, _HMM_RULES)

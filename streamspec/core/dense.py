@@ -1,5 +1,7 @@
 """The dense formulation of θ_M: B_x = R_x S_xᵀ by alternating minimisation (Algorithm 2).
 
+:class:`DenseFit` is the formulation's fit, in the named steps that
+:class:`~streamspec.core.mestimator.MEstimator` runs (:mod:`streamspec.core.fit_steps`).
 :class:`DenseProblem` holds what one dense fit works on (the moments, the settings
 and the progress lines): every array of a fit lives in its own problem, never on
 the estimator, so that one estimator can fit in several threads at once.
@@ -11,14 +13,26 @@ from typing import Any
 
 import numpy as np
 
-from streamspec.core.factors import MFactors, factor_operators
+from streamspec.core.factors import MFactors, factor_operators, factors_of
+from streamspec.core.fit_steps import FitSteps
+from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.moments import probabilities
 from streamspec.core.progress import Progress
 from streamspec.core.solvers import conjugate_gradient, fista, lasso_groups, solve_groups
-from streamspec.core.spectral import spectral_operators, top_subspace
+from streamspec.core.spectral import (
+    alphabet_size,
+    check_rank,
+    counts_of,
+    select_rank_by_spectrum,
+    spectral_operators,
+    top_subspace,
+)
+from streamspec.core.triples import Triples
 from streamspec.core.weighting import DENSE_MAX, Weighting, build_weighting
 
-__all__ = ["DenseProblem", "DENSE_MAX", "dense_bytes", "regauge"]
+__all__ = ["DenseProblem", "DenseFit", "DENSE_MAX", "DENSE_MEMORY_LIMIT", "dense_bytes", "regauge"]
+
+DENSE_MEMORY_LIMIT = 2 * 2**30  # bytes the dense formulation may need before it refuses to start
 
 class DenseProblem:
     """One dense fit: the moments ``P21``, ``P3j[j, x, i] = P3x1[x, i, j]``, counts ``c3``.
@@ -217,3 +231,109 @@ def dense_bytes(n: int, k: int, weighting: str, factorization: str) -> int:
     elif factorization == "per_symbol":
         cells += 4 * n**2 * k
     return 8 * int(cells)
+
+
+class DenseFit(FitSteps):
+    """One dense fit: ``B_x = R_x S_xᵀ`` under the n³ conditions (the paper read literally).
+
+    Costs are those of :class:`~streamspec.core.mestimator.MEstimator`'s table (dense
+    rows), per outer iteration and per start; it refuses to start when
+    :func:`dense_bytes` exceeds :data:`DENSE_MEMORY_LIMIT`.
+
+    Parameters
+    ----------
+    est
+        The estimator whose settings are read (never written): ``rank``, ``penalty``,
+        ``weighting``, ``factorization``, ``n_restarts``, ``random_state`` and those
+        :class:`DenseProblem` reads.
+    max_outer
+        Outer iterations (re-estimations of W) at most.
+    data
+        Triples, an accumulator or dense counts ``c3[x2, x3, x1]``.
+    """
+
+    def __init__(self, est: Any, max_outer: int, data: Any):
+        super().__init__(est, max_outer)
+        self.data = data
+
+    def prepare(self) -> None:
+        """Refuse a problem over the memory limit; the dense moments, the rank, the problem."""
+        est, data = self.est, self.data
+        n = alphabet_size(data)
+        k_guess = n if isinstance(est.rank, str) else int(min(max(est.rank, 1), max(n, 1)))
+        need = dense_bytes(n, k_guess, est.weighting, est.factorization)
+        if need > DENSE_MEMORY_LIMIT:
+            raise ValueError(
+                f"the dense formulation (weighting={est.weighting!r}, factorization="
+                f"{est.factorization!r}) on {n} symbols at rank {k_guess} would need about "
+                f"{need / 2**30:.1f} GiB (it holds n³ counts and moments"
+                + (", n⁴ weights and an n³k² R-step" if est.weighting == "per_symbol" else "")
+                + f"); the limit is {DENSE_MEMORY_LIMIT / 2**30:.0f} GiB: use formulation='projected' "
+                "(linear in n)"
+            )
+        if isinstance(data, Triples):
+            data = data.to_dense(limit=max(DENSE_MEMORY_LIMIT // 8, 1))
+        c3, self.labels = counts_of(data)
+        self.n = n = c3.shape[0]
+        self.P1, self.P21, self.P3x1 = P1, P21, P3x1 = probabilities(c3)
+        N = float(c3.sum())
+        self.k = (
+            select_rank_by_spectrum(P21, N)
+            if isinstance(est.rank, str) and est.rank == "auto"
+            else check_rank(est.rank, n)
+        )
+        self.problem = DenseProblem(est, P21, P3x1.transpose(2, 0, 1).copy(), c3,
+                                    est.penalty / np.sqrt(N), self.max_outer)
+
+    def initial_estimate(self, init: Any) -> None:
+        """Warm: the previous factors (S = U of the new counts under ``"fixed"``) and W at
+        their operators. Cold: θ_spec in M-form under W = I (math.md section 6)."""
+        est, n, k = self.est, self.n, self.k
+        warm = factors_of(init)
+        if warm is not None:
+            warm = warm.padded(n)
+            if warm.R.shape[2] != k or warm.factorization != est.factorization:
+                warm = None  # a different rank or factorization: start afresh
+        self.warm = warm is not None
+        if warm is not None:
+            B_prev = warm.operators()
+            R, S = warm.R.copy(), warm.S.copy()
+            if est.factorization == "fixed":  # S follows the counts: re-express B in the new U
+                S = top_subspace(self.P21, k)
+                R = B_prev @ S
+            self.start = (R, S, self.problem.weighting_at(B_prev))
+        else:
+            U = top_subspace(self.P21, k)
+            R0, S0 = self.problem.spectral_start(self.P1, self.P21, self.P3x1, U)
+            self.start = (R0, S0, None)
+
+    def iterate(self) -> None:
+        """The outer iterations from the start (:meth:`DenseProblem.run`); cold, also from
+        ``n_restarts`` random starts, keeping the lowest loss under the first start's W."""
+        problem = self.problem
+        best, W = problem.run(*self.start)
+        if not self.warm:
+            rng = np.random.default_rng(self.est.random_state)
+            for _ in range(self.est.n_restarts):
+                candidate, _ = problem.run(*problem.random_start(rng, self.n, self.k), None)
+                if problem.loss(candidate.R, candidate.S, W) < problem.loss(best.R, best.S, W):
+                    best = candidate
+        self.best = best
+
+    def finish(self) -> tuple[ObservableOperatorModel, dict[str, Any]]:
+        """The model (``b1 = P1``, ``b∞ = 1``) and the fitted attributes."""
+        best, problem, est = self.best, self.problem, self.est
+        # report the loss under W re-estimated at the solution itself, so that fits
+        # reached by different paths (cold, warm, restarts) are comparable
+        W = problem.weighting_at(best.operators())
+        best.loss = problem.loss(best.R, best.S, W)
+        model = ObservableOperatorModel(
+            self.P1, np.ones(self.n), best.operators(), filter=est.filter, window=est.window,
+            min_proba=est.min_proba, symbols=self.labels, rank=self.k, factors=best,
+        )
+        return model, {
+            "factors_": best, "weighting_": W, "loss_history_": best.history,
+            "rejected_": sorted({outer for outer, *_ in best.rejected}),
+            "rejected_sweeps_": list(best.rejected),
+            "rank_": self.k, "n_conditions_": None, "basis_": None,
+        }

@@ -28,6 +28,7 @@ import numpy as np
 
 from streamspec.core.checkpoint import (
     CheckpointError,
+    check_metadata,
     decode_value,
     dump_checkpoint,
     encode_value,
@@ -73,6 +74,10 @@ class HiddenMarkovModel:
         Optional labels of the n symbols (e.g. ``MomentAccumulator.symbols``). When
         given, sequences passed to the methods are sequences of these labels;
         otherwise they are indices ``0..n-1``.
+    metadata
+        Optional ``dict[str, str]`` about the model (e.g. ``{"encoding": "utf-8"}``, the
+        encoding its symbols were read with); saved in its checkpoint (JSON), ``{}``
+        when not given and for checkpoints written before it was kept.
 
     Rows are checked (non-negative, summing to 1 within 1e-6); the arrays are
     copied verbatim into ``startprob_``, ``transmat_`` and ``emissionprob_``.
@@ -91,7 +96,8 @@ class HiddenMarkovModel:
     [0.717, 0.283]
     """
 
-    def __init__(self, startprob, transmat, emissionprob, symbols: Sequence[Hashable] | None = None):
+    def __init__(self, startprob, transmat, emissionprob, symbols: Sequence[Hashable] | None = None,
+                 metadata: dict[str, str] | None = None):
         E = np.asarray(emissionprob, dtype=np.float64)
         if E.ndim != 2 or E.shape[0] < 1 or E.shape[1] < 1:
             raise ValueError(f"emissionprob must be a non-empty (n_states, n_symbols) array, got {E.shape}")
@@ -100,6 +106,7 @@ class HiddenMarkovModel:
         self.transmat_ = _stochastic_rows(transmat, "transmat", (m, m))
         self.emissionprob_ = _stochastic_rows(E, "emissionprob", (m, n))
         self.symbols = None if symbols is None else list(symbols)
+        self.metadata = check_metadata(metadata)
         self._index: dict | None = None
         if self.symbols is not None:
             if len(self.symbols) != n:
@@ -437,6 +444,8 @@ class HiddenMarkovModel:
             "n_symbols": self.n_symbols,
             "labels": None if self.symbols is None else [encode_value(s) for s in self.symbols],
         }
+        if self.metadata:  # why: absent when empty, so models without metadata save as before
+            header["metadata"] = dict(self.metadata)
         arrays = {
             "startprob": self.startprob_,
             "transmat": self.transmat_,
@@ -449,7 +458,8 @@ class HiddenMarkovModel:
         try:
             labels = header.get("labels")
             symbols = None if labels is None else [decode_value(v) for v in labels]
-            model = cls(arrays["startprob"], arrays["transmat"], arrays["emissionprob"], symbols=symbols)
+            model = cls(arrays["startprob"], arrays["transmat"], arrays["emissionprob"], symbols=symbols,
+                        metadata=header.get("metadata"))  # absent before it was kept: {}
         except (KeyError, ValueError, TypeError) as exc:
             raise CheckpointError(f"{source}: invalid HMM checkpoint ({exc})") from None
         if (model.n_states, model.n_symbols) != (header.get("n_states"), header.get("n_symbols")):
@@ -480,6 +490,7 @@ class HiddenMarkovModel:
         return (
             isinstance(other, HiddenMarkovModel)
             and self.symbols == other.symbols
+            and self.metadata == other.metadata
             and np.array_equal(self.startprob_, other.startprob_)
             and np.array_equal(self.transmat_, other.transmat_)
             and np.array_equal(self.emissionprob_, other.emissionprob_)

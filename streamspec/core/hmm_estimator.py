@@ -34,6 +34,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
+from streamspec.core import defaults
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.params import Estimator
 from streamspec.core.subspace import top_singular
@@ -122,40 +123,9 @@ def moment_estimate(
         raise ValueError("no triples counted: cannot estimate an HMM from empty counts")
     x1, x2, x3 = triples.x1, triples.x2, triples.x3
     w = triples.weights / total
-    P31 = sp.csr_matrix((w, (x3, x1)), shape=(n, n))
-    U3, s, U1 = top_singular(P31, m, random_state=0)
-    if not s[-1] > s[0] * 1e-12:
-        raise np.linalg.LinAlgError(
-            f"P31 has numerical rank below {m} (singular values {s.tolist()}): too many states"
-        )
-    K = U3.T @ (P31 @ U1)  # (m, m)
-    Kinv = np.linalg.inv(K)
-    L3 = U3[x3]  # (nnz, m): rows of U3 at x3
-    R1 = U1[x1] @ Kinv  # (nnz, m): rows of U1 K⁻¹ at x1
-
-    # candidates η: pick the one whose Σ η_x B(x) has the fewest complex eigenvalues, then the
-    # largest smallest gap between the real parts of its eigenvalues, less their largest
-    # imaginary part. Why: under noise a pair of close eigenvalues becomes a complex-conjugate
-    # pair, whose |λ_i - λ_j| is twice the imaginary part (large) but whose real parts, all we
-    # keep, are one state twice
+    U3, L3, R1 = _whitened_p31(x1, x3, w, n, m)
     rng = np.random.default_rng(random_state)
-    best = None
-    for _ in range(_N_ETA):
-        # η = U3 θ, θ uniform on the sphere (Anandkumar, Hsu & Kakade): the eigenvalues
-        # θᵀ U3ᵀ O[:, h] are then separated by the emissions seen in the top subspace
-        theta = rng.standard_normal(m)
-        eta = U3 @ (theta / np.linalg.norm(theta))
-        # Σ_x η_x B(x) = U3ᵀ (Σ_x η_x P31,x) U1 K⁻¹, summed over the distinct triples
-        Bm = (L3 * (w * eta[x2])[:, None]).T @ R1
-        lam, V = np.linalg.eig(Bm)
-        re = np.real(lam)
-        gaps = np.abs(re[:, None] - re[None, :]) + np.diag(np.full(m, np.inf))
-        gap = (float(gaps.min()) if m > 1 else 1.0) - float(np.abs(np.imag(lam)).max())
-        scale = float(np.abs(lam).max()) or 1.0
-        score = (-int((np.abs(np.imag(lam)) > 1e-9 * scale).sum()), gap / scale)
-        if best is None or score > best[0]:
-            best = (score, V)
-    R = best[1]  # columns: eigenvectors, complex under noise
+    R = _eigenvectors(L3, R1, w, x2, U3, m, rng)  # columns: eigenvectors, complex under noise
     Rinv = np.linalg.inv(R)
     # O[x, h] = Σ_{triples with x2 = x} w · (R⁻¹ U3ᵀ)[h, x3] · (U1 K⁻¹ R)[x1, h]
     terms = (L3 @ Rinv.T) * (R1 @ R) * w[:, None]  # (nnz, m), complex
@@ -173,6 +143,52 @@ def moment_estimate(
     pi = np.clip(pi, 0.0, None)
     pi = pi / pi.sum() if pi.sum() > 0 else np.full(m, 1.0 / m)
     return pi, T, O
+
+
+def _whitened_p31(x1, x3, w, n: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(U3, L3, R1)``: the top-m left singular vectors U3 of P31, and per distinct triple the
+    rows ``U3[x3]`` and ``(U1 K⁻¹)[x1]`` with ``K = U3ᵀ P31 U1`` (both (nnz, m)).
+
+    Raises ``np.linalg.LinAlgError`` when P31 has numerical rank below m. Cost: the
+    top-m SVD of the sparse P31 and O(nnz · m²).
+    """
+    P31 = sp.csr_matrix((w, (x3, x1)), shape=(n, n))
+    U3, s, U1 = top_singular(P31, m, random_state=0)
+    if not s[-1] > s[0] * 1e-12:
+        raise np.linalg.LinAlgError(
+            f"P31 has numerical rank below {m} (singular values {s.tolist()}): too many states"
+        )
+    K = U3.T @ (P31 @ U1)  # (m, m)
+    Kinv = np.linalg.inv(K)
+    return U3, U3[x3], U1[x1] @ Kinv
+
+
+def _eigenvectors(L3, R1, w, x2, U3, m: int, rng: np.random.Generator) -> np.ndarray:
+    """The eigenvectors (columns) of the best of :data:`_N_ETA` combinations ``Σ_x η_x B(x)``.
+
+    Candidates η: the one whose combination has the fewest complex eigenvalues wins,
+    then the largest smallest gap between the real parts of its eigenvalues, less their
+    largest imaginary part. Why: under noise a pair of close eigenvalues becomes a
+    complex-conjugate pair, whose |λ_i - λ_j| is twice the imaginary part (large) but
+    whose real parts, all we keep, are one state twice. O(_N_ETA · nnz · m²).
+    """
+    best = None
+    for _ in range(_N_ETA):
+        # η = U3 θ, θ uniform on the sphere (Anandkumar, Hsu & Kakade): the eigenvalues
+        # θᵀ U3ᵀ O[:, h] are then separated by the emissions seen in the top subspace
+        theta = rng.standard_normal(m)
+        eta = U3 @ (theta / np.linalg.norm(theta))
+        # Σ_x η_x B(x) = U3ᵀ (Σ_x η_x P31,x) U1 K⁻¹, summed over the distinct triples
+        Bm = (L3 * (w * eta[x2])[:, None]).T @ R1
+        lam, V = np.linalg.eig(Bm)
+        re = np.real(lam)
+        gaps = np.abs(re[:, None] - re[None, :]) + np.diag(np.full(m, np.inf))
+        gap = (float(gaps.min()) if m > 1 else 1.0) - float(np.abs(np.imag(lam)).max())
+        scale = float(np.abs(lam).max()) or 1.0
+        score = (-int((np.abs(np.imag(lam)) > 1e-9 * scale).sum()), gap / scale)
+        if best is None or score > best[0]:
+            best = (score, V)
+    return best[1]
 
 
 def _split_duplicates(O: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -350,11 +366,11 @@ class HMMEstimator(Estimator):
         self,
         *,
         n_states: int,
-        n_iter: int = 50,
-        tol: float = 1e-8,
+        n_iter: int = defaults.HMM_N_ITER,
+        tol: float = defaults.HMM_TOL,
         n_restarts: int = 0,
         random_state=None,
-        init: str = "moments",
+        init: str = defaults.HMM_INIT,
     ):
         self.n_states = n_states
         self.n_iter = n_iter
@@ -364,18 +380,10 @@ class HMMEstimator(Estimator):
         self.init = init
 
     def _validate(self, n_symbols: int | None = None) -> None:
-        for name in ("n_states", "n_iter", "n_restarts"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | np.integer):
-                raise ValueError(f"{name} must be an integer, got {v!r}")
-        if self.n_states < 1:
-            raise ValueError(f"n_states must be at least 1, got {self.n_states}")
-        if self.n_iter < 0 or self.n_restarts < 0:
-            raise ValueError("n_iter and n_restarts must be non-negative")
-        if not (isinstance(self.tol, int | float) and self.tol >= 0):
-            raise ValueError(f"tol must be a non-negative number, got {self.tol!r}")
-        if self.init not in ("moments", "random"):
-            raise ValueError(f"init must be 'moments' or 'random', got {self.init!r}")
+        """Check the settings (:func:`streamspec.core.defaults.check_hmm_settings`) and, given
+        the alphabet size, that the states can be told apart. O(1)."""
+        defaults.check_hmm_settings(n_states=self.n_states, n_iter=self.n_iter, tol=self.tol,
+                                    n_restarts=self.n_restarts, init=self.init)
         if n_symbols is not None and self.n_states > n_symbols:
             raise ValueError(
                 f"n_states={self.n_states} is larger than the alphabet ({n_symbols} symbols): "

@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from streamspec.core import defaults
 from streamspec.core.backoff import select_with_backoff
-from streamspec.core.dense import DenseProblem, dense_bytes
-from streamspec.core.factors import MFactors, factors_of
+from streamspec.core.dense import DENSE_MEMORY_LIMIT, DenseFit
+from streamspec.core.factors import MFactors
+from streamspec.core.fit_steps import FitSteps
 from streamspec.core.model import ObservableOperatorModel
-from streamspec.core.moments import probabilities
 from streamspec.core.params import Estimator
-from streamspec.core.progress import Progress
-from streamspec.core.projected import identity_loss, projected_loss, projected_step
-from streamspec.core.projected_weighting import (
-    PROJECTED_WEIGHTINGS,
-    ProjectedWeighting,
-    projected_weighting,
-    resolve_projected_shrinkage,
-)
-from streamspec.core.spectral import (
-    check_rank,
-    counts_of,
-    select_rank_by_spectrum,
-    top_subspace,
-    triples_of,
-)
-from streamspec.core.subspace import DENSE_SVD_MAX, project_triples, top_singular
+from streamspec.core.projected import ProjectedFit
+from streamspec.core.projected_weighting import PROJECTED_WEIGHTINGS
+from streamspec.core.spectral import select_rank_by_spectrum, triples_of
 from streamspec.core.triples import Triples
 
 __all__ = ["MEstimator", "MFactors", "FACTORIZATIONS", "FORMULATIONS", "DENSE_MEMORY_LIMIT",
@@ -40,8 +25,6 @@ _SETTINGS = ("rank", "penalty", "weighting", "factorization", "max_outer", "max_
 _FITTED = ("factors_", "weighting_", "loss_history_", "rejected_", "rejected_sweeps_", "rank_",
            "n_conditions_",
            "basis_", "formulation_")
-DENSE_MEMORY_LIMIT = 2 * 2**30  # bytes the dense formulation may need before it refuses to start
-_FULL_CONDITIONS_MAX = 1 << 24  # floats of A (n·k·k') kept for every symbol on small problems
 
 
 class MEstimator(Estimator):
@@ -388,6 +371,31 @@ class MEstimator(Estimator):
             return self._fit_with_backoff(data, init, formulation)
         return self._fit_plain(data, init, formulation)
 
+    def _run(self, steps: FitSteps, init) -> ObservableOperatorModel:
+        """The template of every fit: prepare → initial estimate → outer iterations → finish.
+
+        The outer iterations are Algorithm 1's (weighting, R-step, acceptance); the
+        formulation's steps (:mod:`streamspec.core.fit_steps`) say how. The fitted
+        attributes are set only once the fit has succeeded.
+        """
+        steps.prepare()
+        steps.initial_estimate(init)
+        steps.iterate()
+        model, fitted = steps.finish()
+        for name, value in fitted.items():
+            setattr(self, name, value)
+        self.model_ = model
+        return model
+
+    def _fit_projected(self, triples: Triples, labels, init, bases: dict | None = None,
+                       scored_only: bool = False) -> ObservableOperatorModel:
+        steps = ProjectedFit(self, self._max_outer(projected=True), triples, labels, bases,
+                             scored_only)
+        return self._run(steps, init)
+
+    def _fit_dense(self, data, init) -> ObservableOperatorModel:
+        return self._run(DenseFit(self, self._max_outer(projected=False), data), init)
+
     def _fit_plain(self, data, init, formulation: str) -> ObservableOperatorModel:
         self.formulation_ = formulation
         if formulation == "projected":
@@ -428,221 +436,3 @@ class MEstimator(Estimator):
                 if hasattr(twin, name):
                     setattr(self, name, getattr(twin, name))
         return self.model_
-
-    # ------------------------------------------------------------------ projected formulation
-
-    def _fit_projected(self, triples: Triples, labels, init, bases: dict | None = None,
-                       scored_only: bool = False) -> ObservableOperatorModel:
-        n, N = triples.n, triples.total
-        if not N > 0:
-            raise ValueError(
-                "cannot fit on an empty accumulator: no triple counted yet (each stream needs 3 symbols)"
-            )
-        P1, P21 = triples.P1(), triples.P21()
-        k, kp = self._projected_sizes(P21, N, n)
-        key = (id(triples), kp)
-        if bases is not None and key in bases:
-            U, Q = bases[key]
-        else:
-            U, _, Q = top_singular(P21, kp)
-            if bases is not None:
-                bases[key] = (U, Q)
-        U = np.ascontiguousarray(U[:, :k])
-        M = U.T @ np.asarray(P21 @ Q)  # (k, k') = [Σ_k, 0] up to rounding
-        b1 = U.T @ P1
-        binf = np.linalg.pinv(np.asarray(P21.T @ U)) @ P1
-        active = self._weighted_symbols(triples, n, k, kp)
-        # why: only symbols whose weighting differs from the identity need their k × k'
-        # conditions A_x; the others keep θ_spec's operators (their own exact minimiser)
-        A = project_triples(triples, U, Q, middle=active)
-        # the W = I solution of every symbol, A_x Mᵀ(MMᵀ)⁻¹ = Uᵀ P3x1[x] (Q Mᵀ(MMᵀ)⁻¹):
-        # θ_spec's operators; from A where it exists, else one projection of the other
-        # symbols' triples, O(nnz·k + pairs·k²)
-        M_pinv = np.linalg.pinv(M)
-        base = np.empty((n, k, k))
-        if active.size < n:
-            rest = np.setdiff1d(np.arange(n), active, assume_unique=True)
-            project_triples(triples, U, Q @ M_pinv, middle=rest, out=base)
-        for a in range(0, active.size, 4096):
-            base[active[a : a + 4096]] = A[a : a + 4096] @ M_pinv
-        ops = self._projected_warm_ops(init, n, k, U)  # the operators W is estimated at
-        history, rejected, rejected_sweeps = [], [], []
-        progress = Progress("projected", n, k)
-        # why: the first cold iteration is Algorithm 1's W = I (θ_spec); with W = I the
-        # solution does not depend on the operators, so further iterations change nothing
-        budget = 1 if self.weighting == "identity" else self._max_outer(projected=True)
-        for it in range(budget):
-            if ops is None:
-                new, before, after = base[active], None, identity_loss(A, M, base[active])
-            else:
-                W = self._projected_weighting_at(self.weighting, triples, U, Q, ops)
-                new, before, after = projected_step(W, active, A, M, ops[active])
-            history.append([after] if before is None else [before, after])
-            progress.line(f"outer={it + 1}/{budget}", after)
-            ok = np.isfinite(new).all() and np.isfinite(after) and (
-                before is None or after <= before * (1 + 1e-9) + 1e-300
-            )
-            if not ok:  # why: an exact minimiser under W cannot raise W's loss; if it did, it is numerics
-                rejected.append(it)
-                rejected_sweeps.append((it, 1, float(after), float(before if before is not None
-                                                                    else after)))
-                break
-            # only the weighted symbols change after the first iteration: the others hold
-            # θ_spec's operators (``base``, updated in place: no n·k² copies per iteration)
-            if it > 0:
-                converged = np.linalg.norm(new - ops[active]) <= self.tol * max(
-                    np.linalg.norm(ops[active]), 1e-300
-                )
-            elif ops is None:
-                converged = False
-            else:  # a warm start may already be the solution: compare every symbol once
-                full = base.copy()
-                full[active] = new
-                converged = np.linalg.norm(full - ops) <= self.tol * max(np.linalg.norm(ops), 1e-300)
-                del full
-            if it == 0:
-                ops = base
-            ops[active] = new
-            if converged:
-                break
-        if ops is None:  # pragma: no cover - the first cold iteration is W = I, never rejected
-            raise ValueError("the projected M-estimator found no finite solution")
-        if scored_only:  # a fit whose predictions alone are used (the backoff's 90%)
-            W, loss = None, history[-1][-1]
-        else:
-            W = self._projected_weighting_at(self.weighting, triples, U, Q, ops)
-            loss = projected_loss(W, active, A, M, ops[active])
-        factors = MFactors(ops, U, "projected", loss=loss, history=history, rejected=rejected_sweeps)
-        self.factors_, self.weighting_, self.loss_history_ = factors, W, history
-        self.rejected_, self.rejected_sweeps_ = rejected, rejected_sweeps
-        self.rank_, self.n_conditions_, self.basis_ = k, kp, (U, Q)
-        model = ObservableOperatorModel(
-            b1, binf, ops, filter=self.filter, window=self.window, min_proba=self.min_proba,
-            symbols=labels, rank=k, factors=factors,
-        )
-        self.model_ = model
-        return model
-
-    def _projected_sizes(self, P21, N: float, n: int) -> tuple[int, int]:
-        """The rank k and the number k' of conditions per symbol for these counts."""
-        k = self._projected_rank(P21, N, n)
-        kmax = n if n <= DENSE_SVD_MAX else n - 1  # ARPACK needs k' < n
-        kp = max(k, min(kmax, self.n_conditions if self.n_conditions is not None else 2 * k))
-        if k > kmax:
-            raise ValueError(
-                f"rank {k} on {n} symbols: above {DENSE_SVD_MAX} symbols the rank must be below "
-                "the alphabet size"
-            )
-        return k, kp
-
-    def _projected_rank(self, P21, N: float, n: int) -> int:
-        if not (isinstance(self.rank, str) and self.rank == "auto"):
-            return check_rank(self.rank, n)
-        if n <= DENSE_SVD_MAX:
-            return select_rank_by_spectrum(P21.toarray(), N)
-        _, s, _ = top_singular(P21, min(n - 1, 100))
-        return max(1, int((s > 1.0 / np.sqrt(N)).sum()))
-
-    def _weighted_symbols(self, triples: Triples, n: int, k: int, kp: int) -> np.ndarray:
-        """The symbols whose weighted solution can differ from θ_spec's (sorted indices).
-
-        Small problems (n·k·k' ≤ 2²⁴ floats) keep every symbol, so the losses cover all
-        the conditions. On larger ones: none under ``"identity"``; otherwise the symbols
-        whose shrinkage is below 1 (under ``"auto"``, those with at least k'²/100 triples
-        in the middle): the losses in ``loss_history_`` then cover those symbols only.
-        """
-        if n * k * kp <= _FULL_CONDITIONS_MAX:
-            return np.arange(n)
-        if self.weighting == "identity":
-            return np.empty(0, dtype=np.int64)
-        n_middle = np.bincount(triples.x2, weights=triples.weights, minlength=n)
-        shrink = resolve_projected_shrinkage(self.shrinkage, n_middle, kp)
-        return np.flatnonzero((shrink < 1.0) & (n_middle > 0))
-
-    def _projected_weighting_at(self, mode, triples, U, Q, ops) -> ProjectedWeighting:
-        return projected_weighting(mode, triples, U, Q, ops, shrinkage=self.shrinkage, ridge=self.ridge)
-
-    def _projected_warm_ops(self, init, n: int, k: int, U: np.ndarray) -> np.ndarray | None:
-        """The previous operators in the new basis, ``U_newᵀ U_old B̃_old U_oldᵀ U_new``, or None."""
-        warm = factors_of(init)
-        if warm is None or warm.factorization != "projected" or warm.R.shape[2] != k:
-            return None
-        warm = warm.padded(n)
-        T = U.T @ warm.S  # (k, k_old)
-        return np.einsum("ab,xbc,dc->xad", T, warm.R, T, optimize=True)
-
-    # ------------------------------------------------------------------ dense formulation
-
-    def _fit_dense(self, data, init) -> ObservableOperatorModel:
-        n = _alphabet_size(data)
-        k_guess = n if isinstance(self.rank, str) else int(min(max(self.rank, 1), max(n, 1)))
-        need = dense_bytes(n, k_guess, self.weighting, self.factorization)
-        if need > DENSE_MEMORY_LIMIT:
-            raise ValueError(
-                f"the dense formulation (weighting={self.weighting!r}, factorization="
-                f"{self.factorization!r}) on {n} symbols at rank {k_guess} would need about "
-                f"{need / 2**30:.1f} GiB (it holds n³ counts and moments"
-                + (", n⁴ weights and an n³k² R-step" if self.weighting == "per_symbol" else "")
-                + f"); the limit is {DENSE_MEMORY_LIMIT / 2**30:.0f} GiB: use formulation='projected' "
-                "(linear in n)"
-            )
-        if isinstance(data, Triples):
-            data = data.to_dense(limit=max(DENSE_MEMORY_LIMIT // 8, 1))
-        c3, labels = counts_of(data)
-        n = c3.shape[0]
-        P1, P21, P3x1 = probabilities(c3)
-        N = float(c3.sum())
-        k = (
-            select_rank_by_spectrum(P21, N)
-            if isinstance(self.rank, str) and self.rank == "auto"
-            else check_rank(self.rank, n)
-        )
-        # why: the fit's arrays live in a problem of their own, not on self (reentrant)
-        problem = DenseProblem(self, P21, P3x1.transpose(2, 0, 1).copy(), c3,
-                               self.penalty / np.sqrt(N), self._max_outer(projected=False))
-        warm = factors_of(init)
-        if warm is not None:
-            warm = warm.padded(n)
-            if warm.R.shape[2] != k or warm.factorization != self.factorization:
-                warm = None  # a different rank or factorization: start afresh
-        if warm is not None:
-            B_prev = warm.operators()
-            R, S = warm.R.copy(), warm.S.copy()
-            if self.factorization == "fixed":  # S follows the counts: re-express B in the new U
-                S = top_subspace(P21, k)
-                R = B_prev @ S
-            best, W = problem.run(R, S, problem.weighting_at(B_prev))
-        else:
-            U = top_subspace(P21, k)
-            R0, S0 = problem.spectral_start(P1, P21, P3x1, U)
-            best, W = problem.run(R0, S0, None)
-            rng = np.random.default_rng(self.random_state)
-            for _ in range(self.n_restarts):
-                candidate, _ = problem.run(*problem.random_start(rng, n, k), None)
-                if problem.loss(candidate.R, candidate.S, W) < problem.loss(best.R, best.S, W):
-                    best = candidate
-        # report the loss under W re-estimated at the solution itself, so that fits
-        # reached by different paths (cold, warm, restarts) are comparable
-        W = problem.weighting_at(best.operators())
-        best.loss = problem.loss(best.R, best.S, W)
-        self.factors_ = best
-        self.weighting_ = W
-        self.loss_history_ = best.history
-        self.rejected_ = sorted({outer for outer, *_ in best.rejected})
-        self.rejected_sweeps_ = list(best.rejected)
-        self.rank_, self.n_conditions_, self.basis_ = k, None, None
-        model = ObservableOperatorModel(
-            P1, np.ones(n), best.operators(), filter=self.filter, window=self.window,
-            min_proba=self.min_proba, symbols=labels, rank=k, factors=best,
-        )
-        self.model_ = model
-        return model
-
-
-
-def _alphabet_size(data) -> int:
-    if isinstance(data, Triples):
-        return data.n
-    if hasattr(data, "counts") and hasattr(data, "symbols"):
-        return int(data.n)
-    return int(np.shape(data)[0]) if np.ndim(data) else 0

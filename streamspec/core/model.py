@@ -8,31 +8,23 @@ under ~2²² floats (32 MiB), whatever n.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from streamspec.core.backoff import Backoff
-from streamspec.core.checkpoint import (
-    CheckpointError,
-    decode_value,
-    dump_checkpoint,
-    encode_value,
-    load_checkpoint_bytes,
-    read_checkpoint,
-    write_checkpoint,
-)
+from streamspec.core import filters
+from streamspec.core.checkpoint import check_metadata
 from streamspec.core.factors import MFactors
+from streamspec.core.filters import FILTERS, clip_normalise
+from streamspec.core.model_io import ModelIO
 
 __all__ = ["ObservableOperatorModel", "FILTERS"]
 
-FILTERS = ("window", "recursive")
 _CHUNK = 4096  # positions filtered at once by the vectorised window filter (small alphabets)
 _SCRATCH = 1 << 22  # floats of scratch a chunk may take: chunks shrink as n (or d²) grows
 
 
-class ObservableOperatorModel:
+class ObservableOperatorModel(ModelIO):
     """An HMM in observable-operator form: ``Pr(x_1..x_t) = b∞ᵀ B_{x_t} … B_{x_1} b1``.
 
     Parameters
@@ -82,6 +74,11 @@ class ObservableOperatorModel:
         Optional hidden Markov model fitted on the same counts (by
         :class:`~streamspec.WithHMM`); kept by :meth:`with_filter`, not saved (it has
         its own checkpoint).
+    metadata
+        Optional ``dict[str, str]`` about the model, e.g. ``{"encoding": "utf-8"}``, the
+        encoding its symbols were read with, so that a reader splits a history the way
+        the counts were. Kept by :meth:`with_filter` / :meth:`replace` and saved (JSON);
+        ``{}`` when not given and for checkpoints written before it was kept.
 
     Memory: O(n · d²) for the operators, plus O(P + n) for a backoff with P
     distinct pairs.
@@ -121,6 +118,7 @@ class ObservableOperatorModel:
         factors: MFactors | None = None,
         candidates: dict | None = None,
         hmm=None,
+        metadata: dict[str, str] | None = None,
     ):
         self.b1 = np.asarray(b1, dtype=np.float64)
         self.binf = np.asarray(binf, dtype=np.float64)
@@ -134,6 +132,7 @@ class ObservableOperatorModel:
         self.factors = factors
         self.candidates = candidates
         self.hmm = hmm
+        self.metadata = check_metadata(metadata)
         self._check()
         self.rank = int(self.B.shape[1] if rank is None else rank)
         self._C = np.einsum("d,xde->xe", self.binf, self.B)  # C[x] · b = b∞ᵀ B_x b
@@ -182,7 +181,8 @@ class ObservableOperatorModel:
         """A copy with some constructor arguments changed, every other one kept. O(n · d²).
 
         The arguments are the whole definition of a model (no other attribute is
-        copied), so ``factors``, ``candidates`` and ``hmm`` survive every copy.
+        copied), so ``factors``, ``candidates``, ``hmm`` and ``metadata`` survive every
+        copy.
 
         Examples
         --------
@@ -193,7 +193,7 @@ class ObservableOperatorModel:
         args = dict(b1=self.b1, binf=self.binf, B=self.B, filter=self.filter, window=self.window,
                     min_proba=self.min_proba, symbols=self.symbols, backoff=self.backoff,
                     rank=self.rank, factors=self.factors, candidates=self.candidates,
-                    hmm=self.hmm) | changes
+                    hmm=self.hmm, metadata=self.metadata) | changes
         return ObservableOperatorModel(**args)
 
     def with_filter(self, filter: str | None = None, window: int | None = None) -> ObservableOperatorModel:
@@ -234,18 +234,7 @@ class ObservableOperatorModel:
     # ------------------------------------------------------------------ input checks
 
     def _seq(self, seq) -> np.ndarray:
-        arr = np.asarray(seq)
-        if arr.size == 0:
-            return np.empty(0, dtype=np.int64)
-        if arr.ndim != 1:
-            raise ValueError(f"a sequence must be 1-D, got shape {arr.shape}")
-        if arr.dtype.kind not in "iu":
-            raise ValueError(f"symbols must be integer indices 0..{self.n_symbols - 1}, got {arr.dtype}")
-        lo, hi = int(arr.min()), int(arr.max())
-        if lo < 0 or hi >= self.n_symbols:
-            bad = lo if lo < 0 else hi
-            raise ValueError(f"unknown symbol {bad}: the model has symbols 0..{self.n_symbols - 1}")
-        return arr.astype(np.int64, copy=False)
+        return filters.symbol_indices(seq, self.n_symbols)
 
     # ------------------------------------------------------------------ filtering
 
@@ -255,9 +244,7 @@ class ObservableOperatorModel:
 
     def update_state(self, state: np.ndarray, x: int) -> np.ndarray:
         """The state after observing symbol index ``x``. O(d²) time, O(d) memory."""
-        v = self.B[x] @ state
-        z = self.binf @ v
-        return v / _safe_norm(z, np.abs(self.binf) @ np.abs(v))
+        return filters.update_state(self.B, self.binf, state, x)
 
     def predict_from_state(self, state: np.ndarray, last=None) -> np.ndarray:
         """Next-symbol distribution from a state (d,), or from each row of states (c, d).
@@ -297,7 +284,7 @@ class ObservableOperatorModel:
         q = V @ self._C.T
         if self.backoff is None:
             return self._normalise(q)
-        return self.backoff.mix(_clip_normalise(q), lasts)
+        return self.backoff.mix(clip_normalise(q), lasts)
 
     def clipped_row_sums(self, states: np.ndarray) -> np.ndarray:
         """``Σ_x max(C[x] · s, 0)`` for each state s (rows of (c, d)): the HMM's normalisers. O(c · n · d)."""
@@ -317,17 +304,7 @@ class ObservableOperatorModel:
         if X.ndim != 2:
             raise ValueError(f"expected an (m, w) array of contexts, got shape {X.shape}")
         self._seq(X.ravel())
-        out = np.empty((X.shape[0], self.dim))
-        absb = np.abs(self.binf)
-        step = self._chunk()
-        for lo in range(0, X.shape[0], step):
-            Xc = X[lo : lo + step]
-            V = np.broadcast_to(self.b1, (Xc.shape[0], self.dim)).copy()
-            for t in range(X.shape[1]):
-                Vn = np.einsum("tde,te->td", self.B[Xc[:, t]], V)
-                V = Vn / _safe_norm(Vn @ self.binf, np.abs(Vn) @ absb)[:, None]
-            out[lo : lo + step] = V
-        return out
+        return filters.window_states(self.b1, self.binf, self.B, X, self._chunk())
 
     def extend_states(self, states: np.ndarray) -> np.ndarray:
         """The states after each symbol, from each of ``states`` (shape (c, d)).
@@ -336,8 +313,7 @@ class ObservableOperatorModel:
         is ``update_state(states[s], x)``. Used to tabulate every context at once.
         Time O(c · n · d²), memory O(c · n · d): for small alphabets.
         """
-        V = np.einsum("xde,ce->cxd", self.B, np.atleast_2d(states)).reshape(-1, self.dim)
-        return V / _safe_norm(V @ self.binf, np.abs(V) @ np.abs(self.binf))[:, None]
+        return filters.extend_states(self.B, self.binf, states)
 
     def state_for(self, history) -> np.ndarray:
         """The state this model's filter assigns to a history. O(w · d²) (window) or O(t · d²)."""
@@ -360,45 +336,12 @@ class ObservableOperatorModel:
         return self.predict_from_state(self.state_for(h), None if h.size == 0 else int(h[-1]))
 
     def _normalise(self, q: np.ndarray) -> np.ndarray:
-        q = np.clip(q, 0.0, None)
-        s = q.sum(axis=-1, keepdims=True)
-        n = q.shape[-1]
-        q = np.where(s > 0, q / np.where(s > 0, s, 1.0), 1.0 / n)
-        if self.min_proba > 0:
-            q = np.maximum(q, self.min_proba)
-            q = q / q.sum(axis=-1, keepdims=True)
-        return q
+        return filters.floor_normalise(q, self.min_proba)
 
     def _chunks(self, x: np.ndarray):
         """``(start, stop, V, lasts)``: the states predicting ``x[start:stop]`` and the symbols before."""
-        T, d = len(x), self.dim
-        step = self._chunk()
-        prev = np.concatenate(([-1], x[:-1])) if T else x
-        if self.filter == "recursive":
-            state = self.initial_state()
-            for start in range(0, T, step):
-                stop = min(T, start + step)
-                V = np.empty((stop - start, d))
-                for t in range(start, stop):
-                    V[t - start] = state
-                    state = self.update_state(state, x[t])
-                yield start, stop, V, prev[start:stop]
-            return
-        w = self.window
-        absb = np.abs(self.binf)
-        for start in range(0, T, step):
-            stop = min(T, start + step)
-            V = np.broadcast_to(self.b1, (stop - start, d)).copy()
-            pos = np.arange(start, stop)
-            for lag in range(w, 0, -1):  # apply x[t-lag] for lag = w..1, where t - lag >= 0
-                src = pos - lag
-                ok = src >= 0
-                if not ok.any():
-                    continue
-                Vn = np.einsum("tde,te->td", self.B[x[src[ok]]], V[ok])
-                z = Vn @ self.binf
-                V[ok] = Vn / _safe_norm(z, np.abs(Vn) @ absb)[:, None]
-            yield start, stop, V, prev[start:stop]
+        return filters.filter_chunks(self.b1, self.binf, self.B, x, self.filter, self.window,
+                                     self._chunk())
 
     def predictive_sequence(self, seq) -> np.ndarray:
         """Predictive distributions before each symbol of ``seq``: shape (t, n).
@@ -544,84 +487,6 @@ class ObservableOperatorModel:
                 state = self.update_state(state, out[t])
         return out
 
-    # ------------------------------------------------------------------ persistence
-
-    _FORMAT = "streamspec.ObservableOperatorModel"
-    _VERSION = 2  # version 2 adds the backoff; models without one are still written as version 1
-
-    def _header_arrays(self) -> tuple[dict, dict]:
-        header = {
-            "filter": self.filter,
-            "window": int(self.window),
-            "min_proba": float(self.min_proba),
-            "rank": int(self.rank),
-            "symbols": None if self.symbols is None else [encode_value(s) for s in self.symbols],
-        }
-        arrays = {"b1": self.b1, "binf": self.binf, "B": self.B}
-        factors = self.factors
-        if factors is not None:  # kept so that a restarted refitter can warm-start
-            header["factorization"] = factors.factorization
-            arrays["R"], arrays["S"] = factors.R, factors.S
-        if self.backoff is not None:
-            bh, ba = self.backoff.to_parts()
-            header["backoff"] = bh
-            arrays.update({f"backoff_{k}": v for k, v in ba.items()})
-        return header, arrays
-
-    def _version(self) -> int:
-        return 1 if self.backoff is None else 2
-
-    def to_bytes(self) -> bytes:
-        """The model as a checkpoint in bytes (npz + JSON header, checksummed; no pickle).
-
-        Version 1 without a backoff, version 2 with one (its pair counts and weights as
-        arrays). Time and memory O(n · d² + P).
-        """
-        return dump_checkpoint(self._FORMAT, self._version(), *self._header_arrays())
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the model as a checkpoint file (atomic; the backoff included, as sparse arrays)."""
-        write_checkpoint(path, self._FORMAT, self._version(), *self._header_arrays())
-
-    @classmethod
-    def from_bytes(cls, data: bytes, source: str = "model") -> ObservableOperatorModel:
-        """The model of :meth:`to_bytes` (versions 1 and 2). O(n · d² + P)."""
-        header, arrays = load_checkpoint_bytes(data, cls._FORMAT, cls._VERSION, source)
-        return cls._from_parts(header, arrays, source)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> ObservableOperatorModel:
-        """The model saved by :meth:`save` (versions 1 and 2). O(n · d² + P)."""
-        header, arrays = read_checkpoint(path, cls._FORMAT, cls._VERSION)
-        return cls._from_parts(header, arrays, str(path))
-
-    @classmethod
-    def _from_parts(cls, header, arrays, source) -> ObservableOperatorModel:
-        try:
-            symbols = header["symbols"]
-            backoff = None
-            if header.get("backoff") is not None:
-                prefix = "backoff_"
-                backoff = Backoff.from_parts(
-                    header["backoff"], {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
-                )
-            model = cls(
-                arrays["b1"],
-                arrays["binf"],
-                arrays["B"],
-                filter=header["filter"],
-                window=header["window"],
-                min_proba=header["min_proba"],
-                symbols=None if symbols is None else [decode_value(s) for s in symbols],
-                backoff=backoff,
-                rank=header.get("rank"),  # None in checkpoints written before it was kept
-                factors=(MFactors(arrays["R"], arrays["S"], header["factorization"])
-                         if "R" in arrays else None),
-            )
-            return model
-        except (KeyError, ValueError, TypeError) as exc:
-            raise CheckpointError(f"{source}: malformed model checkpoint ({exc})") from None
-
     def __repr__(self) -> str:
         return (
             f"ObservableOperatorModel(n_symbols={self.n_symbols}, dim={self.dim}, rank={self.rank}, "
@@ -629,16 +494,3 @@ class ObservableOperatorModel:
             + (", backoff" if self.backoff is not None else "") + ")"
         )
 
-
-def _safe_norm(z, fallback):
-    """``z`` where it is a usable positive normaliser, else the positive ``fallback``."""
-    z = np.asarray(z, dtype=np.float64)
-    fb = np.where(fallback > 0, fallback, 1.0)
-    return np.where(z > 1e-12 * fb, z, fb)
-
-
-def _clip_normalise(q: np.ndarray) -> np.ndarray:
-    """Rows clipped at 0 and renormalised (uniform where nothing is left)."""
-    q = np.clip(q, 0.0, None)
-    s = q.sum(axis=-1, keepdims=True)
-    return np.where(s > 0, q / np.where(s > 0, s, 1.0), 1.0 / q.shape[-1])

@@ -20,7 +20,7 @@ import numpy as np
 
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.params import clone
-from streamspec.core.triples import Triples
+from streamspec.core.spectral import alphabet_size
 
 __all__ = ["PredictorSelection", "select_predictor", "rank_grid", "DEFAULT_WINDOWS"]
 
@@ -55,18 +55,6 @@ def rank_grid(n: int, size: int = 6) -> list[int]:
     """About ``size`` ranks spread geometrically over 1..n, always including n."""
     grid = np.unique(np.round(np.geomspace(1, n, num=min(size, n))).astype(int))
     return [int(k) for k in grid]
-
-
-def _alphabet_size(train) -> int:
-    """n of an accumulator, of :class:`Triples` or of dense counts, without densifying. O(1)."""
-    if isinstance(train, Triples):
-        return train.n
-    if hasattr(train, "n") and hasattr(train, "symbols"):
-        return int(train.n)
-    c3 = np.asarray(train)
-    if c3.ndim != 3 or len(set(c3.shape)) != 1:
-        raise ValueError(f"counts must have shape (n, n, n), got {c3.shape}")
-    return int(c3.shape[0])
 
 
 def select_predictor(
@@ -110,7 +98,7 @@ def select_predictor(
     >>> len(best.table), best.model.rank == best.rank
     (20, True)
     """
-    n = _alphabet_size(train)
+    n = alphabet_size(train)
     ranks = list(ranks) if ranks is not None else rank_grid(n)
     if not ranks:
         raise ValueError("no rank to try")

@@ -28,6 +28,7 @@ __all__ = [
     "spectral_operators",
     "sparse_spectral_operators",
     "top_subspace",
+    "alphabet_size",
     "counts_of",
     "triples_of",
     "check_rank",
@@ -40,6 +41,24 @@ _MAX_AUTO_RANK = 256  # rank="auto" looks at this many singular values at most
 
 def _labels_of(data) -> list | None:
     return data.symbols if getattr(data, "n_symbols", None) is None else None
+
+
+def alphabet_size(data) -> int:
+    """n of an accumulator, of :class:`Triples` or of dense counts, without densifying. O(1).
+
+    Examples
+    --------
+    >>> alphabet_size(np.zeros((4, 4, 4)))
+    4
+    """
+    if isinstance(data, Triples):
+        return data.n
+    if hasattr(data, "n") and hasattr(data, "symbols"):
+        return int(data.n)
+    c3 = np.asarray(data)
+    if c3.ndim != 3 or len(set(c3.shape)) != 1:
+        raise ValueError(f"counts must have shape (n, n, n), got {c3.shape}")
+    return int(c3.shape[0])
 
 
 def counts_of(data) -> tuple[np.ndarray, list | None]:
@@ -122,14 +141,15 @@ def check_rank(rank, n: int) -> int:
     return int(rank)
 
 
-def select_rank_by_spectrum(P21, n_triples: float) -> int:
+def select_rank_by_spectrum(P21, n_triples: float, max_rank: int | None = None) -> int:
     """Number of singular values of P21 above the sampling noise level ``N^(-1/2)``.
 
     The Frobenius norm of the noise in P21 is about ``N^(-1/2)`` (it bounds the
     spectral norm), so smaller singular values cannot be told from noise. ``P21``
     may be dense or sparse. Up to 1,000 symbols all singular values are computed
-    (dense SVD, O(n³)); above, the top ``min(n - 1, 256)`` (truncated sparse SVD,
-    O(nnz · 256) per iteration, O(n · 256) memory), so the result is at most 256.
+    (dense SVD, O(n³)); above, the top ``min(n - 1, max_rank)`` (truncated sparse SVD,
+    O(nnz · max_rank) per iteration, O(n · max_rank) memory), so the result is at most
+    ``max_rank`` (None: 256; the projected M-estimator looks at 100).
 
     Examples
     --------
@@ -141,7 +161,8 @@ def select_rank_by_spectrum(P21, n_triples: float) -> int:
         dense = P21.toarray() if sp.issparse(P21) else np.asarray(P21, dtype=np.float64)
         sv = np.linalg.svd(dense, compute_uv=False)
     else:
-        sv = top_singular(sp.csr_matrix(P21), min(n - 1, _MAX_AUTO_RANK))[1]
+        cap = _MAX_AUTO_RANK if max_rank is None else max_rank  # why: read at call time
+        sv = top_singular(sp.csr_matrix(P21), min(n - 1, cap))[1]
     return max(1, int((sv > 1.0 / np.sqrt(n_triples)).sum()))
 
 

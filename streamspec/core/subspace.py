@@ -99,70 +99,92 @@ def project_triples(triples: Triples, left: np.ndarray, right: np.ndarray,
     left = np.asarray(left, dtype=np.float64)
     right = np.asarray(right, dtype=np.float64)
     a, b = left.shape[1], right.shape[1]
-    w = triples.weights if weights is None else np.asarray(weights, dtype=np.float64)
-    w = w / triples.total if triples.nnz else w
-    x1, x2, x3 = triples.x1, triples.x2, triples.x3
-    n_cols = triples.n
-    if middle is not None:
-        middle = np.asarray(middle, dtype=np.int64)
-        keep = np.isin(x2, middle)
-        # local row of each kept triple; the map is increasing, so the order stays sorted
-        x1, x3, w = x1[keep], x3[keep], w[keep]
-        x2 = np.searchsorted(middle, x2[keep])
-        n = middle.size
-    else:
-        n = triples.n
-    rows_of = None  # local row -> row of ``out`` (None: the same)
-    if out is not None:
-        if middle is None or out.shape != (triples.n, a, b):
-            raise ValueError(f"out must come with middle and have shape {(triples.n, a, b)}")
-        rows_of = middle
-        out[middle] = 0.0
-    else:
-        out = np.zeros((n, a, b))
+    x1, x2, x3, w, n = _of_middle(triples, weights, middle)
+    out, rows_of = _destination(out, middle, (triples.n, a, b), n)
     if x1.size == 0:
         return out
-    pair = (x2 << 21) | x3  # (x2, x3) packed; triples are sorted, so pairs are grouped
-    new_pair = np.concatenate(([True], pair[1:] != pair[:-1]))
-    starts = np.flatnonzero(new_pair)
-    pair_id = np.cumsum(new_pair) - 1
-    n_pairs = starts.size
-    A = sp.csr_matrix((w, (pair_id, x1)), shape=(n_pairs, n_cols))
-    px2, px3 = x2[starts], x3[starts]
-    bounds = np.searchsorted(px2, np.arange(n + 1))  # pairs of symbol x: bounds[x]:bounds[x+1]
-    sizes = np.diff(bounds)
-    light_pair = np.repeat(sizes < _GEMM_MIN_PAIRS, sizes)
-    # why chunks: Z = A @ right (the x1 side summed per pair, P × b floats) is formed for a
-    # run of consecutive symbols at a time, ≤ ~2²² floats (or one symbol's pairs), and so
-    # is the block of ``out`` the run's light symbols fill
+    A, px2, px3, bounds = _pairs(x1, x2, x3, w, n, triples.n)
+    # why runs: Z (the x1 side summed per pair, P × b floats) is formed for a run of
+    # consecutive symbols at a time, ≤ ~2²² floats (or one symbol's pairs), and so is the
+    # block of ``out`` the run's light symbols fill
     cap_pairs = max(1, _BLOCK_ENTRIES // max(b, 1))
     max_syms = max(1, _BLOCK_ENTRIES // max(a * b, a * _GEMM_MIN_PAIRS, 1))
-    ia = np.arange(a)
     x = 0
     while x < n:
         y = int(np.searchsorted(bounds, bounds[x] + cap_pairs, side="right")) - 1
         y = min(max(y, x + 1), x + max_syms, n)
-        p0, p1 = int(bounds[x]), int(bounds[y])
-        if p1 > p0:
-            Z = A[p0:p1] @ right  # (pairs of the run, b)
-            # symbols with many pairs: one BLAS product each, out[s] = left[x3 of its pairs]ᵀ Z
-            for sym in (x + np.flatnonzero(sizes[x:y] >= _GEMM_MIN_PAIRS)).tolist():
-                lo, hi = int(bounds[sym]) - p0, int(bounds[sym + 1]) - p0
-                dest = sym if rows_of is None else int(rows_of[sym])
-                np.matmul(left[px3[p0 + lo : p0 + hi]].T, Z[lo:hi], out=out[dest])
-            # the others: each pair p adds left[x3_p] ⊗ Z[p] to out[x2_p], as one sparse
-            # product (a column per pair, its a entries in the rows (local x2, i): CSC, no sort)
-            lp = np.flatnonzero(light_pair[p0:p1])
-            if lp.size:
-                syms = np.unique(px2[p0 + lp])
-                local = np.searchsorted(syms, px2[p0 + lp])
-                rows = (local[:, None] * a + ia).ravel()
-                indptr = np.arange(0, lp.size * a + 1, a)
-                S = sp.csc_matrix((left[px3[p0 + lp]].ravel(), rows, indptr),
-                                  shape=(syms.size * a, lp.size))
-                out[syms if rows_of is None else rows_of[syms]] = (S @ Z[lp]).reshape(syms.size, a, b)
+        if bounds[y] > bounds[x]:
+            _project_run(x, y, A, bounds, px2, px3, left, right, out, rows_of)
         x = y
     return out
+
+
+def _of_middle(triples: Triples, weights: np.ndarray | None, middle: np.ndarray | None):
+    """``(x1, x2, x3, w, n)``: the triples (weights divided by the total) whose middle symbol is
+    in ``middle``, x2 renumbered to its rank in ``middle``, and the number of rows. O(nnz)."""
+    w = triples.weights if weights is None else np.asarray(weights, dtype=np.float64)
+    w = w / triples.total if triples.nnz else w
+    x1, x2, x3 = triples.x1, triples.x2, triples.x3
+    if middle is None:
+        return x1, x2, x3, w, triples.n
+    middle = np.asarray(middle, dtype=np.int64)
+    keep = np.isin(x2, middle)
+    # local row of each kept triple; the map is increasing, so the order stays sorted
+    return x1[keep], np.searchsorted(middle, x2[keep]), x3[keep], w[keep], middle.size
+
+
+def _destination(out: np.ndarray | None, middle: np.ndarray | None, shape: tuple, n: int
+                 ) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(out, rows_of)``: the array written, its ``middle`` rows zeroed, and the map from local
+    row to row of ``out`` (None: the same; a new (n, a, b) array when ``out`` is None)."""
+    if out is None:
+        return np.zeros((n,) + shape[1:]), None
+    if middle is None or out.shape != shape:
+        raise ValueError(f"out must come with middle and have shape {shape}")
+    rows_of = np.asarray(middle, dtype=np.int64)
+    out[rows_of] = 0.0
+    return out, rows_of
+
+
+def _pairs(x1, x2, x3, w, n: int, n_cols: int):
+    """``(A, px2, px3, bounds)``: step 1's sparse matrix, one row per distinct pair (x2, x3) and
+    one column per x1 (``Z = A @ right`` sums the x1 side), each pair's symbols, and the
+    pairs of local symbol x at ``bounds[x]:bounds[x+1]``. O(nnz)."""
+    pair = (x2 << 21) | x3  # (x2, x3) packed; triples are sorted, so pairs are grouped
+    new_pair = np.concatenate(([True], pair[1:] != pair[:-1]))
+    starts = np.flatnonzero(new_pair)
+    pair_id = np.cumsum(new_pair) - 1
+    A = sp.csr_matrix((w, (pair_id, x1)), shape=(starts.size, n_cols))
+    px2, px3 = x2[starts], x3[starts]
+    return A, px2, px3, np.searchsorted(px2, np.arange(n + 1))
+
+
+def _project_run(x: int, y: int, A, bounds: np.ndarray, px2: np.ndarray, px3: np.ndarray,
+                 left: np.ndarray, right: np.ndarray, out: np.ndarray,
+                 rows_of: np.ndarray | None) -> None:
+    """Step 2 of :func:`project_triples` for the symbols x..y-1 (local rows): write their rows
+    of ``out``. O(pairs of the run · (b + a · b)), scratch ≤ ~2²² floats."""
+    a = left.shape[1]
+    b = right.shape[1]
+    p0, p1 = int(bounds[x]), int(bounds[y])
+    sizes = np.diff(bounds[x : y + 1])
+    Z = A[p0:p1] @ right  # (pairs of the run, b)
+    # symbols with many pairs: one BLAS product each, out[s] = left[x3 of its pairs]ᵀ Z
+    for sym in (x + np.flatnonzero(sizes >= _GEMM_MIN_PAIRS)).tolist():
+        lo, hi = int(bounds[sym]) - p0, int(bounds[sym + 1]) - p0
+        dest = sym if rows_of is None else int(rows_of[sym])
+        np.matmul(left[px3[p0 + lo : p0 + hi]].T, Z[lo:hi], out=out[dest])
+    # the others: each pair p adds left[x3_p] ⊗ Z[p] to out[x2_p], as one sparse
+    # product (a column per pair, its a entries in the rows (local x2, i): CSC, no sort)
+    lp = np.flatnonzero(np.repeat(sizes < _GEMM_MIN_PAIRS, sizes))
+    if lp.size:
+        syms = np.unique(px2[p0 + lp])
+        local = np.searchsorted(syms, px2[p0 + lp])
+        rows = (local[:, None] * a + np.arange(a)).ravel()
+        indptr = np.arange(0, lp.size * a + 1, a)
+        S = sp.csc_matrix((left[px3[p0 + lp]].ravel(), rows, indptr),
+                          shape=(syms.size * a, lp.size))
+        out[syms if rows_of is None else rows_of[syms]] = (S @ Z[lp]).reshape(syms.size, a, b)
 
 
 def _project_reference(triples: Triples, left: np.ndarray, right: np.ndarray) -> np.ndarray:

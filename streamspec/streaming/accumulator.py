@@ -1,4 +1,11 @@
-"""Incremental counts of observation triples from many interleaved streams, kept sparse."""
+"""Incremental counts of observation triples from many interleaved streams, kept sparse.
+
+The accumulator is one class built of mixins, each in its own module: counting buffers
+(:mod:`~streamspec.streaming.count_buffer`), dense views of the counts
+(:mod:`~streamspec.streaming.accumulator_views`), merge and concat
+(:mod:`~streamspec.streaming.accumulator_merge`) and checkpoints
+(:mod:`~streamspec.streaming.accumulator_io`); learning and the streams are here.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +15,12 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from streamspec.core.alphabet import MAX_LABELS, OTHER, Alphabet
-from streamspec.core.moments import probabilities, second_moment_blocks
-from streamspec.core.triples import BITS, MAX_SYMBOLS, Triples, check_dense
+from streamspec.core.triples import BITS, MAX_SYMBOLS, Triples
 from streamspec.streaming.accumulator_io import AccumulatorIO
+from streamspec.streaming.accumulator_merge import AccumulatorMerge
+from streamspec.streaming.accumulator_views import AccumulatorViews
 from streamspec.streaming.count_buffer import FLUSH_AT, CountBuffer
-from streamspec.streaming.stream_tails import DONE, NEW, remap_tail, tail_list
+from streamspec.streaming.stream_tails import DONE, NEW
 
 __all__ = ["MomentAccumulator", "OTHER"]
 
@@ -20,7 +28,7 @@ _MODES = ("sliding", "sequences")
 assert MAX_LABELS == MAX_SYMBOLS
 
 
-class MomentAccumulator(CountBuffer, AccumulatorIO):
+class MomentAccumulator(CountBuffer, AccumulatorViews, AccumulatorMerge, AccumulatorIO):
     """Counts of symbol triples (x1, x2, x3), kept one symbol at a time, sparse.
 
     The counts ``c3[x2, x3, x1]`` are all the state: ``c21`` and ``c1`` are their
@@ -405,64 +413,6 @@ class MomentAccumulator(CountBuffer, AccumulatorIO):
         size += 100 * (len(self._tails) + len(self._heads))
         return int(size)
 
-    def counts(self) -> np.ndarray:
-        """Triple counts ``c3[x2, x3, x1]`` of shape (n, n, n), float64 (a new dense array).
-
-        Time and memory O(n³ + nnz); raises :class:`~streamspec.core.triples.DenseTooLarge`
-        above ``DENSE_LIMIT`` cells (use :meth:`triples`).
-        """
-        check_dense((self.n,) * 3, "counts")
-        return self.triples().to_dense()
-
-    @property
-    def c3(self) -> np.ndarray:
-        """Alias of :meth:`counts`: ``c3[x2, x3, x1]``, dense (n, n, n)."""
-        return self.counts()
-
-    @property
-    def c21(self) -> np.ndarray:
-        """``c21[x2, x1]``: counts of pairs, the marginal of c3 over x3; dense (n, n), O(n² + nnz)."""
-        check_dense((self.n,) * 2, "pair counts")
-        return self.triples().c21().toarray()
-
-    @property
-    def c1(self) -> np.ndarray:
-        """``c1[x1]``: counts of first symbols of the triples; dense (n,), O(n + nnz)."""
-        return self.triples().c1()
-
-    def probabilities(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(P1, P21, P3x1)`` at once, dense; O(n³ + nnz), raises ``DenseTooLarge`` like :meth:`counts`."""
-        return probabilities(self.counts())
-
-    @property
-    def P1(self) -> np.ndarray:
-        """``P1[j] = Pr(x1 = j)``, shape (n,); O(n + nnz), available at any alphabet size."""
-        return self.triples().P1()
-
-    @property
-    def P21(self) -> np.ndarray:
-        """``P21[i, j] = Pr(x2 = i, x1 = j)``, dense (n, n); O(n² + nnz); ``DenseTooLarge`` above limit."""
-        check_dense((self.n,) * 2, "P21")
-        return self.triples().P21().toarray()
-
-    @property
-    def P3x1(self) -> np.ndarray:
-        """``P3x1[x][i, j] = Pr(x3 = i, x2 = x, x1 = j)``, dense (n, n, n); like :meth:`counts`."""
-        return self.probabilities()[2]
-
-    def second_moments(self, B: np.ndarray, smoothing: float = 0.0) -> np.ndarray:
-        """``sum_n m(X_n) m(X_n)ᵀ`` at operators ``B`` (n, n, n), as n blocks of n² × n².
-
-        The moment conditions' second moments need no running state of their own:
-        block j (x1 = j) is ``L D_j Lᵀ`` with ``D_j`` the counts (math.md section 3).
-        See :mod:`streamspec.core.weighting` for the factored forms the estimators use.
-        Dense: O(n⁵) memory, small alphabets only (``DenseTooLarge`` otherwise).
-        """
-        B = np.asarray(B, dtype=np.float64)
-        if B.shape != (self.n,) * 3:
-            raise ValueError(f"B must have shape {(self.n,) * 3}, got {B.shape}")
-        return second_moment_blocks(self.counts(), B, smoothing)
-
     def _note_head(self, key: Hashable, tail: int, new: Sequence[int]) -> None:
         """Record symbols of the first segment of ``key`` while it has fewer than two."""
         head = self._heads.get(key)
@@ -471,102 +421,6 @@ class MomentAccumulator(CountBuffer, AccumulatorIO):
                 self._heads[key] = (tuple(new[:2]), False)
         elif not head[1] and len(head[0]) < 2 and tail != NEW:
             self._heads[key] = ((head[0] + tuple(new))[:2], False)
-
-    # ------------------------------------------------------------------ merging
-
-    def merge(self, other: MomentAccumulator) -> MomentAccumulator:
-        """A new accumulator holding both sets of counts, matched by symbol label.
-
-        Exact when the two were fed disjoint sets of streams. For a key present in
-        both, the tail of ``other`` is kept (it is taken to be the later part); to
-        join consecutive pieces of the same streams exactly, use :meth:`concat`.
-        With ``max_symbols``, labels of ``other`` that do not fit become :data:`OTHER`.
-        Time O((nnz₁ + nnz₂) log + n + streams), memory of the result.
-        """
-        out, mapping = self._merge_counts(other)
-        for key, tail in other._tails.items():
-            out._tails[key] = remap_tail(tail, mapping, out._base)
-        for key, (symbols, ended) in other._heads.items():
-            out._heads.setdefault(key, (tuple(int(mapping[s]) for s in symbols), ended))
-        return out
-
-    def _merge_counts(self, other: MomentAccumulator) -> tuple[MomentAccumulator, np.ndarray]:
-        """A copy of self with other's counts added, and other's index -> new index."""
-        if not isinstance(other, MomentAccumulator):
-            raise TypeError(f"can only merge a MomentAccumulator, not {type(other).__name__}")
-        for name in ("mode", "n_symbols", "forgetting", "max_symbols"):
-            if getattr(self, name) != getattr(other, name):
-                raise ValueError(
-                    f"cannot merge accumulators with {name}={getattr(self, name)!r} and "
-                    f"{getattr(other, name)!r}"
-                )
-        out = self.copy()
-        if other.n_symbols is not None:
-            mapping = np.arange(other.n, dtype=np.int64)
-        else:
-            mapping = np.array([out._alphabet.index_of(s) for s in other._alphabet._labels],
-                               dtype=np.int64)
-        out._normalise_weight()
-        t = other.triples()
-        if t.nnz:
-            x1, x2, x3 = t._xs()
-            codes = (mapping[x2] << 2 * BITS) | (mapping[x3] << BITS) | mapping[x1]
-            out._add_chunk((codes, t.weights, False))
-        out._total += other.n_triples
-        out._flush()
-        return out, mapping
-
-    def concat(self, later: MomentAccumulator) -> MomentAccumulator:
-        """A new accumulator for this one followed by ``later`` on the same streams.
-
-        Both must have been built with ``track_heads=True``. Every stream that was
-        still open here continues with ``later``'s first symbols of it, so the triples
-        that straddle the border are counted: the result equals one accumulator fed
-        both pieces in order. ``concat`` is associative, so chunks can be reduced by
-        a tree of joins (in order); streams that do not cross between the two are
-        simply merged. Time O((nnz₁ + nnz₂) log + n + streams).
-
-        Examples
-        --------
-        >>> first, second = (MomentAccumulator(3, track_heads=True) for _ in range(2))
-        >>> first.learn_many([0, 1, 2, 0])
-        >>> second.learn_many([1, 2])
-        >>> whole = MomentAccumulator(3)
-        >>> whole.learn_many([0, 1, 2, 0, 1, 2])
-        >>> first.concat(second).triples() == whole.triples()
-        True
-        """
-        if not (self.track_heads and later.track_heads):
-            raise ValueError("concat needs accumulators built with track_heads=True")
-        out, mapping = self._merge_counts(later)
-        for key, (symbols, ended) in later._heads.items():
-            head = tuple(int(mapping[s]) for s in symbols)
-            left_tail = tail_list(out._tails.get(key), out._base)
-            joined = left_tail + list(head)
-            codes = [(joined[p] * out._base + joined[p + 1]) * out._base + joined[p + 2]
-                     for p in range(len(joined) - 2)]
-            if codes:
-                out._count(codes)
-            later_tail = later._tails.get(key)
-            if later_tail is None:
-                out._tails.pop(key, None)
-            elif not ended and len(head) < 2:
-                out._store_tail(key, np.asarray(joined[-2:], dtype=np.int64))
-            else:
-                out._tails[key] = remap_tail(later_tail, mapping, out._base)
-            mine = out._heads.get(key)
-            if mine is None:
-                out._heads[key] = (head, ended)
-            elif not mine[1]:  # the first segment here was open: `later` continues it
-                out._heads[key] = ((mine[0] + head)[:2], ended)
-        for key, tail in later._tails.items():  # streams opened by `later` before any head
-            if key not in later._heads:
-                out._tails[key] = remap_tail(tail, mapping, out._base)
-        return out
-
-    def __add__(self, other: MomentAccumulator) -> MomentAccumulator:
-        """``a + b`` is :meth:`merge`."""
-        return self.merge(other)
 
     def copy(self) -> MomentAccumulator:
         """An independent copy. Time and memory O(nnz + n + streams)."""
@@ -580,8 +434,6 @@ class MomentAccumulator(CountBuffer, AccumulatorIO):
         out._weight = self._weight
         out._total = self._total
         return out
-
-    # ------------------------------------------------------------------ persistence
 
     # ------------------------------------------------------------------ internals
 

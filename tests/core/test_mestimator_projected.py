@@ -374,7 +374,7 @@ def test_large_problem_path_weighs_only_frequent_symbols_and_gives_the_same_oper
     """On large problems only the symbols whose shrinkage is below 1 get their k × k'
     conditions; the others keep θ_spec's operators in closed form. Both paths must give
     the same operators (the rare symbols' weighting is τ_x I there too)."""
-    import streamspec.core.mestimator as mest
+    import streamspec.core.projected as mest
 
     rng = np.random.default_rng(5)
     n = 400

@@ -108,6 +108,41 @@ def test_save_load_and_bytes_round_trip(tmp_path, hmm_and_acc):
         ObservableOperatorModel.from_bytes(bytes(data))
 
 
+def test_metadata_is_kept_by_copies_and_saved_and_old_checkpoints_load_with_none(tmp_path, hmm_and_acc):
+    from streamspec.core.checkpoint import dump_checkpoint
+    from streamspec.core.hidden_markov_model import HiddenMarkovModel
+
+    _, acc = hmm_and_acc
+    plain = SpectralEstimator(rank=2).fit(acc)
+    assert plain.metadata == {}
+    meta = {"encoding": "utf-8", "note": "é"}
+    model = plain.replace(metadata=meta)
+    meta["encoding"] = "latin-1"  # the model holds its own copy
+    assert model.metadata == {"encoding": "utf-8", "note": "é"}
+    for copy in (model.with_filter("recursive"), model.with_filter(window=4), model.replace(min_proba=0.0),
+                 model.without_backoff()):
+        assert copy.metadata == model.metadata
+    model.save(tmp_path / "m.npz")
+    assert ObservableOperatorModel.load(tmp_path / "m.npz").metadata == model.metadata
+    assert ObservableOperatorModel.from_bytes(model.to_bytes()).metadata == model.metadata
+    # a checkpoint written before metadata was kept: no header entry, version 1
+    header, arrays = plain.without_backoff()._header_arrays()
+    assert "metadata" not in header
+    old_bytes = dump_checkpoint(ObservableOperatorModel._FORMAT, 1, header, arrays)
+    old = ObservableOperatorModel.from_bytes(old_bytes)
+    assert old.metadata == {}
+    for bad in ({"encoding": 8}, ["encoding"], {1: "utf-8"}):
+        with pytest.raises(ValueError, match="metadata"):
+            plain.replace(metadata=bad)
+    # the hidden Markov model keeps its metadata through its checkpoint too
+    hmm = HiddenMarkovModel([0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]], [[0.8, 0.2], [0.1, 0.9]],
+                            symbols=["a", "b"], metadata={"encoding": "utf-8"})
+    back = HiddenMarkovModel.from_bytes(hmm.to_bytes())
+    assert back == hmm and back.metadata == {"encoding": "utf-8"}
+    bare = HiddenMarkovModel(hmm.startprob_, hmm.transmat_, hmm.emissionprob_)
+    assert HiddenMarkovModel.from_bytes(bare.to_bytes()).metadata == {} and bare != hmm.__class__(
+        hmm.startprob_, hmm.transmat_, hmm.emissionprob_, metadata={"encoding": "utf-8"})
+
 def test_labels_travel_with_the_model(tmp_path):
     acc = MomentAccumulator()
     acc.learn_many(list("abcabcabcacb" * 20))

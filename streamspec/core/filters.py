@@ -1,0 +1,136 @@
+"""Prediction: the filters that turn a history into a state, and valid distributions (math.md section 4).
+
+A state b_t of an observable-operator model is updated by ``b ↦ B_x b / (b∞ᵀ B_x b)``;
+the *recursive* filter applies every symbol of the history from ``b1``, the *window*
+filter (the default) only the last w. Predictions ``q_x = b∞ᵀ B_x b`` are clipped at
+0, renormalised and floored. :class:`~streamspec.core.model.ObservableOperatorModel`
+calls these functions with its own arrays; they hold no state of their own.
+
+Costs for n symbols and dimension d: one update O(d²), one prediction O(n · d).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from streamspec.core import defaults
+
+__all__ = ["FILTERS", "symbol_indices", "safe_norm", "clip_normalise", "floor_normalise", "update_state",
+           "window_states", "extend_states", "filter_chunks"]
+
+FILTERS = defaults.FILTERS  # the names, defined once with the other allowed values
+
+
+def symbol_indices(seq, n: int) -> np.ndarray:
+    """``seq`` as int64 symbol indices in 0..n-1 (a 1-D sequence), else ValueError. O(t)."""
+    arr = np.asarray(seq)
+    if arr.size == 0:
+        return np.empty(0, dtype=np.int64)
+    if arr.ndim != 1:
+        raise ValueError(f"a sequence must be 1-D, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"symbols must be integer indices 0..{n - 1}, got {arr.dtype}")
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or hi >= n:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"unknown symbol {bad}: the model has symbols 0..{n - 1}")
+    return arr.astype(np.int64, copy=False)
+
+
+def safe_norm(z, fallback):
+    """``z`` where it is a usable positive normaliser, else the positive ``fallback``. O(size)."""
+    z = np.asarray(z, dtype=np.float64)
+    fb = np.where(fallback > 0, fallback, 1.0)
+    return np.where(z > 1e-12 * fb, z, fb)
+
+
+def clip_normalise(q: np.ndarray) -> np.ndarray:
+    """Rows clipped at 0 and renormalised (uniform where nothing is left). O(size)."""
+    q = np.clip(q, 0.0, None)
+    s = q.sum(axis=-1, keepdims=True)
+    return np.where(s > 0, q / np.where(s > 0, s, 1.0), 1.0 / q.shape[-1])
+
+
+def floor_normalise(q: np.ndarray, min_proba: float) -> np.ndarray:
+    """Rows clipped at 0, renormalised, floored at ``min_proba`` and renormalised. O(size)."""
+    q = np.clip(q, 0.0, None)
+    s = q.sum(axis=-1, keepdims=True)
+    n = q.shape[-1]
+    q = np.where(s > 0, q / np.where(s > 0, s, 1.0), 1.0 / n)
+    if min_proba > 0:
+        q = np.maximum(q, min_proba)
+        q = q / q.sum(axis=-1, keepdims=True)
+    return q
+
+
+def update_state(B: np.ndarray, binf: np.ndarray, state: np.ndarray, x: int) -> np.ndarray:
+    """The state after observing symbol index ``x``. O(d²) time, O(d) memory."""
+    v = B[x] @ state
+    z = binf @ v
+    return v / safe_norm(z, np.abs(binf) @ np.abs(v))
+
+
+def window_states(b1: np.ndarray, binf: np.ndarray, B: np.ndarray, X: np.ndarray,
+                  step: int) -> np.ndarray:
+    """States after each row of ``X`` (m, w) from ``b1``, shape (m, d), ``step`` rows at a time.
+
+    O(m · w · d²) time, O(step · d²) scratch.
+    """
+    d = B.shape[1]
+    out = np.empty((X.shape[0], d))
+    absb = np.abs(binf)
+    for lo in range(0, X.shape[0], step):
+        Xc = X[lo : lo + step]
+        V = np.broadcast_to(b1, (Xc.shape[0], d)).copy()
+        for t in range(X.shape[1]):
+            Vn = np.einsum("tde,te->td", B[Xc[:, t]], V)
+            V = Vn / safe_norm(Vn @ binf, np.abs(Vn) @ absb)[:, None]
+        out[lo : lo + step] = V
+    return out
+
+
+def extend_states(B: np.ndarray, binf: np.ndarray, states: np.ndarray) -> np.ndarray:
+    """The states after each symbol from each of ``states`` (c, d): (c · n, d), row ``s·n + x``.
+
+    Time O(c · n · d²), memory O(c · n · d): for small alphabets.
+    """
+    V = np.einsum("xde,ce->cxd", B, np.atleast_2d(states)).reshape(-1, B.shape[1])
+    return V / safe_norm(V @ binf, np.abs(V) @ np.abs(binf))[:, None]
+
+
+def filter_chunks(b1: np.ndarray, binf: np.ndarray, B: np.ndarray, x: np.ndarray, filter: str,
+                  window: int, step: int) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    """``(start, stop, V, lasts)``: the states predicting ``x[start:stop]`` and the symbols before.
+
+    Chunks of ``step`` positions. Recursive: one update per position, O(t · d²). Window:
+    every position of a chunk restarts from ``b1`` and applies its last ``window``
+    symbols, vectorised over the chunk, O(t · w · d²).
+    """
+    T, d = len(x), B.shape[1]
+    prev = np.concatenate(([-1], x[:-1])) if T else x
+    if filter == "recursive":
+        state = b1.copy()
+        for start in range(0, T, step):
+            stop = min(T, start + step)
+            V = np.empty((stop - start, d))
+            for t in range(start, stop):
+                V[t - start] = state
+                state = update_state(B, binf, state, x[t])
+            yield start, stop, V, prev[start:stop]
+        return
+    absb = np.abs(binf)
+    for start in range(0, T, step):
+        stop = min(T, start + step)
+        V = np.broadcast_to(b1, (stop - start, d)).copy()
+        pos = np.arange(start, stop)
+        for lag in range(window, 0, -1):  # apply x[t-lag] for lag = w..1, where t - lag >= 0
+            src = pos - lag
+            ok = src >= 0
+            if not ok.any():
+                continue
+            Vn = np.einsum("tde,te->td", B[x[src[ok]]], V[ok])
+            z = Vn @ binf
+            V[ok] = Vn / safe_norm(z, np.abs(Vn) @ absb)[:, None]
+        yield start, stop, V, prev[start:stop]

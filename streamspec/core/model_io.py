@@ -1,0 +1,119 @@
+"""Saving and loading observable-operator models: checksummed npz + JSON header, no pickle.
+
+:class:`ModelIO` is the persistence half of
+:class:`~streamspec.core.model.ObservableOperatorModel` (a mixin, as
+:class:`~streamspec.streaming.accumulator_io.AccumulatorIO` is the accumulator's).
+What is saved: the operators, the filter settings, the rank, the symbols' labels, the
+factors (for warm starts), the backoff (as sparse arrays) and the metadata (JSON).
+Versions: 1 without a backoff, 2 with one; metadata, when there is any, is one more
+header entry that older readers ignore, and checkpoints without it load with ``{}``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from streamspec.core.backoff import Backoff
+from streamspec.core.checkpoint import (
+    CheckpointError,
+    decode_value,
+    dump_checkpoint,
+    encode_value,
+    load_checkpoint_bytes,
+    read_checkpoint,
+    write_checkpoint,
+)
+from streamspec.core.factors import MFactors
+
+__all__ = ["ModelIO"]
+
+
+class ModelIO:
+    """``to_bytes`` / ``save`` and ``from_bytes`` / ``load`` of a model (mixin).
+
+    Reads the model's constructor arguments as attributes (``b1``, ``binf``, ``B``,
+    ``filter``, ``window``, ``min_proba``, ``rank``, ``symbols``, ``factors``,
+    ``backoff``, ``metadata``); loading calls the class with them.
+    """
+
+    _FORMAT = "streamspec.ObservableOperatorModel"
+    _VERSION = 2  # version 2 adds the backoff; models without one are still written as version 1
+
+    def _header_arrays(self) -> tuple[dict, dict]:
+        header = {
+            "filter": self.filter,
+            "window": int(self.window),
+            "min_proba": float(self.min_proba),
+            "rank": int(self.rank),
+            "symbols": None if self.symbols is None else [encode_value(s) for s in self.symbols],
+        }
+        if self.metadata:  # why: absent when empty, so models without metadata save as before
+            header["metadata"] = dict(self.metadata)
+        arrays = {"b1": self.b1, "binf": self.binf, "B": self.B}
+        factors = self.factors
+        if factors is not None:  # kept so that a restarted refitter can warm-start
+            header["factorization"] = factors.factorization
+            arrays["R"], arrays["S"] = factors.R, factors.S
+        if self.backoff is not None:
+            bh, ba = self.backoff.to_parts()
+            header["backoff"] = bh
+            arrays.update({f"backoff_{k}": v for k, v in ba.items()})
+        return header, arrays
+
+    def _version(self) -> int:
+        return 1 if self.backoff is None else 2
+
+    def to_bytes(self) -> bytes:
+        """The model as a checkpoint in bytes (npz + JSON header, checksummed; no pickle).
+
+        Version 1 without a backoff, version 2 with one (its pair counts and weights as
+        arrays). Time and memory O(n · d² + P).
+        """
+        return dump_checkpoint(self._FORMAT, self._version(), *self._header_arrays())
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the model as a checkpoint file (atomic; the backoff included, as sparse arrays).
+
+        O(n · d² + P).
+        """
+        write_checkpoint(path, self._FORMAT, self._version(), *self._header_arrays())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str = "model"):
+        """The model of :meth:`to_bytes` (versions 1 and 2). O(n · d² + P)."""
+        header, arrays = load_checkpoint_bytes(data, cls._FORMAT, cls._VERSION, source)
+        return cls._from_parts(header, arrays, source)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike):
+        """The model saved by :meth:`save` (versions 1 and 2). O(n · d² + P)."""
+        header, arrays = read_checkpoint(path, cls._FORMAT, cls._VERSION)
+        return cls._from_parts(header, arrays, str(path))
+
+    @classmethod
+    def _from_parts(cls, header, arrays, source):
+        try:
+            symbols = header["symbols"]
+            backoff = None
+            if header.get("backoff") is not None:
+                prefix = "backoff_"
+                backoff = Backoff.from_parts(
+                    header["backoff"], {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+                )
+            model = cls(
+                arrays["b1"],
+                arrays["binf"],
+                arrays["B"],
+                filter=header["filter"],
+                window=header["window"],
+                min_proba=header["min_proba"],
+                symbols=None if symbols is None else [decode_value(s) for s in symbols],
+                backoff=backoff,
+                rank=header.get("rank"),  # None in checkpoints written before it was kept
+                factors=(MFactors(arrays["R"], arrays["S"], header["factorization"])
+                         if "R" in arrays else None),
+                metadata=header.get("metadata"),  # absent before it was kept: {}
+            )
+            return model
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CheckpointError(f"{source}: malformed model checkpoint ({exc})") from None
