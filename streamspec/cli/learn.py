@@ -364,12 +364,26 @@ def _fit_and_save(args, acc, log: logging.Logger, final: bool = True) -> int:
     log.info("event=fitted rank=%d requested_rank=%s symbols=%d seconds=%.2f loss=%.6g",
              model_rank(model), rank, model.n_symbols, time.perf_counter() - t0, loss)
     if args.out:
+        model = model.replace(metadata=reading_metadata(args))
         model.save(args.out)
         log.info("event=saved model=%s triples=%d", args.out, int(acc.n_triples))
     if getattr(args, "states", None):
         return _fit_and_save_hmm(args, acc, log)
     return 0
 
+
+
+def reading_metadata(args) -> dict[str, str]:
+    """How the files' symbols were read, saved with the model so that ``predict`` reads alike.
+
+    >>> import argparse
+    >>> reading_metadata(argparse.Namespace(encoding=None, lowercase=True))
+    {'encoding': 'chars', 'lowercase': 'true'}
+    """
+    meta = {"encoding": getattr(args, "encoding", None) or "chars"}
+    if getattr(args, "lowercase", None):
+        meta["lowercase"] = "true"
+    return meta
 
 
 def _fit_and_save_hmm(args, acc, log: logging.Logger) -> int:

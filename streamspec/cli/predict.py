@@ -21,10 +21,12 @@ def register(subparsers) -> None:
             "Print one JSON line with the distribution of the next symbol after a history. "
             "The positional arguments form ONE history (joined by spaces, as typed); "
             "without them every line of standard input is a history. A history is split "
-            "into symbols by --encoding: auto (the default) splits it the way the model's "
-            "symbols were read by learn: into characters when every symbol of the model "
-            "is one character (learn's default encoding, chars), else at whitespace "
-            "(tokens). Symbols the model does not know are skipped and listed."
+            "into symbols by --encoding: auto (the default) splits it the way learn read the "
+            "model's symbols (recorded in the model: characters for --encoding chars, "
+            "learn's default, else at whitespace; lower-cased if learned with "
+            "--lowercase); for a model without that record, characters when every symbol "
+            "is one character, else at whitespace. Symbols the model does not know are "
+            "skipped and listed."
         ),
         epilog="example: streamspec learn alice.txt --out m.ckpt && "
                "streamspec predict --model m.ckpt 'Alic'",
@@ -35,8 +37,8 @@ def register(subparsers) -> None:
                    help="the history, one or more words forming one sequence (default: "
                         "every line of standard input is a history)")
     p.add_argument("--encoding", choices=["auto", "chars", "tokens"], default="auto",
-                   help="how a history is split into symbols: auto (default: chars for a "
-                        "model of single characters, else tokens), chars (every character), "
+                   help="how a history is split into symbols: auto (default: as learn read the "
+                        "model's symbols), chars (every character), "
                         "tokens (whitespace-separated)")
     p.add_argument("--top", type=int, default=None, metavar="K",
                    help=f"list only the K most probable symbols (0: all; default: all for up "
@@ -48,11 +50,14 @@ _LIST_ALL_MAX = 100  # predict: alphabets up to this size are listed whole by de
 _TOP_DEFAULT = 20  # predict: symbols listed by default for larger alphabets
 
 
-def split_history(text: str, encoding: str, symbols) -> list[str]:
+def split_history(text: str, encoding: str, symbols, metadata=None) -> list[str]:
     """The symbols of one history: characters or whitespace-separated tokens.
 
-    ``encoding="auto"`` picks characters when every label of ``symbols`` (the
-    model's alphabet) is a one-character string, else tokens.
+    ``encoding="auto"`` reads the history as the model's symbols were read by
+    ``learn`` (its ``metadata``: ``encoding`` chars → characters, any other →
+    whitespace-separated tokens; ``lowercase``); for a model without that record,
+    characters when every label of ``symbols`` (the model's alphabet) is a
+    one-character string, else tokens.
 
     Examples
     --------
@@ -62,10 +67,21 @@ def split_history(text: str, encoding: str, symbols) -> list[str]:
     ['red', 'green']
     >>> split_history("a b", "tokens", ["a", "b"])
     ['a', 'b']
+    >>> split_history("The Cat", "auto", ["the", "cat"], {"encoding": "tokens", "lowercase": "true"})
+    ['the', 'cat']
+    >>> split_history("ab", "auto", ["ab", "a"], {"encoding": "chars"})
+    ['a', 'b']
     """
+    metadata = metadata or {}
     if encoding == "auto":
-        chars = symbols is not None and all(isinstance(s, str) and len(s) == 1 for s in symbols)
-        encoding = "chars" if chars else "tokens"
+        if metadata.get("lowercase") == "true":
+            text = text.lower()
+        if "encoding" in metadata:
+            encoding = "chars" if metadata["encoding"] == "chars" else "tokens"
+        else:
+            chars = symbols is not None and all(isinstance(s, str) and len(s) == 1
+                                                for s in symbols)
+            encoding = "chars" if chars else "tokens"
     return list(text) if encoding == "chars" else text.split()
 
 
@@ -82,7 +98,7 @@ def _predict(args) -> int:
     top = args.top if args.top is not None else (
         0 if len(labels) <= _LIST_ALL_MAX else _TOP_DEFAULT)
     for line in lines:
-        symbols = split_history(line, args.encoding, model.symbols)
+        symbols = split_history(line, args.encoding, model.symbols, model.metadata)
         known = [index[s] for s in symbols if s in index]
         unknown = [s for s in symbols if s not in index]
         p = model.predict_proba_next(np.asarray(known, dtype=np.int64))

@@ -679,3 +679,25 @@ def test_follow_saves_the_model_periodically_and_on_sigterm_or_sigint(tmp_path):
     text = log.read_text()
     assert "event=stopped signal=SIGTERM" in text and "event=stopped signal=SIGINT" in text
     assert "Traceback" not in text
+
+
+def test_predict_reads_a_history_as_learn_read_the_model_s_symbols(tmp_path, capsys):
+    # tokens that are single characters: without the model's record of how learn read
+    # them, predict would take "a b" as three characters (the space unknown)
+    text = tmp_path / "letters.txt"
+    rng = np.random.default_rng(5)
+    text.write_text("\n".join(" ".join(rng.choice(list("ABC"), 12)) for _ in range(300)) + "\n")
+    model_path = tmp_path / "letters.ckpt"
+    assert main(["learn", str(text), "--encoding", "tokens", "--lowercase", "--rank", "2",
+                 "--out", str(model_path), "-q"]) == 0
+    model = ObservableOperatorModel.load(model_path)
+    assert model.metadata == {"encoding": "tokens", "lowercase": "true"}
+    assert sorted(model.symbols) == ["a", "b", "c"]
+    capsys.readouterr()
+    assert main(["predict", "--model", str(model_path), "A B"]) == 0
+    (out,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert out["history"] == ["a", "b"] and "unknown" not in out
+    # an explicit --encoding still wins over the record
+    assert main(["predict", "--model", str(model_path), "--encoding", "chars", "ab"]) == 0
+    (chars,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert chars["history"] == ["a", "b"]
