@@ -67,7 +67,7 @@ class RankSelector(Estimator):
     Each fit uses the ranks of ``ranks`` within a factor 2 of the current choice (and the
     alphabet size). The choice is the candidate of the previous fit with the lowest log
     loss on the symbols that arrived after it (:class:`RankScores`): a progressive,
-    out-of-sample criterion, as math.md section 4 recommends. The first fit, with no
+    out-of-sample criterion, as docs/math.md section 4 recommends. The first fit, with no
     scores yet, takes the number of singular values of P21 above the noise level
     ``N^(-1/2)``.
 

@@ -61,7 +61,7 @@ class SpectralHMM(base.Classifier):
         as a template (its ``window`` is overridden by ``window``).
     window
         The prediction depends on the last ``window`` symbols of the stream (the window
-        filter of math.md section 4); 0 predicts the stationary distribution.
+        filter of docs/math.md section 4); 0 predicts the stationary distribution.
     refit_every
         Refit after this many learned symbols (all streams together); ``None``: only
         ``refit_interval``.

@@ -62,7 +62,7 @@ MIN_PROBA = 1e-6  # floor of a batch-fitted model's probabilities
 ONLINE_MIN_PROBA = 1e-3  # SpectralHMM: online predictions meet unseen trigrams often
 BACKOFF = "auto"
 REFIT_EVERY = 10_000
-# HMMEstimator (the HMM itself, math.md section 8)
+# HMMEstimator (the HMM itself, docs/math.md section 8)
 HMM_N_ITER = 50  # EM iterations on the counted triples after the moment start
 HMM_TOL = 1e-8  # EM stops when the mean triple log-likelihood rises by less
 HMM_INIT = "moments"

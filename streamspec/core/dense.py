@@ -66,7 +66,7 @@ class DenseProblem:
     # ------------------------------------------------------------------ starts
 
     def spectral_start(self, P1, P21, P3x1, U):
-        """θ_spec in M-form: S = U, R_x = U Uᵀ P3x1[x] (Uᵀ P21)⁺ (math.md section 6)."""
+        """θ_spec in M-form: S = U, R_x = U Uᵀ P3x1[x] (Uᵀ P21)⁺ (docs/math.md section 6)."""
         k = U.shape[1]
         _, _, Bk = spectral_operators(P1, P21, P3x1, k)
         R = np.einsum("dk,xkl->xdl", U, Bk, optimize=True)
@@ -287,7 +287,7 @@ class DenseFit(FitSteps):
 
     def initial_estimate(self, init: Any) -> None:
         """Warm: the previous factors (S = U of the new counts under ``"fixed"``) and W at
-        their operators. Cold: θ_spec in M-form under W = I (math.md section 6)."""
+        their operators. Cold: θ_spec in M-form under W = I (docs/math.md section 6)."""
         est, n, k = self.est, self.n, self.k
         warm = factors_of(init)
         if warm is not None:

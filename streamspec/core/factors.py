@@ -1,4 +1,4 @@
-"""The factors of a fitted θ_M model, kept on the model for warm starts (math.md section 6)."""
+"""The factors of a fitted θ_M model, kept on the model for warm starts (docs/math.md section 6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Prediction: the filters that turn a history into a state, and valid distributions (math.md section 4).
+"""Prediction: the filters that turn a history into a state, and valid distributions (docs/math.md section 4).
 
 A state b_t of an observable-operator model is updated by ``b ↦ B_x b / (b∞ᵀ B_x b)``;
 the *recursive* filter applies every symbol of the history from ``b1``, the *window*

@@ -1,4 +1,4 @@
-"""The interpolated Kneser–Ney bigram of pair counts, the backoff's second model (math.md section 7).
+"""The interpolated Kneser–Ney bigram of pair counts, the backoff's second model (docs/math.md section 7).
 
 :class:`KneserNeyBigram` predicts the next symbol from the previous one with absolute
 discounting, interpolated with a continuation unigram and a uniform floor, so that

@@ -94,14 +94,14 @@ class MEstimator(Estimator):
         is not offered there). Solved by coordinate descent to a tight tolerance.
     weighting
         ``"per_symbol"`` (default), ``"diagonal"``, ``"identity"`` (W = I: θ_spec
-        in the projected formulation), or ``"exact"`` (dense only: math.md's
+        in the projected formulation), or ``"exact"`` (dense only: docs/math.md's
         j-blocks with their coupling across x, which no per-symbol split can
         express, so it is not linear in n).
     factorization
         Dense formulation only. ``"fixed"`` (default): S = U, a convex weighted
         lasso in R. ``"shared"``: one learned S. ``"per_symbol"``: independent
         ``R_x, S_x``, the paper read literally (reproduction only: below full rank
-        its joint probabilities can blow up, math.md section 6).
+        its joint probabilities can blow up, docs/math.md section 6).
     formulation
         ``"auto"`` (default): ``"projected"`` unless a dense-only option is asked
         for (``penalty > 0``, ``weighting="exact"`` or a factorization other than

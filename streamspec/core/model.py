@@ -38,7 +38,7 @@ class ObservableOperatorModel(ModelIO):
     filter
         How a history becomes a state for prediction. ``"window"`` (default):
         restart from ``b1`` and apply only the last ``window`` symbols, which bounds
-        the propagation of estimation error (math.md section 4); the prediction is
+        the propagation of estimation error (docs/math.md section 4); the prediction is
         then ``Pr(next | last w symbols)`` under the stationary model.
         ``"recursive"``: the textbook filter over the whole history.
     window

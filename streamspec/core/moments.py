@@ -1,4 +1,4 @@
-"""Observable statistics and the moment conditions of ``math.md`` (sections 1 to 3), from counts.
+"""Observable statistics and the moment conditions of ``docs/math.md`` (sections 1 to 3), from counts.
 
 Pure functions, arrays in and arrays out. Counts are ``c3[x2, x3, x1]`` as kept by
 :class:`~streamspec.MomentAccumulator`; ``c21`` and ``c1`` are its marginals.
@@ -51,7 +51,7 @@ def moment_variance_factors(c3: np.ndarray, smoothing: float = 0.0) -> tuple[np.
     and their marginals ``g[j, s] = sum_i D[j, s, i]``.
 
     ``sum_n m mᵀ`` has block j equal to ``L diag(D[j]) Lᵀ`` with
-    ``L = I - B̃ Eᵀ`` (math.md section 3), so these two arrays and B are all that
+    ``L = I - B̃ Eᵀ`` (docs/math.md section 3), so these two arrays and B are all that
     any weighting needs.
     """
     D = np.asarray(c3, dtype=np.float64).transpose(2, 0, 1) + smoothing

@@ -1,4 +1,4 @@
-"""The projected formulation of θ_M: per-symbol GLS steps under ``Σ_x⁻¹`` (math.md section 6).
+"""The projected formulation of θ_M: per-symbol GLS steps under ``Σ_x⁻¹`` (docs/math.md section 6).
 
 :class:`ProjectedFit` is the formulation's fit, in the named steps that
 :class:`~streamspec.core.mestimator.MEstimator` runs (:mod:`streamspec.core.fit_steps`);

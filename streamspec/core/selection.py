@@ -1,6 +1,6 @@
 """Choosing the rank, the filter and its window by held-out log loss.
 
-math.md section 4: the recursive filter propagates estimation error, so much
+docs/math.md section 4: the recursive filter propagates estimation error, so much
 that on long text it lost to a bigram model at every rank; restarting from b1
 over the last few symbols bounds that error. Which rank and window are best
 depends on the data, so they are chosen by measured log loss on held-out

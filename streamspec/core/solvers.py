@@ -5,7 +5,7 @@ Each step of alternating minimisation is a convex problem
 R, or the R of one symbol, or all of R, depending on how far the weighting
 couples them). With an explicit Hessian per group the lasso is solved by cyclic
 coordinate descent, vectorised across groups, to a tight tolerance: it returns
-exact zeros, and math.md section 6 records that plain ADMM did not converge on
+exact zeros, and docs/math.md section 6 records that plain ADMM did not converge on
 these ill-conditioned problems while coordinate descent did. Where a group is
 too large for an explicit Hessian, :func:`conjugate_gradient` (μ = 0) and
 :func:`fista` (μ > 0) work from matrix-vector products alone.

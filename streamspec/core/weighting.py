@@ -2,7 +2,7 @@
 
 ``W`` weights the n³ moment conditions ``m[j, x, i]`` (see :mod:`streamspec.core.moments`).
 The paper's choice is the inverse of their second moments, ``(sum_n m mᵀ)⁻¹``,
-evaluated at the current estimate of B. math.md section 3 shows that matrix is
+evaluated at the current estimate of B. docs/math.md section 3 shows that matrix is
 block diagonal over j = x1, with block ``L D_j Lᵀ``, ``D_j`` diagonal and
 ``L = I - B̃ Eᵀ`` the identity minus a rank-n matrix. Every mode below is stored
 in factored form and applied blockwise; none builds an n³ × n³ matrix.
@@ -25,7 +25,7 @@ Modes and their costs (n symbols):
     of 2n × 2n. O(n⁵) to build, O(n⁴) memory, O(n⁴) per application.
 
 Regularisation. The blocks are singular at the truth (an n-dimensional null
-space, math.md section 3) and cells never observed get zero variance and so
+space, docs/math.md section 3) and cells never observed get zero variance and so
 infinite weight. Instead of the paper's absolute 1e-8 on the diagonal we use
 three documented knobs, all in units of τ = the mean diagonal entry:
 ``smoothing`` pseudo-counts added to every cell before forming the variances,
@@ -314,7 +314,7 @@ class ExactWeighting(Weighting):
 
 @dataclass(frozen=True)
 class SecondMoments:
-    """The second moments of the moment conditions at operators B, factored (math.md section 3).
+    """The second moments of the moment conditions at operators B, factored (docs/math.md section 3).
 
     Block j is ``L D_j Lᵀ`` with ``D[j, x, i]`` and ``g[j, y]`` from the counts
     (:func:`~streamspec.core.moments.moment_variance_factors`), already multiplied by
@@ -363,7 +363,7 @@ def resolve_shrinkage(shrinkage: float | str, n: int, n_triples: float) -> float
 
     That is 1/2 when the average cell of c3 holds 10 counts: the weighting is
     estimated from the counts themselves, and with few counts per cell it puts
-    huge weight on cells that happen to be rare (math.md section 6). Measured on a
+    huge weight on cells that happen to be rare (docs/math.md section 6). Measured on a
     random 5-state, 26-symbol HMM: with N = 2·10⁵ (11 counts per cell) an
     unshrunk exact weighting raised the joint-probability error from 0.084
     (identity) to 0.126 and s = 0.3 brought it back to 0.088; with N = 10⁶

@@ -40,7 +40,7 @@ Choices the paper leaves open, fixed here and used in every experiment
   estimators coincide);
 - real data: model rank ``k = min(8, n - 1)`` for every data set, EM with k
   hidden states; predictions of the spectral models use the window filter
-  (restart from b1 over the last 2 symbols, math.md section 4), EM uses its exact
+  (restart from b1 over the last 2 symbols, docs/math.md section 4), EM uses its exact
   forward filter.
 """
 

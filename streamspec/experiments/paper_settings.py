@@ -130,7 +130,7 @@ M_L1 = Variant("θ_M + L1", penalized=True)
 FIXED = Variant("θ_M fixed", params={"factorization": "fixed"})
 FIXED_L1 = Variant("θ_M fixed + L1", params={"factorization": "fixed"}, penalized=True)
 HEADLINE = (SPEC, M, M_L1, FIXED, FIXED_L1)
-#: θ_M variants of math.md section 6 (all without L1, all else as θ_M).
+#: θ_M variants of docs/math.md section 6 (all without L1, all else as θ_M).
 VARIANTS = (
     Variant("fact=per_symbol", params={"factorization": "per_symbol"}),
     Variant("W=identity", params={"weighting": "identity"}),

@@ -1,7 +1,7 @@
 """Joining :class:`~streamspec.streaming.accumulator.MomentAccumulator` s: merge and concat.
 
 :class:`AccumulatorMerge`, a mixin of the accumulator. Counts are sufficient
-statistics (math.md section 1), so accumulators fed disjoint streams merge by adding
+statistics (docs/math.md section 1), so accumulators fed disjoint streams merge by adding
 counts (:meth:`~AccumulatorMerge.merge`, matched by symbol label), and consecutive
 pieces of the same streams join exactly by also counting the triples that straddle
 the border (:meth:`~AccumulatorMerge.concat`, from the tails and heads of the streams).

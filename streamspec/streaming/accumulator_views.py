@@ -1,7 +1,7 @@
 """Dense views of a :class:`~streamspec.streaming.accumulator.MomentAccumulator`'s counts.
 
 :class:`AccumulatorViews`, a mixin of the accumulator: the counts ``c3`` and their
-marginals, the probabilities P1, P21, P3x1 (math.md section 1) and the second moments
+marginals, the probabilities P1, P21, P3x1 (docs/math.md section 1) and the second moments
 of the moment conditions (section 3), all derived on demand from
 :meth:`~streamspec.streaming.accumulator.MomentAccumulator.triples` (the counts are the
 only state). The dense ones raise :class:`~streamspec.core.triples.DenseTooLarge` above
@@ -70,7 +70,7 @@ class AccumulatorViews:
         """``sum_n m(X_n) m(X_n)ᵀ`` at operators ``B`` (n, n, n), as n blocks of n² × n².
 
         The moment conditions' second moments need no running state of their own:
-        block j (x1 = j) is ``L D_j Lᵀ`` with ``D_j`` the counts (math.md section 3).
+        block j (x1 = j) is ``L D_j Lᵀ`` with ``D_j`` the counts (docs/math.md section 3).
         See :mod:`streamspec.core.weighting` for the factored forms the estimators use.
         Dense: O(n⁵) memory, small alphabets only (``DenseTooLarge`` otherwise).
         """
