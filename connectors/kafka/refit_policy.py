@@ -39,8 +39,9 @@ from connectors.model_topic import (
     is_hmm_message,
 )
 from connectors.state.files import PartitionState, StateStore, merge_accumulators
-from connectors.state.snapshots import LatestSnapshots, TopicFollower, ensure_topic, read_topic
+from connectors.state.snapshots import LatestSnapshots
 from connectors.state.topic import SEND_TIMEOUT, TopicBackend
+from connectors.state.topic_io import TopicFollower, ensure_topic, read_topic
 from streamspec.core.checkpoint import CheckpointError
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.mestimator import MEstimator

@@ -27,7 +27,8 @@ from kafka_helpers import (  # noqa: E402
 
 from connectors.kafka import ConsumerDaemon  # noqa: E402
 from connectors.state.files import PartitionState  # noqa: E402
-from connectors.state.snapshots import encode_snapshot, ensure_topic, read_snapshots  # noqa: E402
+from connectors.state.snapshots import encode_snapshot, read_snapshots  # noqa: E402
+from connectors.state.topic_io import ensure_topic  # noqa: E402
 
 
 class ProgressDaemon(ConsumerDaemon):
