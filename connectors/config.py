@@ -144,6 +144,14 @@ class DaemonConfig:
         If set, every refitted model, as :meth:`ObservableOperatorModel.to_bytes`.
     poll_timeout_ms, max_poll_records
         Poll loop settings.
+    fetch_max_bytes
+        Most bytes one fetch response may carry, over all partitions (default
+        1 MiB, the most one partition may give; kafka-python's own default is
+        50 MiB). Kept small so that a backlog is read from every partition in
+        turn: the client hands out a response one partition at a time and asks
+        next for the partitions it holds nothing of, so each response, filled by
+        the broker up to this size, is about one partition's turn. A record batch
+        larger than this is still fetched whole.
     session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms
         Consumer group timings.
     status_interval
@@ -221,6 +229,7 @@ class DaemonConfig:
     models_topic: str | None = None
     poll_timeout_ms: int = 200
     max_poll_records: int = 2000
+    fetch_max_bytes: int = 1 << 20
     session_timeout_ms: int = 6000
     heartbeat_interval_ms: int = 1000
     max_poll_interval_ms: int = 60_000
@@ -258,7 +267,7 @@ class DaemonConfig:
         defaults.check_settings(**{name: getattr(self, name) for name in ESTIMATOR_SETTINGS
                                    if getattr(self, name) is not None})
         for name in (
-            "poll_timeout_ms", "max_poll_records", "session_timeout_ms",
+            "poll_timeout_ms", "max_poll_records", "fetch_max_bytes", "session_timeout_ms",
             "heartbeat_interval_ms", "max_poll_interval_ms",
         ):
             if _bad_int(getattr(self, name), minimum=1):

@@ -12,10 +12,16 @@ each run in a fresh consumer group. A rate is measured from the first message
 received to the last (group joins are excluded), and the median of the runs is
 reported with the ratio daemon / bare.
 
+With ``--fetch-compare`` it compares instead the daemon's fetch size before and
+after partitions were interleaved (``fetch_max_bytes`` 50 MiB, kafka-python's
+default, against the daemon's 1 MiB), with a backlog (the topic written first)
+and without one (the daemon caught up while the messages are produced), and how
+far the other partitions were read when the first one reached its end.
+
 Usage::
 
     python demos/bench_kafka.py [--messages 200000] [--runs 3] [--partitions 1]
-                                [--weighting exact] [--rank 2]
+                                [--weighting exact] [--rank 2] [--fetch-compare]
 """
 
 from __future__ import annotations
@@ -28,13 +34,14 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
-from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 
 from connectors.broker import create_topic, local_broker  # noqa: E402
 from connectors.config import DaemonConfig  # noqa: E402
@@ -81,6 +88,18 @@ def bare(bootstrap: str, topic: str, group: str, n: int) -> float:
 
 def daemon(bootstrap: str, topic: str, group: str, n: int, state_dir: str,
            **settings) -> tuple[float, int]:
+    rate, refits, _ = _timed_daemon(bootstrap, topic, group, n, state_dir, **settings)
+    return rate, refits
+
+
+def _timed_daemon(bootstrap: str, topic: str, group: str, n: int, state_dir: str,
+                  ends: dict[int, int] | None = None, feed: Callable[[], None] | None = None,
+                  **settings) -> tuple[float, int, float | None]:
+    """Rate (msg/s), refits, and the share of the others read when one partition was done.
+
+    ``feed``, if given, is called once the daemon holds its partitions (it produces the
+    messages); ``ends`` (end offsets) is needed for the share, sampled every 5 ms.
+    """
     cfg = DaemonConfig(topic=topic, bootstrap=bootstrap, group=group, state_dir=state_dir,
                        refit_every=20_000, checkpoint_interval=1.0, status_interval=0,
                        max_poll_records=500, **GROUP, **settings)
@@ -88,15 +107,77 @@ def daemon(bootstrap: str, topic: str, group: str, n: int, state_dir: str,
     thread = threading.Thread(target=d.run)
     thread.start()
     m = d.metrics
+    if feed is not None:
+        while not d.states:
+            time.sleep(0.01)
+        feeder = threading.Thread(target=feed)
+        feeder.start()
     while m.messages == 0:
         time.sleep(0.001)
     first, t0 = m.messages, time.perf_counter()
+    share = None
     while m.messages < n:
+        if ends and share is None:
+            share = _others_share(d.offsets(), ends)
         time.sleep(0.005)
     t1 = time.perf_counter()
     d.stop()
     thread.join()
-    return (m.messages - first) / (t1 - t0), m.refits
+    if feed is not None:
+        feeder.join()
+    return (m.messages - first) / (t1 - t0), m.refits, share
+
+
+def _others_share(offsets: dict[int, int], ends: dict[int, int]) -> float | None:
+    """Once a partition is read to its end: the fraction of the others read (else None)."""
+    if not any(offsets.get(p, 0) >= end for p, end in ends.items()):
+        return None
+    others = [p for p in ends if offsets.get(p, 0) < ends[p]]
+    return sum(offsets.get(p, 0) for p in others) / max(1, sum(ends[p] for p in others))
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+    ends = consumer.end_offsets(tps)
+    consumer.close()
+    return {tp.partition: off for tp, off in ends.items()}
+
+
+FETCH_SIZES = {"before (50 MiB)": 50 << 20, "after (1 MiB)": DaemonConfig(topic="x").fetch_max_bytes}
+
+
+def fetch_compare(bootstrap: str, tmp: str, n: int, runs: int, partitions: int,
+                  **settings) -> None:
+    """Daemon rates with the fetch size before and after the fix, with and without a backlog."""
+    create_topic(bootstrap, "backlog", partitions)
+    produce(bootstrap, "backlog", n)
+    ends = end_offsets(bootstrap, "backlog")
+    rates: dict[tuple[str, str], list[float]] = {}
+    shares: dict[str, list[float]] = {}
+    for run in range(runs):
+        for label, size in FETCH_SIZES.items():
+            group = f"{label[:5]}-{run}"
+            rate, _, share = _timed_daemon(bootstrap, "backlog", group, n, f"{tmp}/{group}-b",
+                                           ends=ends, fetch_max_bytes=size, **settings)
+            rates.setdefault((label, "backlog"), []).append(rate)
+            shares.setdefault(label, []).append(share if share is not None else 1.0)
+            live = f"live-{group}"
+            create_topic(bootstrap, live, partitions)
+            rate, _, _ = _timed_daemon(bootstrap, live, group, n, f"{tmp}/{group}-l",
+                                       feed=lambda t=live: produce(bootstrap, t, n),
+                                       fetch_max_bytes=size, **settings)
+            rates.setdefault((label, "live"), []).append(rate)
+            print(f"run {run + 1} {label}: backlog {rates[label, 'backlog'][-1]:,.0f} msg/s "
+                  f"(others {100 * shares[label][-1]:.0f}% read when the first partition "
+                  f"was done), no backlog {rate:,.0f} msg/s", flush=True)
+    print(f"\nmedian of {runs} run(s), {n:,} messages, {partitions} partitions:")
+    print(f"{'fetch_max_bytes':<18}{'backlog msg/s':>15}{'no backlog msg/s':>18}"
+          f"{'others read at first end':>26}")
+    for label in FETCH_SIZES:
+        print(f"{label:<18}{statistics.median(rates[label, 'backlog']):>15,.0f}"
+              f"{statistics.median(rates[label, 'live']):>18,.0f}"
+              f"{100 * statistics.median(shares[label]):>25.0f}%")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,10 +187,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--weighting", default="exact", help="weighting of the refits")
     parser.add_argument("--rank", type=int, default=2, help="rank of the refits")
+    parser.add_argument("--fetch-compare", action="store_true",
+                        help="compare the fetch size before/after partitions were interleaved")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     n = args.messages
     with local_broker() as bootstrap, tempfile.TemporaryDirectory() as tmp:
+        if args.fetch_compare:
+            fetch_compare(bootstrap, tmp, n, args.runs, args.partitions,
+                          weighting=args.weighting, rank=args.rank)
+            return 0
         topic = "bench"
         create_topic(bootstrap, topic, args.partitions)
         t = time.perf_counter()

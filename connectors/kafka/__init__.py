@@ -90,6 +90,10 @@ version (:mod:`connectors.model_topic`); every daemon serves the newest model it
 Modules
 -------
 * :mod:`connectors.kafka.daemon`: :class:`ConsumerDaemon`, the poll loop;
+* :mod:`connectors.kafka.assignment`: the table of the partitions held, under one lock;
+* :mod:`connectors.kafka.learning`: one partition's batch: records, dead letters, predictions;
+* :mod:`connectors.kafka.checkpoints`: checkpoint, then commit;
+* :mod:`connectors.kafka.lifecycle`: the state backend chosen; clients connected, closed;
 * :mod:`connectors.kafka.clients`: clients created, commits and outage probes, with backoff;
 * :mod:`connectors.kafka.rebalance`: assignment, revocation, checks of restored offsets;
 * :mod:`connectors.kafka.refit_policy`: local refits, or one refitter for the group;

@@ -50,6 +50,9 @@ def _consumer(cfg: DaemonConfig, client_id: str) -> KafkaConsumer:
         heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         max_poll_interval_ms=cfg.max_poll_interval_ms,
         max_poll_records=cfg.max_poll_records,
+        # why: a small response holds about one partition, so partitions take turns
+        # (see DaemonConfig.fetch_max_bytes); max_partition_fetch_bytes keeps its 1 MiB
+        fetch_max_bytes=cfg.fetch_max_bytes,
         bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
     )
 

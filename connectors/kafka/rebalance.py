@@ -1,9 +1,10 @@
 """Partition ownership: take over assigned partitions, hand back revoked ones, check offsets.
 
-:class:`Partitions` is the part of :class:`~connectors.kafka.daemon.ConsumerDaemon`
-that owns partitions; :class:`RebalanceListener` calls it from kafka-python's
-rebalance callbacks. A partition is restored from the daemon's state backend
-(at once, or paused until :meth:`Partitions._restore_pending` reads it in the
+:class:`Ownership` takes over and hands back the partitions of a
+:class:`~connectors.kafka.daemon.ConsumerDaemon` (its
+:class:`~connectors.kafka.assignment.Assignment`); :class:`RebalanceListener`
+calls it from kafka-python's rebalance callbacks. A partition is restored from the daemon's state backend
+(at once, or paused until :meth:`Ownership.restore_pending` reads it in the
 poll loop), sought to its checkpoint offset, and checked against the log before
 it is trusted. A partition that cannot be taken over is paused and listed as
 failed (status line, metrics, exit status): never silently left unread, never
@@ -21,8 +22,9 @@ from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaError, OffsetOutOfRangeError
 
 from connectors.config import DaemonConfig
+from connectors.kafka.assignment import Assignment
 from connectors.kafka.clients import OFFSETS_TIMEOUT_MS
-from connectors.kafka.outputs import DETAIL_MAX, Outputs
+from connectors.kafka.outputs import DETAIL_MAX
 from connectors.kafka.refit_policy import RefitPolicy
 from connectors.metrics import DaemonMetrics
 from connectors.state.backend import Outcome, StateBackend
@@ -30,7 +32,7 @@ from connectors.state.files import ForeignCheckpoint, PartitionState, Restored
 from streamspec.core.checkpoint import CheckpointError
 from streamspec.streaming.accumulator import MomentAccumulator
 
-__all__ = ["RebalanceListener", "Partitions", "EXIT_PARTITION_FAILURE"]
+__all__ = ["RebalanceListener", "Ownership", "EXIT_PARTITION_FAILURE"]
 
 log = logging.getLogger("streamspec.daemon")
 
@@ -61,52 +63,55 @@ class RebalanceListener(ConsumerRebalanceListener):
         self.acquire(assigned)
 
 
-class Partitions:
-    """Assignment, revocation and offset checks of the daemon's partitions (a base class).
+class Ownership:
+    """Assignment, revocation and offset checks of a daemon's partitions.
 
-    The daemon provides the attributes below and :meth:`_new_accumulator`,
-    :meth:`_save_released` (make one revoked state durable).
+    Parameters
+    ----------
+    config, metrics, backend, refits
+        The daemon's settings, counters, state backend and refit policy.
+    assignment
+        The table of the partitions held (changed under its lock).
+    stop
+        The daemon's stop event (waited on after a failed offset look-up).
+    new_accumulator
+        The empty counts of a partition without a state.
+    save_released
+        Makes one revoked partition's state durable.
+
+    Attributes
+    ----------
+    consumer
+        The group consumer (set once connected).
     """
 
-    config: DaemonConfig
-    metrics: DaemonMetrics
-    backend: StateBackend
-    refits: RefitPolicy
-    outputs: Outputs
-    states: dict[TopicPartition, PartitionState]
-    failed: dict[TopicPartition, str]
-    _consumer: KafkaConsumer | None
-    _lock: threading.RLock
-    _stop: threading.Event
-    _ever_failed: dict[TopicPartition, str]
-    _to_verify: set[TopicPartition]
-    _dirty: set[TopicPartition]
-    _uncommitted: dict[TopicPartition, int]
+    def __init__(self, config: DaemonConfig, metrics: DaemonMetrics, backend: StateBackend,
+                 refits: RefitPolicy, assignment: Assignment, stop: threading.Event,
+                 new_accumulator: Callable[[], MomentAccumulator],
+                 save_released: Callable[[TopicPartition, PartitionState], None]):
+        self.config, self.metrics, self.backend, self.refits = config, metrics, backend, refits
+        self.assignment, self.stop = assignment, stop
+        self.new_accumulator, self.save_released = new_accumulator, save_released
+        self.consumer: KafkaConsumer | None = None
 
-    def _new_accumulator(self) -> MomentAccumulator:
-        raise NotImplementedError
-
-    def _save_released(self, tp: TopicPartition, state: PartitionState) -> None:
-        raise NotImplementedError
-
-    def _acquire(self, partitions: Iterable[TopicPartition]) -> None:
+    def acquire(self, partitions: Iterable[TopicPartition]) -> None:
         """Take over newly assigned partitions (in the rebalance callback).
 
         kafka-python swallows what a rebalance callback raises, so nothing escapes:
         a partition whose take-over fails is paused and listed as failed (status
         line, metrics, exit status) instead of being silently left unread.
         """
-        with self._lock:
+        with self.assignment.lock:
             for tp in partitions:
-                if tp in self.states:
+                if tp in self.assignment.states:
                     continue
                 try:
                     self._acquire_one(tp)
                 except Exception as exc:  # noqa: BLE001 - see the docstring
-                    self._fail_partition(tp, "assign-failed", f"{type(exc).__name__}: {exc}")
+                    self.fail_partition(tp, "assign-failed", f"{type(exc).__name__}: {exc}")
 
     def _acquire_one(self, tp: TopicPartition) -> None:
-        self.failed.pop(tp, None)
+        self.assignment.failed.pop(tp, None)
         try:
             outcome: Outcome | None = self.backend.request(tp)
         except CheckpointError as exc:
@@ -114,8 +119,8 @@ class Partitions:
         if outcome is None:
             # paused until the backend has its state (read in the poll loop: no blocking
             # reads in this callback); a position, so that no reset is needed
-            self._consumer.seek(tp, 0)
-            self._consumer.pause(tp)
+            self.consumer.seek(tp, 0)
+            self.consumer.pause(tp)
             return
         self._install(tp, outcome)
 
@@ -123,19 +128,19 @@ class Partitions:
         """Start reading ``tp`` from its restored state; False if it failed (paused)."""
         if isinstance(outcome, ForeignCheckpoint):
             self.metrics.unreadable_checkpoints += 1
-            self._fail_partition(tp, "foreign-checkpoint", str(outcome))
+            self.fail_partition(tp, "foreign-checkpoint", str(outcome))
             return False
         if isinstance(outcome, CheckpointError):
             # never start such a partition afresh (that would count it twice):
             # leave it paused, unread, until the state is repaired or removed
             self.metrics.unreadable_checkpoints += 1
-            self._fail_partition(tp, "unreadable-checkpoint", str(outcome))
+            self.fail_partition(tp, "unreadable-checkpoint", str(outcome))
             return False
         restored: Restored = outcome
         state = restored.state
         if state is None:
-            state = PartitionState(tp.topic, tp.partition, self._new_accumulator())
-            self._consumer.seek_to_beginning(tp)
+            state = PartitionState(tp.topic, tp.partition, self.new_accumulator())
+            self.consumer.seek_to_beginning(tp)
         else:
             if restored.newest_error is not None:
                 self.metrics.unreadable_checkpoints += 1
@@ -145,41 +150,38 @@ class Partitions:
                     "offset on are read again from the log: nothing is lost or counted twice)",
                     tp.topic, tp.partition, restored.newest_error, restored.source,
                     state.offset, state.records)
-            self._consumer.seek(tp, state.offset)
-            self._to_verify.add(tp)  # checked against the log once its high-water mark is known
-        self.states[tp] = state
+            self.consumer.seek(tp, state.offset)
+            self.assignment.to_verify.add(tp)  # checked against the log once its high-water mark is known
+        self.assignment.states[tp] = state
         log.info(
             "event=assigned partition=%s-%d offset=%d from=%s records=%d",
             tp.topic, tp.partition, state.offset, restored.source, state.records,
         )
         return True
 
-    def _restore_pending(self) -> None:
+    def restore_pending(self) -> None:
         """Restore the partitions the backend could not restore at once; seek and resume them."""
-        with self._lock:
+        with self.assignment.lock:
             pending = sorted(self.backend.pending)
         ready = self.backend.read_pending(pending)  # blocking reads: outside the lock
-        with self._lock:
+        with self.assignment.lock:
             for tp, outcome in ready:
                 if tp not in self.backend.pending:
                     continue  # revoked while reading
                 self.backend.pending.discard(tp)
                 if self._install(tp, outcome):
-                    self._consumer.resume(tp)
+                    self.consumer.resume(tp)
                     self.refits.on_assigned(tp)
 
-    def _fail_partition(self, tp: TopicPartition, reason: str, error: str) -> None:
+    def fail_partition(self, tp: TopicPartition, reason: str, error: str) -> None:
         """Leave ``tp`` unread, visibly: paused, listed as failed, exit status not 0."""
-        self.failed[tp] = reason
-        self._ever_failed[tp] = reason
-        self.states.pop(tp, None)
-        self._to_verify.discard(tp)
+        self.assignment.failed[tp] = reason
+        self.assignment.ever_failed[tp] = reason
+        self.assignment.forget(tp)
         self.backend.pending.discard(tp)
-        self._dirty.discard(tp)
-        self._uncommitted.pop(tp, None)
         try:
-            self._consumer.seek(tp, 0)  # a position (never fetched: paused), so no reset is asked
-            self._consumer.pause(tp)
+            self.consumer.seek(tp, 0)  # a position (never fetched: paused), so no reset is asked
+            self.consumer.pause(tp)
         except Exception as exc:  # noqa: BLE001 - already failing; say so, keep going
             log.error("event=pause-failed partition=%s-%d error=%r", tp.topic, tp.partition,
                       str(exc))
@@ -187,27 +189,27 @@ class Partitions:
                   "(not read until fixed; exit status %d) error=%r", tp.topic, tp.partition,
                   reason, EXIT_PARTITION_FAILURE, error[:2 * DETAIL_MAX])
 
-    def _release(self, partitions: Iterable[TopicPartition], lost: bool) -> None:
-        with self._lock:
+    def release(self, partitions: Iterable[TopicPartition], lost: bool) -> None:
+        """Hand back revoked (or lost) partitions, their changed states made durable first."""
+        a = self.assignment
+        with a.lock:
             for tp in partitions:
                 self.backend.pending.discard(tp)
-                self._to_verify.discard(tp)
-                self.failed.pop(tp, None)  # another member takes it (and reports it if it fails)
+                a.failed.pop(tp, None)  # another member takes it (and reports it if it fails)
                 self.refits.on_revoked(tp)
-                state = self.states.pop(tp, None)
+                changed = tp in a.dirty
+                state = a.forget(tp)
                 if state is None:
                     continue
-                if tp in self._dirty:
-                    self._save_released(tp, state)
-                    self._dirty.discard(tp)
-                self._uncommitted.pop(tp, None)
+                if changed:
+                    self.save_released(tp, state)
                 log.info(
                     "event=%s partition=%s-%d offset=%d records=%d",
                     "lost" if lost else "revoked", tp.topic, tp.partition, state.offset,
                     state.records,
                 )
 
-    def _verify_offsets(self) -> None:
+    def verify_offsets(self) -> None:
         """Check restored offsets against the log; apply ``on_offset_out_of_range``.
 
         A checkpoint offset beyond the high-water mark (the topic was re-created, the
@@ -216,30 +218,30 @@ class Partitions:
         fetch response (some brokers answer offset look-ups inexactly); a partition
         whose fetch at its offset returns records needs no check.
         """
-        with self._lock:
+        with self.assignment.lock:
             ready = []
-            for tp in sorted(self._to_verify):
-                if tp not in self.states:
-                    self._to_verify.discard(tp)
+            for tp in sorted(self.assignment.to_verify):
+                if tp not in self.assignment.states:
+                    self.assignment.to_verify.discard(tp)
                     continue
-                hw = self._consumer.highwater(tp)
+                hw = self.consumer.highwater(tp)
                 if hw is not None:
                     ready.append((tp, hw))
         if not ready:
             return
         try:
-            starts = self._consumer.beginning_offsets([tp for tp, _ in ready],
+            starts = self.consumer.beginning_offsets([tp for tp, _ in ready],
                                                       timeout_ms=OFFSETS_TIMEOUT_MS)
         except KafkaError as exc:
             log.warning("event=offsets-unavailable partitions=%s error=%r retry=next-poll",
                         ",".join(str(tp.partition) for tp, _ in ready), str(exc))
             return
-        with self._lock:
+        with self.assignment.lock:
             for tp, hw in ready:
-                if tp not in self._to_verify or tp not in self.states:
+                if tp not in self.assignment.to_verify or tp not in self.assignment.states:
                     continue  # revoked, or records arrived meanwhile
-                self._to_verify.discard(tp)
-                state, start = self.states[tp], starts.get(tp) or 0
+                self.assignment.to_verify.discard(tp)
+                state, start = self.assignment.states[tp], starts.get(tp) or 0
                 if not start <= state.offset <= hw:
                     self._offset_out_of_range(tp, state, start, hw)
 
@@ -256,10 +258,10 @@ class Partitions:
                 "records_never_read=%d", tp.topic, tp.partition, state.offset, start,
                 end, where, state.records, skipped)
             state.offset = start
-            self._consumer.seek(tp, start)
-            self._dirty.add(tp)
+            self.consumer.seek(tp, start)
+            self.assignment.dirty.add(tp)
             return True
-        self._fail_partition(
+        self.fail_partition(
             tp, "offset-out-of-range",
             f"checkpoint offset {state.offset} of {tp.topic}-{tp.partition} is {where} "
             f"(log start {start}, high-water mark {end}): the topic was re-created or "
@@ -267,19 +269,19 @@ class Partitions:
             "--on-offset-out-of-range reset to keep the counts and read from the log start")
         return False
 
-    def _out_of_range_while_reading(self, exc: OffsetOutOfRangeError) -> None:
+    def out_of_range_while_reading(self, exc: OffsetOutOfRangeError) -> None:
         """The fetch position left the log while reading: the same policy as on restore."""
         positions = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
-        tps = [tp for tp in positions if tp in self.states]
+        tps = [tp for tp in positions if tp in self.assignment.states]
         try:
-            starts = self._consumer.beginning_offsets(tps, timeout_ms=OFFSETS_TIMEOUT_MS)
-            ends = self._consumer.end_offsets(tps, timeout_ms=OFFSETS_TIMEOUT_MS)
+            starts = self.consumer.beginning_offsets(tps, timeout_ms=OFFSETS_TIMEOUT_MS)
+            ends = self.consumer.end_offsets(tps, timeout_ms=OFFSETS_TIMEOUT_MS)
         except KafkaError as err:
             log.warning("event=offsets-unavailable error=%r retry=next-poll", str(err))
-            self._stop.wait(0.5)
+            self.stop.wait(0.5)
             return
-        with self._lock:
+        with self.assignment.lock:
             for tp in tps:
-                state = self.states.get(tp)
+                state = self.assignment.states.get(tp)
                 if state is not None:
                     self._offset_out_of_range(tp, state, starts.get(tp, 0), ends.get(tp))

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 
 from kafka.errors import KafkaError
 
-from connectors.config import DaemonConfig
+from connectors.config import DaemonConfig, mestimator_params
 from connectors.kafka.outputs import DETAIL_MAX, Outputs
 from connectors.metrics import DaemonMetrics
 from connectors.model_topic import (
@@ -38,9 +38,11 @@ from connectors.model_topic import (
     encode_model,
     is_hmm_message,
 )
+from connectors.process_fit import ProcessMEstimator
 from connectors.state.files import PartitionState, StateStore, merge_accumulators
-from connectors.state.snapshots import LatestSnapshots, TopicFollower, ensure_topic, read_topic
+from connectors.state.snapshots import LatestSnapshots
 from connectors.state.topic import SEND_TIMEOUT, TopicBackend
+from connectors.state.topic_io import TopicFollower, ensure_topic, read_topic
 from streamspec.core.checkpoint import CheckpointError
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.mestimator import MEstimator
@@ -49,9 +51,25 @@ from streamspec.streaming.accumulator import MomentAccumulator
 from streamspec.streaming.refitter import FitRecord, Refitter
 from streamspec.streaming.with_hmm import WithHMM
 
-__all__ = ["RefitPolicy", "LocalRefits", "GroupRefits"]
+__all__ = ["RefitPolicy", "LocalRefits", "GroupRefits", "make_estimator"]
 
 log = logging.getLogger("streamspec.daemon")
+
+
+def make_estimator(config: DaemonConfig) -> MEstimator | WithHMM:
+    """The refits' estimator: MEstimator's own defaults for every setting not given.
+
+    With ``hmm_states``, wrapped in :class:`~streamspec.WithHMM`: each refit also fits
+    an HMM with that many states on the same counts (in the refit thread; the
+    operator model's fit still runs in the worker process with ``refit_process``).
+    """
+    kind = ProcessMEstimator if config.refit_process else MEstimator
+    est = kind(**mestimator_params(rank=config.rank, penalty=config.penalty,
+                                   weighting=config.weighting, sweeps=config.sweeps,
+                                   outer=config.outer, formulation=config.formulation))
+    if config.hmm_states is None:
+        return est
+    return WithHMM(est, config.hmm_states, sweeps=config.warm_sweeps)
 
 
 class RefitPolicy:

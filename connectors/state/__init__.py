@@ -4,6 +4,8 @@
   :class:`StateStore` (one checkpoint file per partition, with a ``.prev`` fallback);
 * :mod:`connectors.state.snapshots`: the snapshot messages of the state topic and
   their readers (Kafka needed);
+* :mod:`connectors.state.topic_io`: topics read to their end, followed in a thread,
+  created (Kafka needed);
 * :mod:`connectors.state.backend`: the :class:`~connectors.state.backend.StateBackend`
   interface the daemon uses, implemented by :mod:`connectors.state.local` (the
   files) and :mod:`connectors.state.topic` (the state topic).

@@ -24,13 +24,11 @@ from connectors.state.files import ForeignCheckpoint, PartitionState, Restored
 from connectors.state.snapshots import (
     LatestSnapshots,
     Snapshot,
-    TopicFollower,
     encode_snapshot,
-    ensure_topic,
-    partition_count,
     read_snapshot_history,
     state_partition,
 )
+from connectors.state.topic_io import TopicFollower, ensure_topic, partition_count
 from streamspec.core.checkpoint import CheckpointError
 
 __all__ = ["TopicBackend", "SEND_TIMEOUT", "BOOTSTRAP_TIMEOUT_MS"]

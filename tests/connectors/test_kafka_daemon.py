@@ -105,7 +105,7 @@ def test_states_option_fits_publishes_and_restores_an_hmm(kafka_bootstrap, uniqu
     with DaemonThread(cfg) as daemon:
         wait_until(lambda: checkpoint_offsets(state, topic) == ends, "checkpoints at the end")
         wait_until(lambda: daemon.metrics.refits >= 1 and hmm_file.exists(), "a refit with an HMM")
-        wait_until(lambda: daemon._refitter.model.hmm is not None, "the HMM served")
+        wait_until(lambda: daemon.refits.refitter.model.hmm is not None, "the HMM served")
     saved = HiddenMarkovModel.load(hmm_file)
     assert saved.n_states == 2 and sorted(saved.symbols) == ["a", "b", "c", "d"]
     # published after its model, with the model's version
@@ -128,8 +128,8 @@ def test_states_option_fits_publishes_and_restores_an_hmm(kafka_bootstrap, uniqu
     assert abs(ll_saved - ll_direct) < 0.01
     # a restart warm-starts the next HMM fit from the saved one
     restarted = ConsumerDaemon(cfg)
-    assert restarted._hmm_estimator.last.hmm == saved
-    assert restarted._hmm_estimator.last.model is restarted.model is not None
+    assert restarted.refits.hmm_estimator.last.hmm == saved
+    assert restarted.refits.hmm_estimator.last.model is restarted.model is not None
     # inspect on the state folder shows the matrices
     assert cli_main(["inspect", str(state)]) == 0
     text = capsys.readouterr().out

@@ -213,7 +213,7 @@ def test_frozen_broker_is_reported_once_per_attempt_with_backoff(unique_name, tm
         daemon, result, thread = _run(cfg)
         try:
             wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends, "the first pass")
-            daemon._dirty.add(TP(topic, 0))  # something to commit while the broker is frozen
+            daemon.assignment.dirty.add(TP(topic, 0))  # something to commit while the broker is frozen
             broker.proc.send_signal(signal.SIGSTOP)
             try:
                 wait_until(lambda: len(_failure_lines(caplog)) >= 3, "three failed attempts",
@@ -256,7 +256,7 @@ def test_refit_failures_are_logged_and_counted(kafka_bootstrap, unique_name, tmp
     daemon, result, thread = _run(cfg)
     try:
         wait_until(lambda: checkpoint_offsets(tmp_path / "state", topic) == ends, "the end")
-        wait_until(lambda: daemon._refitter.n_failures >= 1, "a failed refit")
+        wait_until(lambda: daemon.refits.refitter.n_failures >= 1, "a failed refit")
         wait_until(lambda: "streamspec_refit_failures_total 0" not in _metrics(daemon)
                    and "streamspec_refit_failures_total" in _metrics(daemon), "the counter")
         wait_until(lambda: "refit_failures=0" not in _last_status(caplog), "a status line")

@@ -42,10 +42,9 @@ from connectors.state.snapshots import (  # noqa: E402
     LatestSnapshots,
     Snapshot,
     encode_snapshot,
-    ensure_topic,
     read_snapshots,
-    read_topic,
 )
+from connectors.state.topic_io import ensure_topic, read_topic  # noqa: E402
 from streamspec import HiddenMarkovModel, HMMEstimator  # noqa: E402
 
 WAIT = 120  # a generous bound on any wait (never an assertion on time)

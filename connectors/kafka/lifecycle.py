@@ -1,0 +1,125 @@
+"""Building, starting and stopping what the daemon's poll loop runs with, in the order that loses nothing.
+
+* :func:`choose_state`: the state backend and its refit policy (the one place that
+  depends on ``state_backend``);
+* :func:`connect_others`: the output producer, then the state backend's and the
+  refit policy's clients (all or none: a failure closes what was created, and the
+  caller retries with backoff);
+* :class:`Services`: the metrics endpoint and the refit worker process, started
+  before the consumer and stopped last;
+* :func:`close_clients`: at shutdown, the last finished model, the final
+  checkpoint and its commit, then the consumer (whose revocation checkpoints again
+  what changed), the outputs and the backend.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from kafka import KafkaConsumer
+from kafka.errors import KafkaError
+
+from connectors.config import DaemonConfig
+from connectors.kafka.assignment import Assignment
+from connectors.kafka.checkpoints import Checkpointer
+from connectors.kafka.outputs import Outputs
+from connectors.kafka.refit_policy import GroupRefits, LocalRefits, RefitPolicy, make_estimator
+from connectors.metrics import DaemonMetrics, MetricsServer
+from connectors.process_fit import shutdown_worker, start_worker
+from connectors.state.backend import StateBackend
+from connectors.state.files import StateStore
+from connectors.state.local import LocalBackend
+from connectors.state.topic import TopicBackend
+
+__all__ = ["choose_state", "connect_others", "close_clients", "Services"]
+
+log = logging.getLogger("streamspec.daemon")
+
+
+def choose_state(config: DaemonConfig, store: StateStore, outputs: Outputs,
+                 metrics: DaemonMetrics, assignment: Assignment) -> tuple[StateBackend, RefitPolicy]:
+    """The state backend and the refit policy that goes with it (``config.state_backend``).
+
+    ``"kafka"``: the state topic, one refitter for the group on the global counts;
+    ``"local"``: checkpoint files in ``store``, refits on the partitions held.
+    """
+    estimator = make_estimator(config)
+    if config.state_backend == "kafka":  # the one choice; no branch on it afterwards
+        backend = TopicBackend(config.bootstrap, config.topic, config.state_topic_name,
+                               config.group)
+        return backend, GroupRefits(config, estimator, outputs, metrics, backend)
+    return LocalBackend(store), LocalRefits(config, estimator, outputs, metrics, store,
+                                            assignment.states, assignment.lock,
+                                            assignment.counts_bytes)
+
+
+def connect_others(outputs: Outputs, backend: StateBackend, refits: RefitPolicy,
+                   client_id: str) -> None:
+    """The output producer, then the backend's and the refit policy's clients."""
+    outputs.connect()
+    try:
+        backend.connect(client_id)
+        refits.connect(client_id)
+    except Exception:
+        if outputs.producer is not None:
+            outputs.producer.close(timeout=1)
+            outputs.producer = None
+        raise
+
+
+def close_clients(consumer: KafkaConsumer | None, refits: RefitPolicy,
+                  checkpoints: Checkpointer, outputs: Outputs, backend: StateBackend) -> None:
+    """Serve the last model, checkpoint and commit, then close the clients and the refits.
+
+    A ``KafkaError`` while closing is logged: the checkpoints written are the truth.
+    """
+    try:
+        if consumer is not None:
+            refits.take_model()
+            checkpoints.checkpoint_and_commit(final=True)
+            # close() revokes the partitions, which checkpoints them again if changed
+            consumer.close(autocommit=False)
+        outputs.close()
+        backend.close()
+    except KafkaError as exc:
+        log.warning("event=close-error error=%r", str(exc))
+    finally:
+        refits.close()
+        refits.refitter.wait(5.0)  # a fit still running dies with the process: counts are safe
+
+
+class Services:
+    """What runs beside the poll loop: the metrics endpoint and the refit worker process.
+
+    Parameters
+    ----------
+    config
+        ``metrics_port`` (``None``: no endpoint), ``refit_process``, and whether
+        refits are on at all (``refit_every``, ``refit_interval``).
+    """
+
+    def __init__(self, config: DaemonConfig):
+        self.config = config
+        self.metrics_server: MetricsServer | None = None
+
+    @property
+    def port(self) -> int | None:
+        """The port of the metrics endpoint (``None``: none)."""
+        return self.metrics_server.port if self.metrics_server is not None else None
+
+    def start(self, render: Callable[[], str]) -> None:
+        """Serve ``render()`` as the metrics; start the refit worker if refits run in one."""
+        cfg = self.config
+        if cfg.metrics_port is not None:
+            self.metrics_server = MetricsServer(render, cfg.metrics_port)
+            log.info("event=metrics url=http://127.0.0.1:%d/metrics", self.metrics_server.port)
+        if cfg.refit_process and (cfg.refit_every or cfg.refit_interval):
+            start_worker()  # its start-up is done by the time the first refit is due
+
+    def close(self) -> None:
+        """Stop the worker process (if refits used one) and the metrics endpoint."""
+        if self.config.refit_process:
+            shutdown_worker()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
