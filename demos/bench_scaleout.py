@@ -84,7 +84,7 @@ class Daemon:
     def __init__(self, bootstrap: str, topic: str, group: str, name: str, tmp: str, run: str):
         self.log = Path(tmp) / f"{run}-{name}.log"
         cmd = [
-            sys.executable, "-m", "streamspec.cli.commands", "consume", "--bootstrap", bootstrap,
+            sys.executable, "-m", "streamspec", "consume", "--bootstrap", bootstrap,
             "--topic", topic, "--group", group, "--client-id", name,
             "--state-backend", "kafka", "--state-topic", f"{topic}.state-{run}",
             "--models-topic", f"{topic}.models-{run}", "--state-dir", f"{tmp}/{run}-{name}",

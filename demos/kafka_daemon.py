@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         topic, predictions, models = "symbols", "symbols.predictions", "symbols.models"
         for t, n in ((topic, 4), (predictions, 1), (models, 1), (f"{topic}.dead-letters", 1)):
             create_topic(bootstrap, t, n)
-        cmd = [sys.executable, "-m", "streamspec.cli.commands", "consume",
+        cmd = [sys.executable, "-m", "streamspec", "consume",
                "--bootstrap", bootstrap, "--topic", topic, "--group", "demo",
                "--state-dir", state_dir, "--rank", args.rank, "--refit-every", "5000",
                "--predictions-topic", predictions, "--models-topic", models,
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             daemon.send_signal(signal.SIGTERM)
             code = daemon.wait(60)
         print(f"daemon exited with {code}; its state folder:", flush=True)
-        subprocess.run([sys.executable, "-m", "streamspec.cli.commands", "inspect",
+        subprocess.run([sys.executable, "-m", "streamspec", "inspect",
                         str(Path(state_dir) / topic)], env=env, cwd=ROOT, check=False)
     return 0
 

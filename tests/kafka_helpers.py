@@ -167,7 +167,7 @@ class DaemonThread:
 
 def daemon_cmd(bootstrap, topic, group, state_dir, *extra) -> list[str]:
     return [
-        sys.executable, "-m", "streamspec.cli.commands", "consume", "--bootstrap", bootstrap,
+        sys.executable, "-m", "streamspec", "consume", "--bootstrap", bootstrap,
         "--topic", topic, "--group", group, "--state-dir", str(state_dir),
         "--refit-every", "2000", "--checkpoint-interval", "0.1", "--status-interval", "1",
         "--session-timeout-ms", str(GROUP_SETTINGS["session_timeout_ms"]),

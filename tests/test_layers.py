@@ -192,26 +192,41 @@ def test_no_private_name_is_imported_from_another_module():
 
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
-SIZED = ("streamspec/core", "streamspec/streaming", "streamspec/adapters")
+SIZED = ("streamspec", "connectors")  # every module of both packages, subpackages included
 # Known exceptions, each to be removed when it is split. Any other module or function over
 # the limit fails the test; an entry that is no longer over it fails too (keep this current).
 ALLOWED_MODULES: set[str] = set()
 ALLOWED_FUNCTIONS: set[str] = set()
 
 
+def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function without its docstring (numpy docstrings with examples are long)."""
+    lines = node.end_lineno - node.lineno + 1
+    first = node.body[0] if node.body else None
+    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)):
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
+
+
 def _oversized() -> tuple[set[str], set[str]]:
     modules, functions = set(), set()
     for folder in SIZED:
-        for path in sorted((ROOT / folder).glob("*.py")):
+        for path in sorted((ROOT / folder).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
             text = path.read_text()
             if len(text.splitlines()) > MAX_MODULE_LINES:
                 modules.add(rel)
             for node in ast.walk(ast.parse(text)):
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and (
-                        node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES):
+                        _code_lines(node) > MAX_FUNCTION_LINES):
                     functions.add(f"{rel}::{node.name}")
     return modules, functions
+
+
+def test_code_lines_leave_the_docstring_out():
+    tree = ast.parse('def f():\n    """One.\n\n    Two.\n    """\n    x = 1\n    return x\n')
+    assert _code_lines(tree.body[0]) == 3
 
 
 def test_no_new_oversized_module_or_function():

@@ -21,7 +21,9 @@ import numpy as np
 import pytest
 
 from streamspec import cli
-from streamspec.cli.commands import config_from_args, describe_checkpoint, main
+from streamspec.cli import main
+from streamspec.cli.consume import config_from_args
+from streamspec.cli.inspect import describe_checkpoint
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.streaming.accumulator import MomentAccumulator
 
@@ -147,7 +149,7 @@ def test_settings_come_from_toml_then_flags(tmp_path):
     import argparse
 
     parser = argparse.ArgumentParser()
-    from streamspec.cli.commands import register
+    from streamspec.cli.consume import register
 
     register(parser.add_subparsers())
     args = parser.parse_args(["consume", "--config", str(toml), "--rank", "4",
@@ -244,7 +246,7 @@ def test_learn_resumes_from_its_state_without_loss_or_duplication(tmp_path):
 
 
 def _learner(data: Path, state: Path, log: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "streamspec.cli.commands", "learn", str(data), "--follow",
+    cmd = [sys.executable, "-m", "streamspec", "learn", str(data), "--follow",
            "--encoding", "tokens", "--state", str(state), "--no-fit", "--progress", "never",
            "--checkpoint-interval", "0.05", "--poll-interval", "0.02"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

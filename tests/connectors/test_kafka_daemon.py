@@ -160,7 +160,7 @@ def test_poison_messages_go_to_dead_letter_topic(kafka_bootstrap, unique_name, t
     assert dict(state.dead_letters) == {"undecodable": 1, "empty": 2, "oversized": 1,
                                         "unknown-symbol": 1}
     assert by_label(state.acc) == by_label(reference(good))
-    from streamspec.cli.commands import describe_checkpoint
+    from streamspec.cli.inspect import describe_checkpoint
 
     info = describe_checkpoint(StateStore(tmp_path / "state").path(topic, 0))
     assert info["offset"] == ends[0] and info["dead_letters"]["empty"] == 2

@@ -281,7 +281,7 @@ def test_sigterm_before_the_handlers_exist_exits_zero(tmp_path):
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
         "    real(self, cfg)\n"
         "k.ConsumerDaemon.__init__ = init\n"
-        "from streamspec.cli.commands import main\n"
+        "from streamspec.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -1,7 +1,7 @@
 """Scale-out through Kafka (issue 6): several daemons, one state topic, one shared model.
 
 Daemons run as real subprocesses (``streamspec consume --state-backend kafka``,
-through ``python -m streamspec.cli.commands``, which needs no other subcommand)
+through ``python -m streamspec``)
 against the real broker (Tansu), each with a state folder of its own: nothing
 is shared but Kafka. Counts are compared exactly, label by label, with one
 MomentAccumulator fed every record directly.
@@ -61,7 +61,7 @@ class Daemon:
         self.name = name
         self.log = tmp_path / f"{name}.log"
         cmd = [
-            sys.executable, "-m", "streamspec.cli.commands", "consume", "--bootstrap", bootstrap,
+            sys.executable, "-m", "streamspec", "consume", "--bootstrap", bootstrap,
             "--topic", topic, "--group", group, "--client-id", name,
             "--state-backend", "kafka", "--state-dir", str(tmp_path / f"state-{name}"),
             "--refit-every", "3000", "--checkpoint-interval", "0.2", "--status-interval", "1",
@@ -198,7 +198,7 @@ def test_snapshot_roundtrip_and_latest_wins_by_offset():
 def test_config_and_cli_choose_the_backend():
     import argparse
 
-    from streamspec.cli.commands import config_from_args, register
+    from streamspec.cli.consume import config_from_args, register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
