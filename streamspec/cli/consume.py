@@ -97,6 +97,9 @@ def _add_kafka_options(p) -> None:
                    help="longest wait of one poll (default 200)")
     g.add_argument("--max-poll-records", type=int, metavar="N",
                    help="messages per poll at most (default 2000)")
+    g.add_argument("--fetch-max-bytes", type=int, metavar="BYTES",
+                   help="most bytes of one fetch response (default 1048576): small enough that "
+                        "a backlog is read from every partition in turn")
 
 
 def _add_schedule_options(p) -> None:
@@ -125,7 +128,8 @@ def _add_schedule_options(p) -> None:
 _CONSUME_SETTINGS = (
     "bootstrap", "topic", "group", "state_dir", "client_id", "dead_letter_topic",
     "predictions_topic", "models_topic", "session_timeout_ms", "heartbeat_interval_ms",
-    "max_poll_interval_ms", "poll_timeout_ms", "max_poll_records", "rank", "penalty",
+    "max_poll_interval_ms", "poll_timeout_ms", "max_poll_records", "fetch_max_bytes", "rank",
+    "penalty",
     "weighting", "formulation", "sweeps", "mode", "max_symbols", "hmm_states",
     "refit_every", "refit_interval", "min_triples",
     "refit_duty", "refit_process",

@@ -703,3 +703,16 @@ def test_predict_reads_a_history_as_learn_read_the_model_s_symbols(tmp_path, cap
     assert main(["predict", "--model", str(model_path), "--encoding", "chars", "ab"]) == 0
     (chars,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert chars["history"] == ["a", "b"]
+
+
+def test_consume_takes_the_fetch_size_that_interleaves_partitions():
+    import argparse
+
+    from streamspec.cli.consume import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    given = config_from_args(parser.parse_args(["consume", "--topic", "t",
+                                                "--fetch-max-bytes", "65536"]))
+    default = config_from_args(parser.parse_args(["consume", "--topic", "t"]))
+    assert (given.fetch_max_bytes, default.fetch_max_bytes) == (65536, 1 << 20)
