@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from connectors.state.files import PartitionState, dump_verified, merge_accumulators
@@ -282,6 +282,24 @@ class SnapshotHistory:
         return [snap for _, _, snap in self._by_partition.get(partition, [])]
 
 
+def _snapshot_taker(wanted: set[int] | None, offer) -> Callable:
+    """A message callback that decodes a snapshot and offers it when its partition is wanted.
+
+    Messages that are not snapshots are logged and skipped (a state topic shared by mistake).
+    """
+    def take(m) -> None:
+        try:
+            snap = Snapshot.from_message(m.key, m.value, m.headers)
+        except ValueError as exc:
+            log.warning("event=foreign-state-message topic=%s partition=%d offset=%d error=%r",
+                        m.topic, m.partition, m.offset, str(exc))
+            return
+        if wanted is None or snap.partition in wanted:
+            offer(snap)
+
+    return take
+
+
 def read_snapshots(
     bootstrap: str,
     state_topic: str,
@@ -295,16 +313,7 @@ def read_snapshots(
     """
     latest = LatestSnapshots()
     wanted = None if source_partitions is None else set(source_partitions)
-
-    def take(m) -> None:
-        try:
-            snap = Snapshot.from_message(m.key, m.value, m.headers)
-        except ValueError as exc:
-            log.warning("event=foreign-state-message topic=%s partition=%d offset=%d error=%r",
-                        m.topic, m.partition, m.offset, str(exc))
-            return
-        if wanted is None or snap.partition in wanted:
-            latest.offer(snap)
+    take = _snapshot_taker(wanted, latest.offer)
 
     partitions = None
     if wanted is not None:
@@ -331,16 +340,7 @@ def read_snapshot_history(
     """
     history = SnapshotHistory(keep)
     wanted = set(source_partitions)
-
-    def take(m) -> None:
-        try:
-            snap = Snapshot.from_message(m.key, m.value, m.headers)
-        except ValueError as exc:
-            log.warning("event=foreign-state-message topic=%s partition=%d offset=%d error=%r",
-                        m.topic, m.partition, m.offset, str(exc))
-            return
-        if snap.partition in wanted:
-            history.offer(snap)
+    take = _snapshot_taker(wanted, history.offer)
 
     n_state = partition_count(bootstrap, state_topic)
     if n_state and wanted:
