@@ -44,29 +44,10 @@ def learn_record(acc: MomentAccumulator, records: Sequence) -> int:
     any step raises: the accumulator's per-call undo records are replayed in reverse
     order, so a message is never half-learned. O(1) per symbol.
     """
-    if len(records) == 1 and not records[0].end:
+    if len(records) == 1 and not records[0].end:  # the common case, atomic by itself
         r = records[0]
         if r.symbol is None:
             return 0
         acc.learn_one(r.symbol, r.key)
         return 1
-    snapshot = getattr(acc, "_snapshot", None)
-    labels = acc._alphabet._labels if snapshot is not None else None
-    undo = []
-    learned = 0
-    try:
-        for r in records:
-            if r.symbol is not None:
-                if snapshot is not None:
-                    undo.append(snapshot(r.key, len(labels)))
-                acc.learn_one(r.symbol, r.key)
-                learned += 1
-            if r.end:
-                if snapshot is not None:
-                    undo.append(snapshot(r.key, len(labels)))
-                acc.end(r.key)
-    except BaseException:
-        for snap in reversed(undo):
-            acc._restore(snap)
-        raise
-    return learned
+    return acc.learn_all((r.key, r.symbol, r.end) for r in records)

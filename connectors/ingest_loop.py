@@ -49,6 +49,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from connectors.ingest import learn_record
+
 __all__ = ["DONE", "IngestLoop", "read_in_thread"]
 
 DONE = object()  # read_in_thread: the source has ended
@@ -188,12 +190,9 @@ class IngestLoop:
 
     def learn(self, rec: Any, pos: Any) -> None:
         """Learn one record read at ``pos``, then checkpoint or save if it is time."""
-        if rec.symbol is not None:
-            self.acc.learn_one(rec.symbol, rec.key)
-            self.records += 1
-            self._unsaved += 1
-        if rec.end:
-            self.acc.end(rec.key)
+        learned = learn_record(self.acc, [rec])  # all or nothing, as the daemon learns
+        self.records += learned
+        self._unsaved += learned
         if pos is not None:
             self.positions[pos.path] = pos.to_dict()
         self._since += 1

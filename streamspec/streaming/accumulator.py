@@ -10,7 +10,7 @@ The accumulator is one class built of mixins, each in its own module: counting b
 from __future__ import annotations
 
 import sys
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 import numpy as np
 
@@ -333,6 +333,37 @@ class MomentAccumulator(CountBuffer, AccumulatorViews, AccumulatorMerge, Accumul
         if self.track_heads:  # an end closes the first segment if it is still open
             symbols, _ = self._heads.get(key, ((), False))
             self._heads[key] = (symbols, True)
+
+    def learn_all(self, items: Iterable[tuple[Hashable, Hashable | None, bool]]) -> int:
+        """Learn ``(key, symbol, end)`` items all or nothing; the number of symbols learned.
+
+        ``symbol`` None: nothing to learn; ``end``: the key's sequence ends after it. If
+        any step raises (a full alphabet, memory), every item already learned is undone,
+        so the counts, the alphabet and the stream tails are as before the call. O(1)
+        per item.
+
+        >>> acc = MomentAccumulator()
+        >>> acc.learn_all([("u", "a", False), ("u", "b", False), ("u", "c", True)])
+        3
+        >>> acc.n_triples, acc.keys
+        (1.0, [])
+        """
+        undo = []
+        learned = 0
+        try:
+            for key, symbol, end in items:
+                if symbol is not None:
+                    undo.append(self._snapshot(key, len(self._alphabet)))
+                    self.learn_one(symbol, key)
+                    learned += 1
+                if end:
+                    undo.append(self._snapshot(key, len(self._alphabet)))
+                    self.end(key)
+        except BaseException:
+            for point in reversed(undo):
+                self._restore(point)
+            raise
+        return learned
 
     @property
     def keys(self) -> list:

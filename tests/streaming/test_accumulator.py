@@ -354,3 +354,26 @@ def test_concat_with_labels_and_checkpoint(tmp_path):
         whole.concat(first)
     with pytest.raises(ValueError, match="track_heads needs"):
         MomentAccumulator(3, mode="sequences", track_heads=True)
+
+
+def test_learn_all_undoes_every_item_when_one_fails(monkeypatch):
+    acc = MomentAccumulator()
+    acc.learn_many(list("abcab"), key="s")
+    before = (acc.symbols, acc.keys, acc.n_triples, acc.counts().copy())
+    real = acc.learn_one
+    calls = []
+
+    def failing(symbol, key=None):
+        calls.append(symbol)
+        if len(calls) == 3:
+            raise MemoryError("no room")
+        return real(symbol, key)
+
+    monkeypatch.setattr(acc, "learn_one", failing)
+    with pytest.raises(MemoryError):
+        acc.learn_all([("s", "new", False), ("t", "x", True), ("s", "y", False)])
+    monkeypatch.undo()
+    assert (acc.symbols, acc.keys, acc.n_triples) == before[:3]
+    np.testing.assert_array_equal(acc.counts(), before[3])
+    assert acc.learn_all([("s", "c", False), ("s", None, True)]) == 1
+    assert acc.keys == [] and acc.n_triples == before[2] + 1
