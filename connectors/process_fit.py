@@ -38,9 +38,9 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from streamspec.core.factors import factors_of
+from streamspec.core.fit_data import triples_of
 from streamspec.core.mestimator import MEstimator
 from streamspec.core.model import ObservableOperatorModel
-from streamspec.core.spectral import triples_of
 from streamspec.core.triples import Triples
 
 __all__ = ["ProcessMEstimator", "shutdown_worker", "start_worker", "sparse_counts"]

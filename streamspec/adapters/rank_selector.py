@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from streamspec.adapters.prediction_table import PredictionTable
+from streamspec.core.fit_data import triples_of
 from streamspec.core.params import Estimator, clone
-from streamspec.core.spectral import triples_of
 from streamspec.core.subspace import DENSE_SVD_MAX, top_singular
 from streamspec.core.triples import Triples
 from streamspec.streaming.refitter import refit_estimator

@@ -14,15 +14,14 @@ from typing import Any
 import numpy as np
 
 from streamspec.core.factors import MFactors, factor_operators, factors_of
+from streamspec.core.fit_data import alphabet_size, counts_of
 from streamspec.core.fit_steps import FitSteps
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.moments import probabilities
 from streamspec.core.progress import Progress
 from streamspec.core.solvers import conjugate_gradient, fista, lasso_groups, solve_groups
 from streamspec.core.spectral import (
-    alphabet_size,
     check_rank,
-    counts_of,
     select_rank_by_spectrum,
     spectral_operators,
     top_subspace,

@@ -35,6 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamspec.core import defaults
+from streamspec.core.fit_data import triples_of
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.params import Estimator
 from streamspec.core.subspace import top_singular
@@ -58,27 +59,6 @@ def _one_blas_thread():
     except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
         return contextlib.nullcontext()
     return threadpool_limits(1, user_api="blas")
-
-
-def _triples_of(data) -> tuple[Triples, list | None]:
-    """``(triples, labels)`` of a Triples, a MomentAccumulator, or dense counts c3[x2, x3, x1]."""
-    if isinstance(data, Triples):
-        return data, None
-    if isinstance(data, np.ndarray):
-        return Triples.from_dense(data), None
-    if hasattr(data, "triples"):
-        triples = data.triples()
-    elif hasattr(data, "counts"):
-        triples = Triples.from_dense(data.counts())
-    else:
-        raise TypeError(
-            f"cannot learn from {type(data).__name__}: pass a MomentAccumulator, a Triples "
-            "or dense counts c3[x2, x3, x1]"
-        )
-    labels = None
-    if getattr(data, "n_symbols", 0) is None and hasattr(data, "symbols"):
-        labels = list(data.symbols)
-    return triples, labels
 
 
 # ---------------------------------------------------------------------- method of moments
@@ -440,9 +420,7 @@ class HMMEstimator(Estimator):
         distribution, not the distribution at the start of a stream.
         """
         self._validate()
-        triples, labels = _triples_of(data)
-        if not triples.total > 0:
-            raise ValueError("no triples counted: cannot fit an HMM to empty counts")
+        triples, labels = triples_of(data)  # refuses empty counts
         n = triples.n
         self._validate(n)
         rng = np.random.default_rng(self.random_state)

@@ -6,12 +6,13 @@ from streamspec.core import defaults
 from streamspec.core.backoff import select_with_backoff
 from streamspec.core.dense import DENSE_MEMORY_LIMIT, DenseFit
 from streamspec.core.factors import MFactors
+from streamspec.core.fit_data import triples_of
 from streamspec.core.fit_steps import FitSteps
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.params import Estimator
 from streamspec.core.projected import ProjectedFit
 from streamspec.core.projected_weighting import PROJECTED_WEIGHTINGS
-from streamspec.core.spectral import select_rank_by_spectrum, triples_of
+from streamspec.core.spectral import select_rank_by_spectrum
 from streamspec.core.triples import Triples
 
 __all__ = ["MEstimator", "MFactors", "FACTORIZATIONS", "FORMULATIONS", "DENSE_MEMORY_LIMIT",

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from streamspec.core.factors import MFactors, factors_of
+from streamspec.core.fit_data import EMPTY_COUNTS
 from streamspec.core.fit_steps import FitSteps
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.progress import Progress
@@ -159,9 +160,7 @@ class ProjectedFit(FitSteps):
         triples = self.triples
         n, N = triples.n, triples.total
         if not N > 0:
-            raise ValueError(
-                "cannot fit on an empty accumulator: no triple counted yet (each stream needs 3 symbols)"
-            )
+            raise ValueError(EMPTY_COUNTS)
         P1, P21 = triples.P1(), triples.P21()
         k, kp = projected_sizes(self.est.rank, self.est.n_conditions, P21, N, n)
         U, Q = self._basis(P21, kp)

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from streamspec.core.fit_data import alphabet_size
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.params import clone
-from streamspec.core.spectral import alphabet_size
 
 __all__ = ["PredictorSelection", "select_predictor", "rank_grid", "DEFAULT_WINDOWS"]
 

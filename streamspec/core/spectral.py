@@ -8,7 +8,7 @@ the top-k left singular vectors U of the sparse P21, then ``b1 = Uᵀ P1``,
 O(n · k²): no array of size n² or n³ is formed, so alphabets of 10⁵ symbols fit.
 
 The dense routines (:func:`spectral_operators`, :func:`top_subspace`,
-:func:`counts_of`) are kept for small alphabets and as the reference.
+:func:`~streamspec.core.fit_data.counts_of`) are kept for small alphabets and as the reference.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import scipy.sparse as sp
 
 from streamspec.core import defaults
 from streamspec.core.backoff import fit_with_backoff
+from streamspec.core.fit_data import triples_of
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.params import Estimator
 from streamspec.core.subspace import DENSE_SVD_MAX, project_triples, top_singular
@@ -28,102 +29,11 @@ __all__ = [
     "spectral_operators",
     "sparse_spectral_operators",
     "top_subspace",
-    "alphabet_size",
-    "counts_of",
-    "triples_of",
     "check_rank",
     "select_rank_by_spectrum",
 ]
 
-_EMPTY = "cannot fit on an empty accumulator: no triple counted yet (each stream needs 3 symbols)"
 _MAX_AUTO_RANK = 256  # rank="auto" looks at this many singular values at most
-
-
-def _labels_of(data) -> list | None:
-    return data.symbols if getattr(data, "n_symbols", None) is None else None
-
-
-def alphabet_size(data) -> int:
-    """n of an accumulator, of :class:`Triples` or of dense counts, without densifying. O(1).
-
-    Examples
-    --------
-    >>> alphabet_size(np.zeros((4, 4, 4)))
-    4
-    """
-    if isinstance(data, Triples):
-        return data.n
-    if hasattr(data, "n") and hasattr(data, "symbols"):
-        return int(data.n)
-    c3 = np.asarray(data)
-    if c3.ndim != 3 or len(set(c3.shape)) != 1:
-        raise ValueError(f"counts must have shape (n, n, n), got {c3.shape}")
-    return int(c3.shape[0])
-
-
-def counts_of(data) -> tuple[np.ndarray, list | None]:
-    """``(c3, labels)`` from a MomentAccumulator or a raw ``c3`` array (dense, O(n³) memory).
-
-    For small alphabets only; large ones use :func:`triples_of`.
-
-    Examples
-    --------
-    >>> c3 = np.zeros((2, 2, 2)); c3[0, 1, 1] = 3
-    >>> counts_of(c3)[0].sum(), counts_of(c3)[1]
-    (np.float64(3.0), None)
-    """
-    if hasattr(data, "counts") and hasattr(data, "symbols"):
-        c3 = data.counts()
-        labels = _labels_of(data)
-    elif isinstance(data, Triples):
-        c3, labels = data.to_dense(), None
-    else:
-        c3, labels = np.asarray(data, dtype=np.float64), None
-    if c3.ndim != 3 or len(set(c3.shape)) != 1:
-        raise ValueError(f"counts must have shape (n, n, n), got {c3.shape}")
-    if not np.isfinite(c3).all():
-        raise ValueError("counts hold NaN or infinite values")
-    if not c3.sum() > 0:
-        raise ValueError(_EMPTY)
-    return c3, labels
-
-
-def triples_of(data) -> tuple[Triples, list | None]:
-    """``(triples, labels)`` from a MomentAccumulator, a :class:`Triples` or dense ``c3[x2, x3, x1]``.
-
-    An accumulator gives its sparse counts (``data.triples()`` when it has it, else
-    its dense counts converted) and its labels (for growing alphabets; ``None`` for
-    fixed ones). Raises ``ValueError`` on empty counts (no triple counted yet), on NaN
-    or infinite counts and on a wrong shape. Time and memory O(nnz + n) from sparse
-    inputs; O(n³) from dense ones.
-
-    Examples
-    --------
-    >>> c3 = np.zeros((2, 2, 2)); c3[0, 1, 1] = 3
-    >>> t, labels = triples_of(c3)
-    >>> t.nnz, t.total, labels
-    (1, 3.0, None)
-    >>> triples_of(np.zeros((2, 2, 2)))
-    Traceback (most recent call last):
-    ...
-    ValueError: cannot fit on an empty accumulator: no triple counted yet (each stream needs 3 symbols)
-    """
-    labels = None
-    if isinstance(data, Triples):
-        triples = data
-    elif hasattr(data, "symbols") and (hasattr(data, "triples") or hasattr(data, "counts")):
-        labels = _labels_of(data)
-        triples = data.triples() if hasattr(data, "triples") else Triples.from_dense(data.counts())
-    else:
-        c3 = np.asarray(data, dtype=np.float64)
-        if c3.ndim != 3 or len(set(c3.shape)) != 1:
-            raise ValueError(f"counts must have shape (n, n, n), got {c3.shape}")
-        triples = Triples.from_dense(c3)  # checks NaN, infinity, negative counts
-    if not np.isfinite(triples.weights).all():
-        raise ValueError("counts hold NaN or infinite values")
-    if not triples.total > 0:
-        raise ValueError(_EMPTY)
-    return triples, labels
 
 
 def check_rank(rank, n: int) -> int:

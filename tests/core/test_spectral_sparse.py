@@ -6,13 +6,12 @@ import numpy as np
 import pytest
 
 from streamspec import HMM, MomentAccumulator, SpectralEstimator
+from streamspec.core.fit_data import counts_of, triples_of
 from streamspec.core.moments import probabilities
 from streamspec.core.spectral import (
-    counts_of,
     select_rank_by_spectrum,
     sparse_spectral_operators,
     spectral_operators,
-    triples_of,
 )
 from streamspec.core.subspace import _project_reference, project_triples
 from streamspec.core.triples import Triples
