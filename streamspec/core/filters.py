@@ -55,10 +55,7 @@ def clip_normalise(q: np.ndarray) -> np.ndarray:
 
 def floor_normalise(q: np.ndarray, min_proba: float) -> np.ndarray:
     """Rows clipped at 0, renormalised, floored at ``min_proba`` and renormalised. O(size)."""
-    q = np.clip(q, 0.0, None)
-    s = q.sum(axis=-1, keepdims=True)
-    n = q.shape[-1]
-    q = np.where(s > 0, q / np.where(s > 0, s, 1.0), 1.0 / n)
+    q = clip_normalise(q)
     if min_proba > 0:
         q = np.maximum(q, min_proba)
         q = q / q.sum(axis=-1, keepdims=True)
