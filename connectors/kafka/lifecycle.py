@@ -30,10 +30,12 @@ from connectors.config import DaemonConfig
 from connectors.kafka.assignment import Assignment
 from connectors.kafka.checkpoints import Checkpointer
 from connectors.kafka.clients import BrokerProbe, Committer
+from connectors.kafka.group_refits import GroupRefits
 from connectors.kafka.learning import BatchLearner, new_accumulator
+from connectors.kafka.local_refits import LocalRefits
 from connectors.kafka.outputs import Outputs
 from connectors.kafka.rebalance import Ownership
-from connectors.kafka.refit_policy import GroupRefits, LocalRefits, RefitPolicy, make_estimator
+from connectors.kafka.refit_policy import RefitPolicy, make_estimator
 from connectors.metrics import DaemonMetrics, MetricsServer
 from connectors.process_fit import shutdown_worker, start_worker
 from connectors.records import RecordFormat, format_from_options
