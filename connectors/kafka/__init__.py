@@ -93,12 +93,15 @@ Modules
 * :mod:`connectors.kafka.assignment`: the table of the partitions held, under one lock;
 * :mod:`connectors.kafka.learning`: one partition's batch: records, dead letters, predictions;
 * :mod:`connectors.kafka.checkpoints`: checkpoint, then commit;
-* :mod:`connectors.kafka.lifecycle`: the state backend chosen; clients connected, closed;
+* :mod:`connectors.kafka.lifecycle`: the collaborators wired (the state backend chosen once);
+  clients connected, closed;
 * :mod:`connectors.kafka.clients`: clients created, commits and outage probes, with backoff;
 * :mod:`connectors.kafka.rebalance`: assignment, revocation, checks of restored offsets;
-* :mod:`connectors.kafka.refit_policy`: local refits, or one refitter for the group;
+* :mod:`connectors.kafka.refit_policy`: when to refit, what both policies share;
+* :mod:`connectors.kafka.local_refits`: refits on this daemon's partitions (local state);
+* :mod:`connectors.kafka.group_refits`: one refitter for the group (state topic);
 * :mod:`connectors.kafka.outputs`: dead letters, predictions, model messages;
-* :mod:`connectors.kafka.status`: the status line and the Prometheus metrics;
+* :mod:`connectors.kafka.status`: the daemon's figures, the status line and the Prometheus metrics;
 * the state backends live in :mod:`connectors.state` (files, state topic).
 """
 

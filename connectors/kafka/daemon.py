@@ -4,17 +4,16 @@ See :mod:`connectors.kafka` for what the daemon guarantees and the modules it
 delegates to: the table of the partitions held (:mod:`~connectors.kafka.assignment`),
 their take-over (:mod:`~connectors.kafka.rebalance`), the learning of a batch
 (:mod:`~connectors.kafka.learning`), checkpoint-then-commit
-(:mod:`~connectors.kafka.checkpoints`), start and shutdown
-(:mod:`~connectors.kafka.lifecycle`), the state backend and the refit policy,
-chosen once at construction.
+(:mod:`~connectors.kafka.checkpoints`), construction and shutdown
+(:mod:`~connectors.kafka.lifecycle`: the state backend and the refit policy are
+chosen once, when the collaborators are wired), and the status line and metrics
+(:mod:`~connectors.kafka.status`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterable
@@ -23,18 +22,11 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
 
 from connectors.config import DaemonConfig
-from connectors.kafka.assignment import Assignment
-from connectors.kafka.checkpoints import Checkpointer
-from connectors.kafka.clients import BrokerProbe, Committer, backoff, connect
-from connectors.kafka.learning import BatchLearner, new_accumulator
-from connectors.kafka.lifecycle import Services, choose_state, close_clients, connect_others
-from connectors.kafka.outputs import DETAIL_MAX, Outputs
-from connectors.kafka.rebalance import EXIT_PARTITION_FAILURE, Ownership, RebalanceListener
-from connectors.kafka.status import render_metrics, status_line
-from connectors.metrics import DaemonMetrics
-from connectors.records import RecordFormat, format_from_options
-from connectors.state.files import StateStore
-from streamspec.core.model import ObservableOperatorModel
+from connectors.kafka.clients import backoff, connect
+from connectors.kafka.lifecycle import close_clients, connect_others, wire
+from connectors.kafka.outputs import DETAIL_MAX
+from connectors.kafka.rebalance import EXIT_PARTITION_FAILURE, RebalanceListener
+from connectors.kafka.status import Reporting, render_metrics, status_line
 
 __all__ = ["ConsumerDaemon", "EXIT_STATE_FAILURE", "EXIT_PARTITION_FAILURE"]
 
@@ -44,7 +36,7 @@ EXIT_STATE_FAILURE = 3
 """Exit status of a daemon stopped because its state could not grow or be checkpointed."""
 
 
-class ConsumerDaemon:
+class ConsumerDaemon(Reporting):
     """Consume a topic, learn its streams, refit in the background, checkpoint exactly once.
 
     Parameters
@@ -70,6 +62,12 @@ class ConsumerDaemon:
     assignment, ownership, learner, checkpoints
         The partitions held, their take-over and hand-back, the learning of batches,
         checkpoint-then-commit (see the module docstring).
+    consumer
+        The group's ``KafkaConsumer`` (``None`` until connected).
+
+    All are built by :func:`connectors.kafka.lifecycle.wire`; the figures of the status
+    line and the metrics (:meth:`lag`, :meth:`offsets`, ...) come from
+    :class:`~connectors.kafka.status.Reporting`.
 
     Notes
     -----
@@ -85,43 +83,17 @@ class ConsumerDaemon:
 
     def __init__(self, config: DaemonConfig):
         self.config = config
-        self.fmt: RecordFormat = format_from_options(**config.format)
-        alphabet = config.alphabet
-        if alphabet is not None and self.fmt.int_symbols:
-            alphabet = tuple(int(s) for s in alphabet)
-        self.client_id = config.client_id or f"streamspec-{socket.gethostname()}-{os.getpid()}"
-        self.store = StateStore(config.state_dir, owner=self.client_id, group=config.group)
-        self.metrics = DaemonMetrics()
-        self.assignment = Assignment()
-        self.states, self.failed = self.assignment.states, self.assignment.failed
         self._stop = threading.Event()
-        self._consumer: KafkaConsumer | None = None
-        self._probe = BrokerProbe(self.metrics, config.bootstrap, config.retry_backoff_max)
-        self.outputs = Outputs(config, self.metrics, self.client_id, self.fmt.max_bytes)
-        self.backend, self.refits = choose_state(config, self.store, self.outputs, self.metrics,
-                                                 self.assignment)
-        self.checkpoints = Checkpointer(
-            config, self.assignment, self.backend, self.outputs, self.metrics,
-            Committer(self.metrics, config.retry_backoff_max), self._fail)
-        self.learner = BatchLearner(
-            self.fmt, frozenset(alphabet) if alphabet is not None else None, self.assignment,
-            self.outputs, self.metrics, self.refits, self.checkpoints, self._fail)
-        self.ownership = Ownership(config, self.metrics, self.backend, self.refits,
-                                   self.assignment, self._stop, lambda: new_accumulator(config),
-                                   self.checkpoints.save_released)
-        self.services = Services(config)
+        self.consumer: KafkaConsumer | None = None
         self.fatal: str | None = None  # why the daemon stopped on a state failure
+        w = wire(config, self._fail, self._stop)
+        self.fmt, self.client_id, self.store, self.metrics = w.fmt, w.client_id, w.store, w.metrics
+        self.assignment, self._probe, self.outputs = w.assignment, w.probe, w.outputs
+        self.backend, self.refits, self.checkpoints = w.backend, w.refits, w.checkpoints
+        self.learner, self.ownership, self.services = w.learner, w.ownership, w.services
+        self.states, self.failed = self.assignment.states, self.assignment.failed
 
     # ------------------------------------------------------------------ lifecycle
-
-    @property
-    def model(self) -> ObservableOperatorModel | None:
-        """The model served (``None`` before the first one)."""
-        return self.outputs.model
-
-    @property
-    def model_version(self) -> int:
-        return self.outputs.version
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish: stop polling, checkpoint, commit, close (any thread)."""
@@ -130,10 +102,6 @@ class ConsumerDaemon:
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
-
-    @property
-    def metrics_port(self) -> int | None:
-        return self.services.port
 
     def run(self, install_signals: bool = False) -> int:
         """Consume until stopped; returns the exit status (0, 3 or 4: see the module doc)."""
@@ -145,14 +113,14 @@ class ConsumerDaemon:
             "event=start client=%s topic=%s group=%s state_dir=%s bootstrap=%s",
             self.client_id, cfg.topic, cfg.group, cfg.state_dir, cfg.bootstrap,
         )
-        self.services.start(lambda: render_metrics(self, self._consumer is not None))
+        self.services.start(lambda: render_metrics(self, self.consumer is not None))
         try:
-            self._consumer = connect(cfg, self.client_id, self._stop, lambda: connect_others(
+            self.consumer = connect(cfg, self.client_id, self._stop, lambda: connect_others(
                 self.outputs, self.backend, self.refits, self.client_id))
-            if self._consumer is None:
+            if self.consumer is None:
                 return 0
-            self.ownership.consumer = self.checkpoints.consumer = self._consumer
-            self._consumer.subscribe([cfg.topic], listener=RebalanceListener(
+            self.ownership.consumer = self.checkpoints.consumer = self.consumer
+            self.consumer.subscribe([cfg.topic], listener=RebalanceListener(
                 self.ownership.acquire, self.ownership.release))
             log.info("event=connected bootstrap=%s", cfg.bootstrap)
             self._loop()
@@ -195,7 +163,7 @@ class ConsumerDaemon:
             if self.assignment.to_verify:
                 self.ownership.verify_offsets()
             if not batch:
-                self._probe.probe(self._consumer)
+                self._probe.probe(self.consumer)
             self._after_batch()
             now = time.monotonic()
             if cfg.status_interval and now - last_status >= cfg.status_interval:
@@ -205,8 +173,8 @@ class ConsumerDaemon:
     def _poll(self, errors: int) -> tuple[dict | None, int]:
         """One poll: the batch (``None`` after an error, handled) and the errors in a row."""
         try:
-            return self._consumer.poll(timeout_ms=self.config.poll_timeout_ms,
-                                       max_records=self.config.max_poll_records), 0
+            return self.consumer.poll(timeout_ms=self.config.poll_timeout_ms,
+                                      max_records=self.config.max_poll_records), 0
         except OffsetOutOfRangeError as exc:  # the log moved under a partition being read
             self.ownership.out_of_range_while_reading(exc)
         except NoOffsetForPartitionError as exc:  # a partition nobody sought: a bug
@@ -242,7 +210,7 @@ class ConsumerDaemon:
 
     def _shutdown(self) -> None:
         try:
-            close_clients(self._consumer, self.refits, self.checkpoints, self.outputs,
+            close_clients(self.consumer, self.refits, self.checkpoints, self.outputs,
                           self.backend)
         finally:
             self.services.close()
@@ -250,34 +218,3 @@ class ConsumerDaemon:
                 "event=stopped records=%d dead_letters=%d refits=%d",
                 self.metrics.records, sum(self.metrics.dead_letters.values()), self.metrics.refits,
             )
-
-    # ------------------------------------------------------------------ reporting
-
-    def lag(self) -> int | None:
-        """Messages behind the high-water marks (``None``: unknown, or a partition failed)."""
-        return self.assignment.lag(self._consumer)
-
-    def counts_bytes(self) -> int:
-        """Memory taken by the counts of the assigned partitions."""
-        return self.assignment.counts_bytes()
-
-    def offsets(self) -> dict[int, int]:
-        """The next offset to read of every assigned partition."""
-        return self.assignment.offsets()
-
-    def n_symbols(self) -> int:
-        """Largest alphabet among the assigned partitions."""
-        return self.assignment.n_symbols()
-
-    def paused(self) -> list[TopicPartition]:
-        """Partitions taken but not read yet: waiting for their state or their offset check."""
-        with self.assignment.lock:
-            return sorted(self.backend.pending | self.assignment.to_verify)
-
-    def refit_failures(self) -> int:
-        """Failed refits so far."""
-        return self.refits.refit_failures()
-
-    def extra_status(self) -> dict[str, int]:
-        """The refit policy's figures (with the state topic: ``refitter``, ``global_records``)."""
-        return self.refits.status()

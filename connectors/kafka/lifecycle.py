@@ -1,5 +1,7 @@
 """Building, starting and stopping what the daemon's poll loop runs with, in the order that loses nothing.
 
+* :func:`wire`: every collaborator of the poll loop, built from the config and
+  wired together (:class:`Wiring`);
 * :func:`choose_state`: the state backend and its refit policy (the one place that
   depends on ``state_backend``);
 * :func:`connect_others`: the output producer, then the state backend's and the
@@ -15,7 +17,11 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kafka import KafkaConsumer
 from kafka.errors import KafkaError
@@ -23,18 +29,70 @@ from kafka.errors import KafkaError
 from connectors.config import DaemonConfig
 from connectors.kafka.assignment import Assignment
 from connectors.kafka.checkpoints import Checkpointer
+from connectors.kafka.clients import BrokerProbe, Committer
+from connectors.kafka.group_refits import GroupRefits
+from connectors.kafka.learning import BatchLearner, new_accumulator
+from connectors.kafka.local_refits import LocalRefits
 from connectors.kafka.outputs import Outputs
-from connectors.kafka.refit_policy import GroupRefits, LocalRefits, RefitPolicy, make_estimator
+from connectors.kafka.rebalance import Ownership
+from connectors.kafka.refit_policy import RefitPolicy, make_estimator
 from connectors.metrics import DaemonMetrics, MetricsServer
 from connectors.process_fit import shutdown_worker, start_worker
+from connectors.records import RecordFormat, format_from_options
 from connectors.state.backend import StateBackend
 from connectors.state.files import StateStore
 from connectors.state.local import LocalBackend
 from connectors.state.topic import TopicBackend
 
-__all__ = ["choose_state", "connect_others", "close_clients", "Services"]
+__all__ = ["Wiring", "wire", "choose_state", "connect_others", "close_clients", "Services"]
 
 log = logging.getLogger("streamspec.daemon")
+
+
+@dataclass
+class Wiring:
+    """The poll loop's collaborators (see :class:`~connectors.kafka.daemon.ConsumerDaemon`)."""
+
+    fmt: RecordFormat
+    client_id: str
+    store: StateStore
+    metrics: DaemonMetrics
+    assignment: Assignment
+    probe: BrokerProbe
+    outputs: Outputs
+    backend: StateBackend
+    refits: RefitPolicy
+    checkpoints: Checkpointer
+    learner: BatchLearner
+    ownership: Ownership
+    services: Services
+
+
+def wire(config: DaemonConfig, fail: Callable[..., None], stop: threading.Event) -> Wiring:
+    """Build the daemon's collaborators from ``config`` and wire them together.
+
+    ``fail(error, tp, offset)`` stops the daemon on a state failure (from the learning
+    of a batch and from the checkpoints); ``stop`` is set when the daemon stops.
+    """
+    fmt = format_from_options(**config.format)
+    alphabet = config.alphabet
+    if alphabet is not None and fmt.int_symbols:
+        alphabet = tuple(int(s) for s in alphabet)
+    client_id = config.client_id or f"streamspec-{socket.gethostname()}-{os.getpid()}"
+    store = StateStore(config.state_dir, owner=client_id, group=config.group)
+    metrics = DaemonMetrics()
+    assignment = Assignment()
+    probe = BrokerProbe(metrics, config.bootstrap, config.retry_backoff_max)
+    outputs = Outputs(config, metrics, client_id, fmt.max_bytes)
+    backend, refits = choose_state(config, store, outputs, metrics, assignment)
+    checkpoints = Checkpointer(config, assignment, backend, outputs, metrics,
+                               Committer(metrics, config.retry_backoff_max), fail)
+    learner = BatchLearner(fmt, frozenset(alphabet) if alphabet is not None else None,
+                           assignment, outputs, metrics, refits, checkpoints, fail)
+    ownership = Ownership(config, metrics, backend, refits, assignment, stop,
+                          lambda: new_accumulator(config), checkpoints.save_released)
+    return Wiring(fmt, client_id, store, metrics, assignment, probe, outputs, backend, refits,
+                  checkpoints, learner, ownership, Services(config))
 
 
 def choose_state(config: DaemonConfig, store: StateStore, outputs: Outputs,

@@ -1,5 +1,9 @@
 """The daemon's status line and Prometheus metrics, rendered from its public state.
 
+:class:`Reporting` holds the daemon's figures (lag, offsets, memory, paused
+partitions, the refit policy's own); :func:`status_line` and
+:func:`render_metrics` render them.
+
 One ``event=status`` line every ``status_interval`` seconds::
 
     event=status rate=… records=… lag=… partitions=0,1 refits=… last_loss=… dead_letters=…
@@ -15,9 +19,17 @@ import logging
 import math
 from typing import Protocol
 
-from connectors.metrics import DaemonMetrics
+from kafka import KafkaConsumer, TopicPartition
 
-__all__ = ["Reportable", "status_line", "render_metrics"]
+from connectors.kafka.assignment import Assignment
+from connectors.kafka.lifecycle import Services
+from connectors.kafka.outputs import Outputs
+from connectors.kafka.refit_policy import RefitPolicy
+from connectors.metrics import DaemonMetrics
+from connectors.state.backend import StateBackend
+from streamspec.core.model import ObservableOperatorModel
+
+__all__ = ["Reportable", "Reporting", "status_line", "render_metrics"]
 
 log = logging.getLogger("streamspec.daemon")
 
@@ -45,6 +57,63 @@ class Reportable(Protocol):
     def extra_status(self) -> dict[str, int]: ...
 
     def offsets(self) -> dict[int, int]: ...
+
+
+class Reporting:
+    """The daemon's figures, read from its collaborators (a base of the daemon).
+
+    Reads the attributes ``assignment``, ``backend``, ``refits``, ``outputs``,
+    ``services`` and ``consumer`` (``None`` until connected) of the daemon.
+    """
+
+    assignment: Assignment
+    backend: StateBackend
+    refits: RefitPolicy
+    outputs: Outputs
+    services: Services
+    consumer: KafkaConsumer | None
+
+    @property
+    def model(self) -> ObservableOperatorModel | None:
+        """The model served (``None`` before the first one)."""
+        return self.outputs.model
+
+    @property
+    def model_version(self) -> int:
+        return self.outputs.version
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.services.port
+
+    def lag(self) -> int | None:
+        """Messages behind the high-water marks (``None``: unknown, or a partition failed)."""
+        return self.assignment.lag(self.consumer)
+
+    def counts_bytes(self) -> int:
+        """Memory taken by the counts of the assigned partitions."""
+        return self.assignment.counts_bytes()
+
+    def offsets(self) -> dict[int, int]:
+        """The next offset to read of every assigned partition."""
+        return self.assignment.offsets()
+
+    def n_symbols(self) -> int:
+        """Largest alphabet among the assigned partitions."""
+        return self.assignment.n_symbols()
+
+    def paused(self) -> list[TopicPartition]:
+        """Partitions taken but not read yet: waiting for their state or their offset check."""
+        with self.assignment.lock:
+            return sorted(self.backend.pending | self.assignment.to_verify)
+
+    def refit_failures(self) -> int:
+        """Failed refits so far."""
+        return self.refits.refit_failures()
+
+    def extra_status(self) -> dict[str, int]:
+        """The refit policy's figures (with the state topic: ``refitter``, ``global_records``)."""
+        return self.refits.status()
 
 
 def _partitions(tps) -> str:

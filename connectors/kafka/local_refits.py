@@ -1,0 +1,128 @@
+"""Refits on this daemon's own partitions (the local state backend).
+
+See :mod:`connectors.kafka.refit_policy` for when it refits: every daemon refits on
+the merge of its partitions when ``refit_every`` new symbols arrived or
+``refit_interval`` passed (and ``refit_duty`` allows), saves the model beside the
+checkpoints and publishes it to ``models_topic`` (if set).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from connectors.config import DaemonConfig
+from connectors.kafka.outputs import Outputs
+from connectors.kafka.refit_policy import RefitPolicy
+from connectors.metrics import DaemonMetrics
+from connectors.state.files import PartitionState, StateStore, merge_accumulators
+from streamspec.core.checkpoint import CheckpointError
+from streamspec.core.hidden_markov_model import HiddenMarkovModel
+from streamspec.core.mestimator import MEstimator
+from streamspec.core.model import ObservableOperatorModel
+from streamspec.streaming.accumulator import MomentAccumulator
+from streamspec.streaming.with_hmm import WithHMM
+
+__all__ = ["LocalRefits"]
+
+log = logging.getLogger("streamspec.daemon")
+
+
+class LocalRefits(RefitPolicy):
+    """Refits on this daemon's partitions; models saved beside the checkpoints.
+
+    ``states`` is the daemon's live dict of partition states, read under ``lock``.
+    The saved model (``<state_dir>/<topic>/model.ckpt``, and its HMM) is loaded at
+    start, served as version 0, and warm-starts the first refit.
+    """
+
+    def __init__(self, config: DaemonConfig, estimator: MEstimator | WithHMM, outputs: Outputs,
+                 metrics: DaemonMetrics, store: StateStore,
+                 states: Mapping[object, PartitionState], lock: threading.RLock,
+                 counts_bytes: Callable[[], int]):
+        super().__init__(config, estimator, outputs, metrics)
+        self.store, self.states, self.lock, self.counts_bytes = store, states, lock, counts_bytes
+        self.new_records = 0
+        model = self._load(ObservableOperatorModel, self.store.model_path(config.topic), "model")
+        if model is not None:  # a restart warm-starts from the saved model's factors
+            outputs.serve(model, 0)
+            self.label_order = list(model.symbols or [])
+            self.refitter.adopt(model)
+            if self.hmm_estimator is not None:  # and from the saved HMM
+                hmm = self._load(HiddenMarkovModel, self.store.hmm_path(config.topic), "hmm")
+                self.hmm_estimator.adopt(model, hmm)
+
+    @staticmethod
+    def _load(kind, path, what: str):
+        if not path.exists():
+            return None
+        try:
+            return kind.load(path)
+        except CheckpointError as exc:
+            log.warning("event=%s-unreadable path=%s error=%r", what, path, str(exc))
+            return None
+
+    def prepare(self, model: ObservableOperatorModel) -> None:
+        try:
+            model.save(self.store.model_path(self.config.topic))
+            hmm = getattr(model, "hmm", None)
+            if hmm is not None:
+                hmm.save(self.store.hmm_path(self.config.topic))
+        except OSError as exc:
+            log.warning("event=model-save-failed error=%r", str(exc))
+
+    def learned(self, n: int) -> None:
+        self.new_records += n
+
+    def maybe_refit(self) -> None:
+        if self.new_records == 0 and not self.refitter.due():
+            return
+        if self._duty_waits(time.monotonic()):
+            return  # keep refits to a fraction of the time; the symbols keep counting
+        n_new, self.new_records = self.new_records, 0
+        with self.lock:
+            try:
+                self.refitter.observe(n_new, _PartitionsView(self))
+            except MemoryError as exc:  # the snapshot for the refit: the counts are intact
+                log.error("event=refit-skipped error=%r counts_mb=%.1f",
+                          f"MemoryError: {exc}", self.counts_bytes() / 1e6)
+
+    def take_model(self) -> None:
+        model = self.refitter.model
+        if model is None or model is self.outputs.model:
+            return
+        record = self._record_fit()
+        if record is not None:
+            log.info(
+                "event=refit n=%d warm=%s symbols=%d triples=%d seconds=%.3f loss=%.6g",
+                self.refitter.n_fits, record.warm, record.n_alphabet, int(record.n_triples),
+                record.seconds, record.loss,
+            )
+        version = self.outputs.version + 1
+        self.outputs.serve(model, version)
+        self.outputs.publish_model(model, version, self.metrics.records, self.metrics.last_loss)
+
+
+class _PartitionsView:
+    """What :class:`~streamspec.streaming.refitter.Refitter` reads of an accumulator, over all partitions.
+
+    ``n_triples`` is a cheap sum; ``copy()`` (called only when a refit starts)
+    merges the partitions by label, keeping the previous model's label order so
+    that the refit can warm-start from it.
+    """
+
+    def __init__(self, policy: LocalRefits):
+        self._policy = policy
+
+    @property
+    def n_triples(self) -> float:
+        total = sum(s.acc.n_triples for s in self._policy.states.values())
+        return total if total >= max(1, self._policy.config.min_triples) else 0.0
+
+    def copy(self) -> MomentAccumulator:
+        p = self._policy
+        acc = merge_accumulators((s.acc for s in p.states.values()), p.label_order)
+        p.label_order = list(acc.symbols)
+        return acc
