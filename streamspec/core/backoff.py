@@ -337,6 +337,6 @@ def _held_out_lambdas(model, kn: KneserNeyBigram, held: Triples, max_contexts: i
 def _hmm_probs(model, states: np.ndarray, inv: np.ndarray, nexts: np.ndarray) -> np.ndarray:
     """Clipped, renormalised HMM probabilities of ``nexts[i]`` from ``states[inv[i]]``."""
     denom = model.clipped_row_sums(states)
-    num = np.clip(np.einsum("md,md->m", model._C[nexts], states[inv]), 0.0, None)
+    num = model.clipped_entries(nexts, states[inv])
     ok = denom[inv] > 0
     return np.where(ok, num / np.where(ok, denom[inv], 1.0), 1.0 / model.n_symbols)

@@ -231,9 +231,7 @@ class ObservableOperatorModel(ModelIO):
         """Positions per batch, so that (chunk, n) and (chunk, d, d) scratch stay ≤ ~2²² floats."""
         return max(1, min(_CHUNK, _SCRATCH // max(self.n_symbols, self.dim * self.dim, 1)))
 
-    # ------------------------------------------------------------------ input checks
-
-    def _seq(self, seq) -> np.ndarray:
+    def _seq(self, seq) -> np.ndarray:  # input checks
         return filters.symbol_indices(seq, self.n_symbols)
 
     # ------------------------------------------------------------------ filtering
@@ -294,6 +292,11 @@ class ObservableOperatorModel(ModelIO):
         for lo in range(0, S.shape[0], step):
             out[lo : lo + step] = np.clip(S[lo : lo + step] @ self._C.T, 0.0, None).sum(axis=1)
         return out
+
+    def clipped_entries(self, symbols: np.ndarray, states: np.ndarray) -> np.ndarray:
+        """``max(C[x_i] · s_i, 0)`` for paired symbols and states (m, d), no whole rows. O(m·d)."""
+        C = self._C[np.asarray(symbols, dtype=np.int64)]
+        return np.clip(np.einsum("md,md->m", C, np.atleast_2d(states)), 0.0, None)
 
     def window_states(self, contexts) -> np.ndarray:
         """States after each row of ``contexts`` (m, w) from ``b1``, shape (m, d). O(m · w · d²).
