@@ -48,25 +48,19 @@ def mestimator_params(**settings: Any) -> dict[str, Any]:
     The one place where the CLI (``streamspec learn``) and the daemon turn their
     settings into estimator parameters: unset settings are left out, so that
     :class:`~streamspec.core.mestimator.MEstimator`'s own defaults apply, whatever they
-    are. Settings MEstimator does not take (e.g. ``formulation`` on an older one)
-    are left out too. O(1).
+    are. O(1).
 
     Examples
     --------
     >>> mestimator_params(rank=3, weighting=None, sweeps=4)
     {'rank': 3, 'max_sweeps': 4}
     """
-    import inspect
-
-    from streamspec.core.mestimator import MEstimator
-
-    accepted = inspect.signature(MEstimator.__init__).parameters
     out = {}
     for name, value in settings.items():
         if name not in ESTIMATOR_SETTINGS:
             raise ValueError(f"unknown estimator setting {name!r}")
         param = ESTIMATOR_SETTINGS[name]
-        if value is not None and param in accepted:
+        if value is not None:
             out[param] = value
     return out
 

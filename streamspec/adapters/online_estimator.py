@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from streamspec.adapters.rank_selector import RANK_GRID, RankScores, RankSelector
 from streamspec.core.mestimator import MEstimator
+from streamspec.core.params import clone
 from streamspec.core.spectral import SpectralEstimator
 from streamspec.streaming.with_hmm import WithHMM
 
@@ -29,20 +29,17 @@ def online_estimator(est: Any, *, rank: int | str, window: int, min_proba: float
 
     ``est``: ``"spectral"`` (:class:`~streamspec.SpectralEstimator`), ``"m"``
     (:class:`~streamspec.MEstimator`), both with this ``rank``, window filter and
-    ``min_proba``, or an estimator object (deep-copied: the learner never edits the
+    ``min_proba``, or an estimator object (cloned: the learner never edits the
     caller's). ``rank="auto"`` wraps it in a :class:`RankSelector` sharing ``scores``;
     ``n_states`` in a :class:`~streamspec.streaming.with_hmm.WithHMM`.
     """
-    auto = isinstance(rank, str) and rank == "auto"
-    if not auto and (isinstance(rank, bool) or not isinstance(rank, int)):
-        raise ValueError(f"rank must be a positive integer or 'auto', got {rank!r}")
-    check_estimator(est)
+    auto = isinstance(rank, str) and rank == "auto"  # settings checked by SpectralHMM._validate
     if isinstance(est, str):
         kwargs = {"rank": 1 if auto else rank, "filter": "window", "window": window,
                   "min_proba": min_proba}
         est = SpectralEstimator(**kwargs) if est == "spectral" else MEstimator(**kwargs)
     else:
-        est = copy.deepcopy(est)
+        est = clone(est)
     if auto:
         est = RankSelector(est, ranks=RANK_GRID, scores=scores)
     if n_states is not None:

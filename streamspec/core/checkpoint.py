@@ -139,9 +139,11 @@ def load_checkpoint_bytes(
     except CheckpointError:
         raise
     except Exception as exc:  # zipfile and numpy raise many kinds on damaged bytes
-        raise CheckpointError(
-            f"{source}: corrupt or unreadable checkpoint ({type(exc).__name__}: {exc})"
-        ) from None
+        # why: numpy's refusal of pickled arrays names its allow_pickle flag, which
+        # misleads; say what the archive holds instead
+        why = ("it holds Python objects, which a checkpoint never does"
+               if "allow_pickle" in str(exc) else f"{type(exc).__name__}: {exc}")
+        raise CheckpointError(f"{source}: corrupt or unreadable checkpoint ({why})") from None
     if not isinstance(header, dict) or header.get("format") != kind:
         found = header.get("format") if isinstance(header, dict) else None
         raise CheckpointError(f"{source}: expected a {kind!r} checkpoint, found format {found!r}")

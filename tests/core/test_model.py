@@ -308,3 +308,18 @@ def test_a_warm_start_from_a_copy_of_the_model_is_warm(hmm_and_acc):
     from_model, from_copy, cold = refit(model), refit(copy), refit(None)
     np.testing.assert_array_equal(from_copy.B, from_model.B)
     assert np.abs(from_copy.B - cold.B).max() > 1e-6  # one cold iteration is θ_spec, not θ_M
+
+
+def test_a_checkpoint_holding_python_objects_is_refused_without_numpy_s_wording(tmp_path):
+    import io
+    import json
+
+    buf = io.BytesIO()  # an npz with a header, as ours, and one pickled (object) array
+    np.savez(buf, __header__=np.array(json.dumps({"format": "streamspec.ObservableOperatorModel",
+                                                  "version": 2})),
+             B=np.array([{"evil": 1}], dtype=object))
+    path = tmp_path / "objects.ckpt"
+    path.write_bytes(buf.getvalue())
+    with pytest.raises(CheckpointError) as info:
+        ObservableOperatorModel.load(path)
+    assert "Python objects" in str(info.value) and "allow_pickle" not in str(info.value)
