@@ -37,7 +37,8 @@ from typing import Any
 __all__ = [
     "RANK", "WEIGHTING", "PENALTY", "FACTORIZATION", "FORMULATION", "MAX_OUTER_PROJECTED",
     "MAX_OUTER_DENSE", "MAX_SWEEPS", "WARM_SWEEPS", "TOL", "SHRINKAGE", "RIDGE", "WINDOW",
-    "FILTER", "MIN_PROBA", "BACKOFF", "REFIT_EVERY", "ONLINE_MIN_PROBA",
+    "FILTER", "MIN_PROBA", "BACKOFF", "REFIT_EVERY", "ONLINE_MIN_PROBA", "BASIS_TOL",
+    "WEIGHTING_RTOL",
     "WEIGHTINGS", "FACTORIZATIONS", "FORMULATIONS", "FILTERS", "BACKOFFS",
     "HMM_N_ITER", "HMM_TOL", "HMM_INIT", "HMM_INITS",
     "check_settings", "check_setting", "check_hmm_settings",
@@ -62,6 +63,11 @@ MIN_PROBA = 1e-6  # floor of a batch-fitted model's probabilities
 ONLINE_MIN_PROBA = 1e-3  # SpectralHMM: online predictions meet unseen trigrams often
 BACKOFF = "auto"
 REFIT_EVERY = 10_000
+# warm refits (docs/math.md section 9, docs/benchmarks.md "Warm refits"): keep the previous
+# bases while their backward error on the new counts is at most this many N^(-1/2) ...
+BASIS_TOL = 0.1
+# ... and a symbol's weighting block while its count changed by at most this (relative)
+WEIGHTING_RTOL = 0.05
 # HMMEstimator (the HMM itself, docs/math.md section 8)
 HMM_N_ITER = 50  # EM iterations on the counted triples after the moment start
 HMM_TOL = 1e-8  # EM stops when the mean triple log-likelihood rises by less
@@ -119,6 +125,8 @@ _RULES = {
     "max_symbols": ((lambda v: v is None or (_is_int(v) and v >= 1)),
                     "a positive integer or None"),
     "n_states": ((lambda v: v is None or (_is_int(v) and v >= 1)), "a positive integer or None"),
+    "basis_tol": ((lambda v: _is_real(v) and 0 <= v < float("inf")), "a finite number >= 0"),
+    "weighting_rtol": ((lambda v: _is_real(v) and 0 <= v < float("inf")), "a finite number >= 0"),
 }
 
 # HMMEstimator: n_states is required (None is the online model's "no HMM"), and its EM

@@ -10,10 +10,11 @@ from streamspec.core.fit_data import triples_of
 from streamspec.core.fit_steps import FitSteps
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.params import Estimator
-from streamspec.core.projected import ProjectedFit
+from streamspec.core.projected_state import ProjectedState, settings_of
 from streamspec.core.projected_weighting import PROJECTED_WEIGHTINGS
 from streamspec.core.spectral import select_rank_by_spectrum
 from streamspec.core.triples import Triples
+from streamspec.core.warm_fit import cold_fit, plan_for, rebased_bases, state_of, warm_fit
 
 __all__ = ["MEstimator", "MFactors", "FACTORIZATIONS", "FORMULATIONS", "DENSE_MEMORY_LIMIT",
            "select_rank_by_spectrum"]
@@ -22,10 +23,10 @@ FACTORIZATIONS = defaults.FACTORIZATIONS
 FORMULATIONS = defaults.FORMULATIONS
 _SETTINGS = ("rank", "penalty", "weighting", "factorization", "max_outer", "max_sweeps", "tol",
              "n_restarts", "random_state", "smoothing", "shrinkage", "ridge", "filter", "window",
-             "min_proba", "formulation", "n_conditions", "backoff")
+             "min_proba", "formulation", "n_conditions", "backoff", "basis_tol", "weighting_rtol")
 _FITTED = ("factors_", "weighting_", "loss_history_", "rejected_", "rejected_sweeps_", "rank_",
            "n_conditions_",
-           "basis_", "formulation_")
+           "basis_", "formulation_", "refit_", "state_")
 
 
 class MEstimator(Estimator):
@@ -290,6 +291,8 @@ class MEstimator(Estimator):
         formulation: str = defaults.FORMULATION,
         n_conditions: int | None = None,
         backoff: str | None = defaults.BACKOFF,
+        basis_tol: float = defaults.BASIS_TOL,
+        weighting_rtol: float = defaults.WEIGHTING_RTOL,
     ):
         self.rank = rank
         self.penalty = penalty
@@ -309,6 +312,8 @@ class MEstimator(Estimator):
         self.formulation = formulation
         self.n_conditions = n_conditions
         self.backoff = backoff
+        self.basis_tol = basis_tol
+        self.weighting_rtol = weighting_rtol
         self._validate()  # why: a bad setting is refused before anything is fitted
 
     # ------------------------------------------------------------------ public
@@ -358,19 +363,71 @@ class MEstimator(Estimator):
         ``data``: a :class:`~streamspec.core.triples.Triples` (sparse counts, any
         alphabet size), a MomentAccumulator, or dense counts ``c3[x2, x3, x1]``.
 
-        ``init`` warm-starts from a previous solution: a model returned by an
-        earlier ``fit`` (it carries its factors), an :class:`MFactors`, or a fitted
-        MEstimator. W is then re-estimated at the previous operators (with the
-        current counts, and projected: expressed in the new basis,
+        ``init`` warm-starts from a previous solution. The state of an earlier projected
+        fit (a :class:`~streamspec.core.projected_state.ProjectedState` from
+        :meth:`fit_with_state`, or a fitted estimator holding one in ``state_``) gives a
+        warm refit proportional to the change (docs/math.md section 9): its bases are kept
+        while they are still singular bases of the new counts to ``basis_tol`` noise
+        levels (else refined by a subspace iteration, or a cold fit: ``refit_`` says which),
+        its moments are updated from the triples that changed, the weighting blocks of
+        the symbols whose counts changed by at most ``weighting_rtol`` are reused; with
+        the backoff, the previous mixing weights and choice are kept. Otherwise ``init``
+        may be a model returned by an earlier ``fit`` (it carries its factors), an
+        :class:`MFactors`, or a fitted MEstimator: W is then re-estimated at the previous
+        operators (with the current counts, and projected: expressed in the new basis,
         ``B̃ ← U_newᵀ U_old B̃_old U_oldᵀ U_new``) before the first step, instead of
         starting from W = I; a grown alphabet is handled by padding with zeros.
         Factors of the other formulation, rank or factorization are ignored.
         """
+        return self._fit(data, init, keep_state=False)[0]
+
+    def fit_with_state(self, data, init=None) -> tuple[ObservableOperatorModel, ProjectedState | None]:
+        """:meth:`fit`, also returning what the next warm refit reuses (kept as ``state_``;
+        None in the dense formulation). The state holds the counts fitted (16 bytes a
+        distinct triple), O(n · k') floats, the weighted symbols' conditions and weighting
+        blocks (O(k · k' + k'²) floats each); the operators are the model's."""
+        return self._fit(data, init, keep_state=True)
+
+    def _fit(self, data, init, keep_state: bool):
         self._validate()
+        self.__dict__.pop("state_", None)
         formulation = self._resolved_formulation()
+        state = state_of(init)
+        if state is not None and formulation == "projected":
+            return self._refit(data, state, keep_state)
+        init = None if state is not None else init
         if self.backoff == "auto":
-            return self._fit_with_backoff(data, init, formulation)
-        return self._fit_plain(data, init, formulation)
+            model = self._fit_with_backoff(data, init, formulation, keep_state=keep_state)
+        else:
+            model = self._fit_plain(data, init, formulation, keep_state=keep_state)
+        return model, getattr(self, "state_", None)
+
+    def _refit(self, data, state: ProjectedState, keep_state: bool):
+        """A refit from ``state``: warm when its plan says so, else cold with what the plan
+        found (new bases, or nothing) and ``refit_`` saying why."""
+        triples, labels = triples_of(data)
+        twin = self.backoff == "auto" and state.choice == "spectral"
+        est = self.clone(weighting="identity", backoff=None) if twin else self
+        settings = settings_of(est)
+        plan = plan_for(state, triples, settings)
+        self.formulation_ = "projected"
+        if plan.info.path == "warm":
+            result = warm_fit(settings, est._max_outer(projected=True), triples, labels, state, plan,
+                              keep_state=keep_state, backoff=self.backoff)
+            for name, value in result.fitted.items():
+                setattr(self, name, value)
+            self.model_ = result.model
+            if self.backoff == "auto":
+                self.choice_ = state.choice
+            return result.model, result.fitted.get("state_")
+        bases = rebased_bases(plan, triples, settings, state.k)
+        if self.backoff == "auto":
+            model = self._fit_with_backoff(triples, None, "projected", keep_state=keep_state,
+                                           bases=bases, info=plan.info, labels=labels)
+        else:
+            model = self._fit_projected(triples, labels, None, bases, keep_state=keep_state,
+                                        info=plan.info)
+        return model, getattr(self, "state_", None)
 
     def _run(self, steps: FitSteps, init) -> ObservableOperatorModel:
         """The template of every fit: prepare → initial estimate → outer iterations → finish.
@@ -389,26 +446,35 @@ class MEstimator(Estimator):
         return model
 
     def _fit_projected(self, triples: Triples, labels, init, bases: dict | None = None,
-                       scored_only: bool = False) -> ObservableOperatorModel:
-        steps = ProjectedFit(self, self._max_outer(projected=True), triples, labels, bases,
-                             scored_only)
-        return self._run(steps, init)
+                       scored_only: bool = False, keep_state: bool = False,
+                       info=None) -> ObservableOperatorModel:
+        result = cold_fit(settings_of(self), self._max_outer(projected=True), triples, labels,
+                          bases=bases, scored_only=scored_only, keep_state=keep_state, info=info,
+                          init=init)
+        for name, value in result.fitted.items():
+            setattr(self, name, value)
+        self.model_ = result.model
+        return result.model
 
     def _fit_dense(self, data, init) -> ObservableOperatorModel:
         return self._run(DenseFit(self, self._max_outer(projected=False), data), init)
 
-    def _fit_plain(self, data, init, formulation: str) -> ObservableOperatorModel:
+    def _fit_plain(self, data, init, formulation: str, keep_state: bool = False
+                   ) -> ObservableOperatorModel:
         self.formulation_ = formulation
         if formulation == "projected":
             triples, labels = triples_of(data)
-            return self._fit_projected(triples, labels, init)
+            return self._fit_projected(triples, labels, init, keep_state=keep_state)
         return self._fit_dense(data, init)
 
-    def _fit_with_backoff(self, data, init, formulation: str):
-        triples, labels = triples_of(data)
+    def _fit_with_backoff(self, data, init, formulation: str, keep_state: bool = False,
+                          bases: dict | None = None, info=None, labels=None):
+        triples, found = triples_of(data)
+        labels = found if labels is None else labels
         if init is self:  # its fitted attributes are dropped below: keep what the warm start needs
             init = self.factors_
-        bases: dict = {}  # why: θ_M and θ_spec of the same counts share one truncated SVD
+        # why: θ_M and θ_spec of the same counts share one truncated SVD
+        bases = {} if bases is None else bases
 
         def fit_with(est: MEstimator, t: Triples, start) -> ObservableOperatorModel:
             # why: the candidates' earlier fits were scored already; their operators (n·k²
@@ -418,7 +484,10 @@ class MEstimator(Estimator):
                     e.__dict__.pop(name, None)
             est.formulation_ = formulation
             if formulation == "projected":
-                return est._fit_projected(t, labels, start, bases, scored_only=t is not triples)
+                whole = t is triples
+                return est._fit_projected(t, labels, start, bases, scored_only=not whole,
+                                          keep_state=keep_state and whole,
+                                          info=info if whole else None)
             model = est._fit_dense(t, start)
             model.symbols = None if labels is None else list(labels)
             return model
@@ -436,4 +505,7 @@ class MEstimator(Estimator):
             for name in _FITTED:
                 if hasattr(twin, name):
                     setattr(self, name, getattr(twin, name))
+        state = getattr(self, "state_", None)
+        if state is not None:  # a warm refit keeps the backoff and the choice
+            state.backoff, state.choice = self.model_.backoff, self.choice_
         return self.model_

@@ -3,6 +3,9 @@
 :class:`ProjectedFit` is the formulation's fit, in the named steps that
 :class:`~streamspec.core.mestimator.MEstimator` runs (:mod:`streamspec.core.fit_steps`);
 the functions below are its pieces: one GLS step and the loss under a weighting.
+θ_spec (:class:`~streamspec.core.spectral.SpectralEstimator`) is its first step, the
+identity weighting. A warm refit (:mod:`streamspec.core.projected_warm`) replaces
+``prepare`` only.
 """
 
 from __future__ import annotations
@@ -16,24 +19,26 @@ from streamspec.core.factors import MFactors, factors_of
 from streamspec.core.fit_data import EMPTY_COUNTS
 from streamspec.core.fit_steps import FitSteps
 from streamspec.core.model import ObservableOperatorModel
+from streamspec.core.pair_index import PairIndex
 from streamspec.core.progress import Progress
+from streamspec.core.projected_state import ProjectedSettings, ProjectedState, RefitInfo
 from streamspec.core.projected_weighting import (
     SYMBOL_BLOCK,
+    ProjectedIdentityWeighting,
     ProjectedWeighting,
     projected_weighting,
     resolve_projected_shrinkage,
 )
 from streamspec.core.sigma_inverse import SigmaInverse
 from streamspec.core.solvers import gls_operators
-from streamspec.core.spectral import check_rank, select_rank_by_spectrum
-from streamspec.core.subspace import DENSE_SVD_MAX, project_triples, top_singular
+from streamspec.core.spectral_basis import projected_basis, projected_sizes
+from streamspec.core.subspace import project_triples
 from streamspec.core.triples import Triples
 
 __all__ = ["SigmaInverse", "sigma_groups", "projected_step", "projected_loss", "identity_loss",
            "SYMBOL_BLOCK", "ProjectedFit", "projected_sizes"]
 
 _FULL_CONDITIONS_MAX = 1 << 24  # floats of A (n·k·k') kept for every symbol on small problems
-_AUTO_RANK_MAX = 100  # rank="auto" above DENSE_SVD_MAX symbols: among the top 100 (MEstimator)
 
 
 def sigma_groups(W: ProjectedWeighting, symbols: np.ndarray, kp: int
@@ -48,17 +53,20 @@ def sigma_groups(W: ProjectedWeighting, symbols: np.ndarray, kp: int
 
 
 def projected_step(W: ProjectedWeighting, symbols: np.ndarray, A: np.ndarray, M: np.ndarray,
-                    previous: np.ndarray | None):
+                   previous: np.ndarray | None, record: list | None = None):
     """GLS operators of ``symbols`` under W, and W's loss at ``previous`` (None if not given)
     and at them. ``A`` and ``previous`` hold one row per symbol of ``symbols`` (sorted).
 
     One group of symbols at a time (:func:`sigma_groups`), so ``Σ_x`` never exists for
-    all symbols at once: O(block · k'²) scratch.
+    all symbols at once: O(block · k'²) scratch. ``record``: a list the groups
+    ``(symbols, Σ⁻¹)`` are appended to, for a warm refit to reuse (then they are kept).
     """
     _, k, kp = A.shape
     out = np.empty((symbols.size, k, k))
     before, after = 0.0, 0.0
     for g, inverse in sigma_groups(W, symbols, kp):
+        if record is not None:
+            record.append((g, inverse))
         rows = np.searchsorted(symbols, g)
         Ag = A[rows]
         # one application for every right-hand side: Σ⁻¹Mᵀ, Σ⁻¹Aᵀ (and Σ⁻¹G_prevᵀ); then
@@ -79,7 +87,7 @@ def projected_step(W: ProjectedWeighting, symbols: np.ndarray, A: np.ndarray, M:
 
 
 def projected_loss(W: ProjectedWeighting, symbols: np.ndarray, A: np.ndarray, M: np.ndarray,
-                    ops: np.ndarray) -> float:
+                   ops: np.ndarray) -> float:
     """``Σ_x τ tr(G_x Σ_x⁻¹ G_xᵀ)`` over ``symbols`` (rows of A and ops); the cost of one step."""
     total = 0.0
     for g, inverse in sigma_groups(W, symbols, A.shape[2]):
@@ -95,29 +103,24 @@ def identity_loss(A: np.ndarray, M: np.ndarray, ops: np.ndarray) -> float:
                      for a in range(0, A.shape[0], 4096)))
 
 
-# ---------------------------------------------------------------------- the fit, step by step
+def weighted_symbols(settings: ProjectedSettings, n_middle: np.ndarray, n: int, k: int, kp: int
+                     ) -> np.ndarray:
+    """The symbols whose weighted solution can differ from θ_spec's (sorted indices), O(n).
 
-
-def projected_sizes(rank: int | str, n_conditions: int | None, P21, N: float, n: int
-                    ) -> tuple[int, int]:
-    """The rank k and the number k' of conditions per symbol for these counts.
-
-    ``rank="auto"``: the singular values of P21 above ``N^(-1/2)`` (above
-    :data:`~streamspec.core.subspace.DENSE_SVD_MAX` symbols, among the top 100 by
-    ARPACK, O(nnz·100) per iteration; else a dense SVD, O(n³)).
+    Small problems (n·k·k' ≤ 2²⁴ floats) keep every symbol, so the losses cover all
+    the conditions. On larger ones: none under ``"identity"``; otherwise the symbols
+    whose shrinkage is below 1 (under ``"auto"``, those with at least k'²/100 triples
+    in the middle): the losses in ``loss_history_`` then cover those symbols only.
+    θ_spec (``per_rank == 1``: SpectralEstimator) keeps none.
     """
-    if not (isinstance(rank, str) and rank == "auto"):
-        k = check_rank(rank, n)
-    else:
-        k = select_rank_by_spectrum(P21, N, max_rank=_AUTO_RANK_MAX)
-    kmax = n if n <= DENSE_SVD_MAX else n - 1  # ARPACK needs k' < n
-    kp = max(k, min(kmax, n_conditions if n_conditions is not None else 2 * k))
-    if k > kmax:
-        raise ValueError(
-            f"rank {k} on {n} symbols: above {DENSE_SVD_MAX} symbols the rank must be below "
-            "the alphabet size"
-        )
-    return k, kp
+    if settings.weighting == "identity" and settings.per_rank == 1:
+        return np.empty(0, dtype=np.int64)
+    if n * k * kp <= _FULL_CONDITIONS_MAX:
+        return np.arange(n)
+    if settings.weighting == "identity":
+        return np.empty(0, dtype=np.int64)
+    shrink = resolve_projected_shrinkage(settings.shrinkage, n_middle, kp)
+    return np.flatnonzero((shrink < 1.0) & (n_middle > 0))
 
 
 class ProjectedFit(FitSteps):
@@ -129,94 +132,105 @@ class ProjectedFit(FitSteps):
     Parameters
     ----------
     est
-        The estimator whose settings are read (never written): ``rank``,
-        ``n_conditions``, ``weighting``, ``shrinkage``, ``ridge``, ``tol``, ``filter``,
-        ``window``, ``min_proba``.
+        The fit's :class:`~streamspec.core.projected_state.ProjectedSettings` (read, never
+        written).
     max_outer
         Outer iterations at most (1 under the identity weighting, whose solution does
         not depend on the operators W is estimated at).
     triples, labels
         The counts and the symbols' labels (or None).
     bases
-        A cache of ``(U, Q)`` by ``(id(triples), k')``, shared by fits of the same counts
+        A cache of ``(U, s, Q)`` by ``(id(triples), k')``, shared by fits of the same counts
         (θ_M and θ_spec under the backoff), or None.
     scored_only
-        The model's predictions alone are used (the backoff's 90%): the weighting is
-        not re-estimated at the solution.
+        The model's predictions alone are used (the backoff's 90%).
+    keep_state
+        Keep what a warm refit reuses (:class:`~streamspec.core.projected_state.ProjectedState`,
+        the ``state_`` attribute): the weighting blocks are then kept too.
     """
 
-    def __init__(self, est: Any, max_outer: int, triples: Triples, labels: list | None,
-                 bases: dict | None = None, scored_only: bool = False):
+    def __init__(self, est: ProjectedSettings, max_outer: int, triples: Triples,
+                 labels: list | None, bases: dict | None = None, scored_only: bool = False,
+                 keep_state: bool = False):
         super().__init__(est, 1 if est.weighting == "identity" else max_outer)
         self.triples, self.labels, self.bases, self.scored_only = triples, labels, bases, scored_only
+        self.keep_state = keep_state
         self.history: list = []
         self.rejected: list = []
         self.rejected_sweeps: list = []
+        self.last_weighting: ProjectedWeighting = ProjectedIdentityWeighting()
+        self.blocks: list | None = None
+        self.info = RefitInfo()
+        self.backoff = None  # attached to the model when set (a warm refit keeps the previous one)
 
     # ------------------------------------------------------------------ prepare
 
     def prepare(self) -> None:
         """Basis (U, Q), ``M = Uᵀ P21 Q``, b1, b∞, the conditions A_x and θ_spec's operators."""
         triples = self.triples
-        n, N = triples.n, triples.total
+        N = triples.total
         if not N > 0:
             raise ValueError(EMPTY_COUNTS)
-        P1, P21 = triples.P1(), triples.P21()
-        k, kp = projected_sizes(self.est.rank, self.est.n_conditions, P21, N, n)
-        U, Q = self._basis(P21, kp)
-        U = np.ascontiguousarray(U[:, :k])
-        M = U.T @ np.asarray(P21 @ Q)  # (k, k') = [Σ_k, 0] up to rounding
-        self.b1 = U.T @ P1
-        self.binf = np.linalg.pinv(np.asarray(P21.T @ U)) @ P1
-        self.n, self.k, self.kp, self.U, self.Q, self.M = n, k, kp, U, Q, M
-        self.active = self._weighted_symbols()
-        # why: only symbols whose weighting differs from the identity need their k × k'
-        # conditions A_x; the others keep θ_spec's operators (their own exact minimiser)
-        self.A = project_triples(triples, U, Q, middle=self.active)
-        self.base = self._identity_operators()
+        self.index = PairIndex(triples)
+        c21 = self.index.c21()
+        P21 = c21 * (1.0 / N)
+        k, U, s, Q = self._basis(P21, N)
+        Y = np.asarray(c21 @ Q)
+        X = np.asarray(c21.T @ U) if self.keep_state else None
+        c1 = np.bincount(self.index.x1, weights=triples.weights, minlength=triples.n)
+        self.set_basis(k, U, s, Q, Y, X, c1, self.index.middle_counts())
+        self.A = project_triples(triples, self.U, self.Q, middle=self.active, index=self.index)
+        self.base = self.spectral_operators()
 
-    def _basis(self, P21, kp: int) -> tuple[np.ndarray, np.ndarray]:
-        """The top-k' left and right singular vectors of P21, from the cache if there."""
-        key = (id(self.triples), kp)
+    def _basis(self, P21, N: float) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """``(k, U, s, Q)``: the rank and the top-k' singular triplets, from the cache if there."""
+        est = self.est
+        key = (id(self.triples), est.rank, est.n_conditions, est.per_rank)
         if self.bases is not None and key in self.bases:
             return self.bases[key]
-        U, _, Q = top_singular(P21, kp)
+        found = projected_basis(P21, N, est.rank, est.n_conditions, est.per_rank, est.auto_cap,
+                                random_state=est.random_state)
         if self.bases is not None:
-            self.bases[key] = (U, Q)
-        return U, Q
+            self.bases[key] = found
+        return found
 
-    def _identity_operators(self) -> np.ndarray:
-        """The W = I solution of every symbol, ``A_x Mᵀ(MMᵀ)⁻¹ = Uᵀ P3x1[x] (Q Mᵀ(MMᵀ)⁻¹)``.
+    def set_basis(self, k: int, U: np.ndarray, s: np.ndarray, Q: np.ndarray, Y: np.ndarray,
+                  X: np.ndarray | None, c1: np.ndarray, n_middle: np.ndarray) -> None:
+        """Everything that follows from the bases and the unnormalised ``Y = c21 Q``, ``c1``.
 
-        θ_spec's operators: from A where it exists, else one projection of the other
-        symbols' triples, O(nnz·k + pairs·k²).
+        ``M = Uᵀ P21 Q``, its square part ``M1 = Uᵀ P21 V`` (V: the first k columns of Q),
+        ``b1 = Uᵀ P1``, ``b∞ = M1⁻ᵀ Vᵀ P1`` (θ_spec's, (7.1) in any bases) and the
+        symbols whose conditions are kept. O(n · k · k').
+        """
+        N = self.triples.total
+        n, kp = self.triples.n, Q.shape[1]
+        self.n, self.k, self.kp = n, k, kp
+        self.U_full, self.s, self.Q, self.Y, self.X = U, s, Q, Y, X
+        self.U = np.ascontiguousarray(U[:, :k])
+        self.c1, self.n_middle = c1, n_middle
+        M_raw = self.U.T @ Y  # (k, k') = N [Σ_k, 0] up to rounding in exact singular bases
+        self.M = M_raw / N
+        # why pinv: M1 is singular when P21 has rank below k (a handful of triples)
+        self.M1inv = np.linalg.pinv(self.M[:, :k])
+        self.b1 = self.U.T @ c1 / N
+        self.binf = self.M1inv.T @ (Q[:, :k].T @ c1) / N
+        self.active = weighted_symbols(self.est, n_middle, n, k, kp)
+
+    def spectral_operators(self, out: np.ndarray | None = None) -> np.ndarray:
+        """θ_spec's operators of every symbol, ``B_x = (Uᵀ P3x1[x] V) M1⁻¹`` (7.1).
+
+        From A where it exists (its first k columns), else one projection of the other
+        symbols' triples with ``right = V M1⁻¹``, O(nnz·k + pairs·k²).
         """
         n, k, active, A = self.n, self.k, self.active, self.A
-        M_pinv = np.linalg.pinv(self.M)
-        base = np.empty((n, k, k))
+        base = np.empty((n, k, k)) if out is None else out
         if active.size < n:
             rest = np.setdiff1d(np.arange(n), active, assume_unique=True)
-            project_triples(self.triples, self.U, self.Q @ M_pinv, middle=rest, out=base)
+            project_triples(self.triples, self.U, self.Q[:, :k] @ self.M1inv, middle=rest,
+                            out=base, index=self.index)
         for a in range(0, active.size, 4096):
-            base[active[a : a + 4096]] = A[a : a + 4096] @ M_pinv
+            base[active[a : a + 4096]] = A[a : a + 4096, :, :k] @ self.M1inv
         return base
-
-    def _weighted_symbols(self) -> np.ndarray:
-        """The symbols whose weighted solution can differ from θ_spec's (sorted indices).
-
-        Small problems (n·k·k' ≤ 2²⁴ floats) keep every symbol, so the losses cover all
-        the conditions. On larger ones: none under ``"identity"``; otherwise the symbols
-        whose shrinkage is below 1 (under ``"auto"``, those with at least k'²/100 triples
-        in the middle): the losses in ``loss_history_`` then cover those symbols only.
-        """
-        n, k, kp = self.n, self.k, self.kp
-        if n * k * kp <= _FULL_CONDITIONS_MAX:
-            return np.arange(n)
-        if self.est.weighting == "identity":
-            return np.empty(0, dtype=np.int64)
-        n_middle = np.bincount(self.triples.x2, weights=self.triples.weights, minlength=n)
-        shrink = resolve_projected_shrinkage(self.est.shrinkage, n_middle, kp)
-        return np.flatnonzero((shrink < 1.0) & (n_middle > 0))
 
     # ------------------------------------------------------------------ initial estimate
 
@@ -234,10 +248,11 @@ class ProjectedFit(FitSteps):
     # ------------------------------------------------------------------ outer iterations
 
     def weighting(self, ops: np.ndarray) -> ProjectedWeighting:
-        """W re-estimated at the operators ``ops`` (Algorithm 1)."""
+        """W re-estimated at the operators ``ops`` for the kept symbols (Algorithm 1)."""
         est = self.est
         return projected_weighting(est.weighting, self.triples, self.U, self.Q, ops,
-                                   shrinkage=est.shrinkage, ridge=est.ridge)
+                                   shrinkage=est.shrinkage, ridge=est.ridge, index=self.index,
+                                   symbols=self.active)
 
     def r_step(self) -> tuple[np.ndarray, float | None, float]:
         """``(new operators of the active symbols, loss before, loss after)`` of one step.
@@ -248,7 +263,9 @@ class ProjectedFit(FitSteps):
         if self.ops is None:
             return self.base[active], None, identity_loss(self.A, self.M, self.base[active])
         W = self.weighting(self.ops)
-        return projected_step(W, active, self.A, self.M, self.ops[active])
+        self.last_weighting = W
+        self.blocks = [] if self.keep_state else None
+        return projected_step(W, active, self.A, self.M, self.ops[active], record=self.blocks)
 
     def accept(self, it: int, new: np.ndarray, before: float | None, after: float) -> bool:
         """Whether the step is finite and did not raise W's loss; a rejection is recorded."""
@@ -296,22 +313,44 @@ class ProjectedFit(FitSteps):
     # ------------------------------------------------------------------ finish
 
     def finish(self) -> tuple[ObservableOperatorModel, dict[str, Any]]:
-        """The model (θ_spec's parametrisation) and the fitted attributes; W re-estimated
-        at the solution unless ``scored_only``."""
+        """The model (θ_spec's parametrisation) and the fitted attributes.
+
+        The loss is the last step's, under the weighting of that step (W estimated at the
+        operators it started from); re-estimating W at the solution would cost as much as
+        another step (11 of 63 s at n = 10⁵), and at convergence the two agree.
+        """
         ops, history, est = self.ops, self.history, self.est
-        if self.scored_only:  # a fit whose predictions alone are used (the backoff's 90%)
-            W, loss = None, history[-1][-1]
-        else:
-            W = self.weighting(ops)
-            loss = projected_loss(W, self.active, self.A, self.M, ops[self.active])
+        loss = history[-1][-1]
         factors = MFactors(ops, self.U, "projected", loss=loss, history=history,
                            rejected=self.rejected_sweeps)
+        # θ_spec's models (SpectralEstimator) carry no factors: saved, they would double a
+        # checkpoint, and its warm refits start from the state instead
+        model_factors = None if est.per_rank == 1 else factors
         model = ObservableOperatorModel(
             self.b1, self.binf, ops, filter=est.filter, window=est.window, min_proba=est.min_proba,
-            symbols=self.labels, rank=self.k, factors=factors,
+            symbols=self.labels, rank=self.k, factors=model_factors, backoff=self.backoff,
         )
-        return model, {
-            "factors_": factors, "weighting_": W, "loss_history_": history,
+        fitted = {
+            "factors_": factors, "weighting_": self.last_weighting, "loss_history_": history,
             "rejected_": self.rejected, "rejected_sweeps_": self.rejected_sweeps,
             "rank_": self.k, "n_conditions_": self.kp, "basis_": (self.U, self.Q),
+            "refit_": self.info,
         }
+        if self.keep_state:
+            fitted["state_"] = self.state(ops)
+        return model, fitted
+
+    def state(self, ops: np.ndarray) -> ProjectedState:
+        """What a warm refit reuses (:class:`ProjectedState`): O(nnz + n·k') memory, no copies."""
+        t = self.triples
+        X = self.X if self.X is not None else np.asarray(self.index.c21().T @ self.U_full)
+        blocks, counts, tau_x = self.blocks, None, None
+        if blocks is not None:
+            counts = self.n_middle.copy()
+            tau_x = getattr(self.last_weighting, "tau_x", None)
+        A_raw = self.A
+        A_raw *= t.total  # unnormalised (in place: the fit is done with A): counts are added to it
+        return ProjectedState(settings=self.est, triples=Triples(t.n, t.codes, t.weights),
+                              c1=self.c1, U=self.U_full, Q=self.Q, s=self.s, k=self.k, Y=self.Y,
+                              X=X, active=self.active, A=A_raw, ops=ops, n_middle=self.n_middle,
+                              blocks=blocks, block_counts=counts, tau_x=tau_x, info=self.info)

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from streamspec.core.pair_index import PairIndex
 from streamspec.core.sigma_inverse import (
     DenseSigmaInverse,
     DiagonalSigmaInverse,
@@ -118,7 +119,8 @@ class ProjectedIdentityWeighting(ProjectedWeighting):
 
     @classmethod
     def build(cls, triples: Any, U: np.ndarray, Q: np.ndarray, B: np.ndarray | None, *,
-              shrinkage: float | str, ridge: float) -> ProjectedIdentityWeighting:
+              shrinkage: float | str, ridge: float, index: Any = None, symbols: Any = None,
+              total: float | None = None) -> ProjectedIdentityWeighting:
         # why: W = I depends on neither the counts nor the operators, so nothing is checked
         return cls()
 
@@ -156,16 +158,19 @@ class FactoredProjectedWeighting(ProjectedWeighting):
 
     @classmethod
     def build(cls, triples: Any, U: np.ndarray, Q: np.ndarray, B: np.ndarray | None, *,
-              shrinkage: float | str, ridge: float) -> FactoredProjectedWeighting:
-        """This mode at operators B (k × k each); O(n · k² + P · k + nnz), memory O(nnz + n · k')."""
+              shrinkage: float | str, ridge: float, index: PairIndex | None = None,
+              symbols: np.ndarray | None = None, total: float | None = None
+              ) -> FactoredProjectedWeighting:
+        """This mode at operators B (k × k each), for the middle symbols ``symbols`` (None: all);
+        O(n · k² + P · k + nnz), memory O(nnz + n · k') (:func:`residual_pair_sums`)."""
         if B is None:
             raise ValueError(f"the {cls.mode!r} weighting needs the operators B")
         if not ridge >= 0:
             raise ValueError(f"ridge must be >= 0, got {ridge!r}")
         kp = Q.shape[1]
-        C, n_middle = residual_pair_sums(triples, U, B)
+        C, n_middle = residual_pair_sums(triples, U, B, index=index, symbols=symbols, total=total)
         shrink = resolve_projected_shrinkage(shrinkage, n_middle, kp)
-        tau_x = np.asarray(C @ (Q**2).sum(axis=1)).ravel() / kp
+        tau_x = np.asarray(C @ np.einsum("ij,ij->i", Q, Q)).ravel() / kp
         live = tau_x > 0
         tau = float(tau_x[live].mean()) if live.any() else 1.0
         return cls(Q=Q, C=C, shrink=shrink, tau_x=tau_x, tau=tau, ridge=float(ridge))
@@ -238,8 +243,8 @@ class ProjectedPerSymbolWeighting(FactoredProjectedWeighting):
         many = counts >= GEMM_PAIRS
         for r in np.flatnonzero(many).tolist():
             lo, hi = indptr[r], indptr[r + 1]
-            q = self.Q[indices[lo:hi]]
-            out[r] = (q * data[lo:hi, None]).T @ q
+            q = self.Q[indices[lo:hi]] * np.sqrt(data[lo:hi])[:, None]
+            out[r] = q.T @ q  # one symmetric rank-k update (BLAS syrk: half the flops)
         keep = np.repeat(~many, counts)
         rows = np.repeat(np.arange(b), counts)[keep]
         cols, vals = indices[keep], data[keep]
@@ -323,37 +328,43 @@ PROJECTED_WEIGHTING_CLASSES: dict[str, type[ProjectedWeighting]] = {
 }
 
 
-def residual_pair_sums(triples: Any, U: np.ndarray, B: np.ndarray) -> tuple[Any, np.ndarray]:
+def residual_pair_sums(triples: Any, U: np.ndarray, B: np.ndarray, index: PairIndex | None = None,
+                       symbols: np.ndarray | None = None, total: float | None = None
+                       ) -> tuple[Any, np.ndarray]:
     """``(C, n_middle)``: the residual-weighted pair sums ``C[x2, x1]`` (csr, n × n) and the
     weight of the triples whose middle symbol is x.
 
-    ``C[x, x1] = (1/N) Σ_{x3} c(x1, x, x3) ‖u_{x3} - B̃_x u_x‖²``. Costs: O(n · k² + P · k)
-    for the residual norms (one per distinct pair (x2, x3), P pairs), O(nnz) for the sums;
-    nothing of size n² is formed.
+    ``C[x, x1] = (1/N) Σ_{x3} c(x1, x, x3) ‖u_{x3} - B̃_x u_x‖²``, for the middle symbols
+    ``symbols`` only (sorted; None: all), the other rows empty. ``index`` is the triples'
+    :class:`~streamspec.core.pair_index.PairIndex` (built if not given), ``total`` the N
+    divided by (None: the triples' total; a warm refit passes the total of all the counts).
+    Costs: O(n_sym · k² + P_sym · k) for the residual norms (one per distinct pair
+    (x2, x3) of those symbols), O(nnz) for the sums; nothing of size n² is formed.
     """
-    import scipy.sparse as sp
-
-    n, N = triples.n, triples.total
-    x1, x2, x3 = triples.x1, triples.x2, triples.x3
-    # residual norm per distinct (x2, x3) pair: ‖u_{x3} - B̃_{x2} u_{x2}‖²
-    pair = triples.codes >> 21
-    new = np.concatenate(([True], pair[1:] != pair[:-1]))
-    starts = np.flatnonzero(new)
-    pid = np.cumsum(new) - 1
-    px2, px3 = x2[starts], x3[starts]
-    # why: B̃_{x2} u_{x2} depends on x2 alone: n products, not one per pair
-    Bu = np.einsum("xab,xb->xa", B, U)
-    res = np.empty(starts.size)
+    idx = index if index is not None else PairIndex(triples)
+    N = triples.total if total is None else float(total)
+    mp = idx.middle_pairs
+    if symbols is None:
+        symbols = np.arange(idx.n)
+        pairs = np.arange(idx.n_pairs)
+    else:
+        symbols = np.asarray(symbols, dtype=np.int64)
+        sizes = mp[symbols + 1] - mp[symbols]
+        pairs = np.repeat(mp[symbols] - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
+        pairs += np.arange(int(sizes.sum()))
+    # why: B̃_{x2} u_{x2} depends on x2 alone: one product per symbol, not one per pair
+    Bu = np.zeros((idx.n, U.shape[1]))
+    for a in range(0, symbols.size, 4096):  # blocks: no copy of B's rows at once
+        g = symbols[a : a + 4096]
+        Bu[g] = np.einsum("xab,xb->xa", B[g], U[g])
+    res = np.zeros(idx.n_pairs)
     step = max(1, SCRATCH // max(1, U.shape[1]))
-    for a in range(0, starts.size, step):
-        z = min(starts.size, a + step)
-        r = U[px3[a:z]] - Bu[px2[a:z]]
-        res[a:z] = (r * r).sum(axis=1)
-    w = triples.weights * res[pid] / N
-    C = sp.csr_matrix((w, (x2, x1)), shape=(n, n))
-    C.sum_duplicates()
-    C.sort_indices()
-    return C, np.bincount(x2, weights=triples.weights, minlength=n)
+    for a in range(0, pairs.size, step):
+        p = pairs[a : a + step]
+        r = U[idx.px3[p]] - Bu[idx.px2[p]]
+        res[p] = np.einsum("ij,ij->i", r, r)
+    w = idx.weights * np.repeat(res, np.diff(idx.pair_starts)) / N
+    return idx.c21(w), idx.middle_counts()
 
 
 def projected_weighting(
@@ -364,11 +375,17 @@ def projected_weighting(
     B: np.ndarray | None,
     shrinkage: float | str = "auto",
     ridge: float = 1e-6,
+    index: PairIndex | None = None,
+    symbols: np.ndarray | None = None,
+    total: float | None = None,
 ) -> ProjectedWeighting:
     """The weighting ``mode`` of the projected conditions at operators ``B[x]`` (k × k each).
 
     ``triples`` is a :class:`~streamspec.core.triples.Triples`, U (n, k) and Q (n, k') the
-    bases of the conditions. Costs: O(n · k² + P · k) for the residual norms (one per
+    bases of the conditions; ``index`` its :class:`~streamspec.core.pair_index.PairIndex` when
+    the caller has one, ``symbols`` the middle symbols it is needed for (None: all; the
+    others get no data, so their ``Σ_x`` is the identity) and ``total`` the N the sums are
+    divided by (None: the triples' total). Costs: O(n · k² + P · k) for the residual norms (one per
     distinct pair (x2, x3), P pairs), O(nnz) for the pair sums ``C[x2, x1]``, O(n) for the
     per-symbol scales; memory O(nnz + n · k'). Nothing of size n² is formed.
 
@@ -388,4 +405,5 @@ def projected_weighting(
             f"weighting must be one of {PROJECTED_WEIGHTINGS} in the projected formulation, got {mode!r} "
             "('exact' couples all symbols: use formulation='dense')"
         )
-    return PROJECTED_WEIGHTING_CLASSES[mode].build(triples, U, Q, B, shrinkage=shrinkage, ridge=ridge)
+    return PROJECTED_WEIGHTING_CLASSES[mode].build(triples, U, Q, B, shrinkage=shrinkage, ridge=ridge,
+                                                   index=index, symbols=symbols, total=total)

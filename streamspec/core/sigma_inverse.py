@@ -28,6 +28,11 @@ class SigmaInverse(ABC):
     def apply(self, R: np.ndarray) -> np.ndarray:
         """``Σ_x⁻¹ R[x]`` for every symbol x of the group; R of shape (b, k', r)."""
 
+    @abstractmethod
+    def take(self, rows: np.ndarray) -> SigmaInverse:
+        """The same inverses for the symbols ``rows`` of the group only (a warm refit reuses
+        the blocks of the symbols whose counts did not change). O(len(rows) · block)."""
+
 
 class IdentitySigmaInverse(SigmaInverse):
     """W = I: ``Σ_x = I``. Free."""
@@ -37,6 +42,9 @@ class IdentitySigmaInverse(SigmaInverse):
     def apply(self, R: np.ndarray) -> np.ndarray:
         """R itself, O(1)."""
         return R
+
+    def take(self, rows: np.ndarray) -> IdentitySigmaInverse:
+        return self
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,9 @@ class ScaleSigmaInverse(SigmaInverse):
         """O(b k' r)."""
         return R * self.inv[:, None, None]
 
+    def take(self, rows: np.ndarray) -> ScaleSigmaInverse:
+        return ScaleSigmaInverse(self.inv[rows])
+
 
 @dataclass(frozen=True)
 class DiagonalSigmaInverse(SigmaInverse):
@@ -61,6 +72,9 @@ class DiagonalSigmaInverse(SigmaInverse):
     def apply(self, R: np.ndarray) -> np.ndarray:
         """O(b k' r)."""
         return R * self.inv[:, :, None]
+
+    def take(self, rows: np.ndarray) -> DiagonalSigmaInverse:
+        return DiagonalSigmaInverse(self.inv[rows])
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,9 @@ class WoodburySigmaInverse(SigmaInverse):
         VR = self.V @ R  # (b, m, r)
         return (R - self.V.transpose(0, 2, 1) @ (self.inner @ VR)) / self.c[:, None, None]
 
+    def take(self, rows: np.ndarray) -> WoodburySigmaInverse:
+        return WoodburySigmaInverse(self.inner[rows], V=self.V[rows], c=self.c[rows])
+
 
 @dataclass(frozen=True)
 class DenseSigmaInverse(SigmaInverse):
@@ -92,3 +109,6 @@ class DenseSigmaInverse(SigmaInverse):
     def apply(self, R: np.ndarray) -> np.ndarray:
         """O(b k'² r)."""
         return self.inv @ R
+
+    def take(self, rows: np.ndarray) -> DenseSigmaInverse:
+        return DenseSigmaInverse(self.inv[rows])

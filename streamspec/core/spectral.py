@@ -14,15 +14,17 @@ The dense routines (:func:`spectral_operators`, :func:`top_subspace`,
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from streamspec.core import defaults
-from streamspec.core.backoff import fit_with_backoff
 from streamspec.core.fit_data import triples_of
 from streamspec.core.model import ObservableOperatorModel
+from streamspec.core.pair_index import PairIndex
 from streamspec.core.params import Estimator
-from streamspec.core.subspace import DENSE_SVD_MAX, project_triples, top_singular
+from streamspec.core.projected_state import ProjectedState, settings_of
+from streamspec.core.spectral_basis import MAX_AUTO_RANK, check_rank, select_rank_by_spectrum
+from streamspec.core.subspace import project_triples, top_singular
 from streamspec.core.triples import Triples
+from streamspec.core.warm_fit import fit_projected
 
 __all__ = [
     "SpectralEstimator",
@@ -32,48 +34,6 @@ __all__ = [
     "check_rank",
     "select_rank_by_spectrum",
 ]
-
-_MAX_AUTO_RANK = 256  # rank="auto" looks at this many singular values at most
-
-
-def check_rank(rank, n: int) -> int:
-    """``rank`` as an int, after checking it is an integer in ``1..n``. O(1).
-
-    Examples
-    --------
-    >>> check_rank(3, 5)
-    3
-    """
-    if isinstance(rank, bool) or not isinstance(rank, int | np.integer):
-        raise ValueError(f"rank must be a positive integer or 'auto', got {rank!r}")
-    if not 1 <= rank <= n:
-        raise ValueError(f"rank {rank} must be between 1 and the number of symbols ({n})")
-    return int(rank)
-
-
-def select_rank_by_spectrum(P21, n_triples: float, max_rank: int | None = None) -> int:
-    """Number of singular values of P21 above the sampling noise level ``N^(-1/2)``.
-
-    The Frobenius norm of the noise in P21 is about ``N^(-1/2)`` (it bounds the
-    spectral norm), so smaller singular values cannot be told from noise. ``P21``
-    may be dense or sparse. Up to 1,000 symbols all singular values are computed
-    (dense SVD, O(n³)); above, the top ``min(n - 1, max_rank)`` (truncated sparse SVD,
-    O(nnz · max_rank) per iteration, O(n · max_rank) memory), so the result is at most
-    ``max_rank`` (None: 256; the projected M-estimator looks at 100).
-
-    Examples
-    --------
-    >>> select_rank_by_spectrum(np.diag([0.5, 0.3, 0.001]), 10_000)
-    2
-    """
-    n = P21.shape[0]
-    if n <= DENSE_SVD_MAX:
-        dense = P21.toarray() if sp.issparse(P21) else np.asarray(P21, dtype=np.float64)
-        sv = np.linalg.svd(dense, compute_uv=False)
-    else:
-        cap = _MAX_AUTO_RANK if max_rank is None else max_rank  # why: read at call time
-        sv = top_singular(sp.csr_matrix(P21), min(n - 1, cap))[1]
-    return max(1, int((sv > 1.0 / np.sqrt(n_triples)).sum()))
 
 
 def top_subspace(P21: np.ndarray, k: int) -> np.ndarray:
@@ -118,12 +78,15 @@ def sparse_spectral_operators(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(b1, b∞, B)`` of θ_spec from sparse triple counts; equal to :func:`spectral_operators`.
 
-    U is the top-k left singular subspace of the sparse P21
+    (U, V) are the top-k left and right singular vectors of the sparse P21
     (:func:`~streamspec.core.subspace.top_singular`: dense SVD up to 1,000 symbols,
-    truncated sparse SVD above), ``(Uᵀ P21)⁺`` an n × k matrix, and
-    ``B_x = Uᵀ P3x1[x] (Uᵀ P21)⁺`` comes from
+    truncated sparse SVD above), ``M1 = Uᵀ P21 V`` (k × k, Σ_k up to rounding) and
+
+        b1 = Uᵀ P1,   b∞ = M1⁻ᵀ Vᵀ P1,   B_x = (Uᵀ P3x1[x] V) M1⁻¹
+
+    (docs/math.md (7.1); ``V M1⁻¹ = (Uᵀ P21)⁺`` for exact singular vectors), the B_x from
     :func:`~streamspec.core.subspace.project_triples` with ``left = U`` and
-    ``right = (Uᵀ P21)⁺``. Time O(nnz · k + P · k² + n · k²) plus the SVD; memory
+    ``right = V M1⁻¹``. Time O(nnz · k + P · k² + n · k²) plus the SVD; memory
     O(n · k²) for B and O(n · k) besides.
 
     Examples
@@ -133,14 +96,17 @@ def sparse_spectral_operators(
     >>> B.shape, round(float(binf @ b1), 12)
     ((3, 3, 3), 1.0)
     """
-    P1, P21 = triples.P1(), triples.P21()
     k = check_rank(k, triples.n)
-    U = top_singular(P21, k, random_state=random_state)[0]
-    P21tU = np.asarray(P21.T @ U)  # (n, k) = (Uᵀ P21)ᵀ
-    pinv = np.linalg.pinv(P21tU.T)  # (n, k) = (Uᵀ P21)⁺
+    index = PairIndex(triples)
+    N = triples.total
+    c21 = index.c21()
+    U, _, V = top_singular(c21 * (1.0 / N), k, random_state=random_state)
+    M1 = U.T @ np.asarray(c21 @ V) / N
+    P1 = np.bincount(index.x1, weights=triples.weights, minlength=triples.n) / N
+    M1inv = np.linalg.pinv(M1)  # why pinv: M1 is singular when P21 has rank below k
     b1 = U.T @ P1
-    binf = np.linalg.pinv(P21tU) @ P1
-    B = project_triples(triples, U, pinv)
+    binf = M1inv.T @ (V.T @ P1)
+    B = project_triples(triples, U, V @ M1inv, index=index)
     return b1, binf, B
 
 
@@ -189,49 +155,50 @@ class SpectralEstimator(Estimator):
 
     def __init__(self, *, rank: int | str = defaults.RANK, filter: str = defaults.FILTER,
                  window: int = defaults.WINDOW, min_proba: float = defaults.MIN_PROBA,
-                 backoff: str | None = defaults.BACKOFF, random_state: int = 0):
+                 backoff: str | None = defaults.BACKOFF, random_state: int = 0,
+                 basis_tol: float = defaults.BASIS_TOL):
         self.rank = rank
         self.filter = filter
         self.window = window
         self.min_proba = min_proba
         self.backoff = backoff
         self.random_state = random_state
+        self.basis_tol = basis_tol
         self._validate()  # why: a bad setting is refused before anything is fitted
 
     def _validate(self) -> None:
         defaults.check_settings(rank=self.rank, filter=self.filter, window=self.window,
                                 min_proba=self.min_proba, backoff=self.backoff,
-                                random_state=self.random_state)
+                                random_state=self.random_state, basis_tol=self.basis_tol)
 
-    def _fit_hmm(self, triples: Triples, labels=None) -> ObservableOperatorModel:
-        if isinstance(self.rank, str) and self.rank == "auto":
-            k = select_rank_by_spectrum(triples.P21(), triples.total)
-        else:
-            k = check_rank(self.rank, triples.n)
-        self.rank_ = k
-        b1, binf, B = sparse_spectral_operators(triples, k, random_state=self.random_state)
-        return ObservableOperatorModel(
-            b1, binf, B, filter=self.filter, window=self.window, min_proba=self.min_proba,
-            symbols=labels, rank=k,
-        )
-
-    def fit(self, data) -> ObservableOperatorModel:
+    def fit(self, data, init=None) -> ObservableOperatorModel:
         """Fit on a MomentAccumulator, :class:`Triples` or dense counts ``c3[x2, x3, x1]``.
 
-        Returns the model (also kept as ``model_``; the rank used is ``rank_``).
-        Time and memory: see the class docstring.
+        ``init``: None (a cold fit), or the state of an earlier fit (a
+        :class:`~streamspec.core.projected_state.ProjectedState`, from
+        :meth:`fit_with_state`, or a fitted estimator holding one in ``state_``) for a warm
+        refit, which reuses its bases and updates its moments from the triples that
+        changed (docs/math.md section 9); ``refit_`` says which path was taken. Returns the
+        model (also ``model_``; the rank used is ``rank_``). Time and memory: see the
+        class docstring.
         """
+        return self._fit(data, init, keep_state=False)[0]
+
+    def fit_with_state(self, data, init=None) -> tuple[ObservableOperatorModel, ProjectedState]:
+        """:meth:`fit`, also returning what the next warm refit reuses (and keeping it as
+        ``state_``). The state holds the counts fitted (16 bytes a distinct triple) and
+        O(n · k) floats besides the model."""
+        return self._fit(data, init, keep_state=True)
+
+    def _fit(self, data, init, keep_state: bool):
         self._validate()  # the settings may have been changed since construction
         triples, labels = triples_of(data)
-        if self.backoff is None:
-            self.model_ = self._fit_hmm(triples, labels)
-        else:
-            rank = self.rank
-
-            def fit(t: Triples) -> ObservableOperatorModel:
-                return self._fit_hmm(t, labels)
-
-            self.model_ = fit_with_backoff(fit, triples, random_state=self.random_state)
-            if isinstance(rank, str):  # rank_ of the final fit (on all counts)
-                self.rank_ = self.model_.dim
-        return self.model_
+        settings = settings_of(self, weighting="identity", per_rank=1, auto_cap=MAX_AUTO_RANK)
+        state = getattr(init, "state_", init)
+        state = state if isinstance(state, ProjectedState) else None
+        fit = fit_projected(settings, 1, triples, labels, state, keep_state=keep_state,
+                            backoff=self.backoff, random_state=self.random_state)
+        for name, value in fit.fitted.items():
+            setattr(self, name, value)
+        self.model_ = fit.model
+        return fit.model, fit.fitted.get("state_")

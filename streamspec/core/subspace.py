@@ -12,9 +12,10 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from streamspec.core.pair_index import PairIndex
 from streamspec.core.triples import Triples
 
-__all__ = ["top_singular", "project_triples", "DENSE_SVD_MAX"]
+__all__ = ["top_singular", "leading_singular", "project_triples", "DENSE_SVD_MAX"]
 
 DENSE_SVD_MAX = 1000  # alphabets up to this size use a dense SVD (exact, bit-stable)
 _BLOCK_ENTRIES = 1 << 22  # floats of scratch per block of project_triples
@@ -29,8 +30,11 @@ def top_singular(
     U and V have shape (n, k), s is decreasing. Signs are fixed so that the entry of
     largest magnitude of each column of U is positive (V follows), for reproducible
     results. Alphabets up to :data:`DENSE_SVD_MAX` symbols use a dense SVD, O(n³);
-    larger ones a truncated sparse SVD (ARPACK, seeded start vector), O(nnz · k) per
-    iteration and O(n · k) memory.
+    larger ones a truncated sparse SVD: PROPACK's Lanczos bidiagonalisation (seeded
+    start vector), O(nnz + n · k) per step and O(n · k) memory. It took half the time of
+    ARPACK (``svds(tol=0)``, which works on P21ᵀP21) at n = 10⁵, k = 100 (7.9 s against
+    15.4 s) and a third at n = 2·10⁴, k = 32, with singular values equal to 2·10⁻¹⁴
+    (relative) and singular subspaces to a sine of 10⁻⁵ (docs/benchmarks.md, "Cold fits").
 
     Examples
     --------
@@ -47,14 +51,13 @@ def top_singular(
         U, s, Vt = np.linalg.svd(dense)
         U, s, V = U[:, :k], s[:k], Vt[:k].T
     else:
-        A = sp.csr_matrix(P21, dtype=np.float64)
-        v0 = np.random.default_rng(random_state).random(n)
         if k >= n:
             raise ValueError(
                 f"rank {k} on {n} symbols: above {DENSE_SVD_MAX} symbols the rank must be below "
                 "the alphabet size (a full-rank model takes n³ memory)"
             )
-        U, s, Vt = spla.svds(A, k=k, v0=v0, tol=0)
+        A = sp.csr_matrix(P21, dtype=np.float64)
+        U, s, Vt = spla.svds(A, k=k, solver="propack", random_state=random_state)
         order = np.argsort(s)[::-1]
         U, s, V = U[:, order], s[order], Vt[order].T
     signs = np.sign(U[np.abs(U).argmax(axis=0), np.arange(k)])
@@ -62,9 +65,40 @@ def top_singular(
     return U * signs, s, V * signs
 
 
+def leading_singular(P21, threshold: float, cap: int, first: int = 32, random_state: int = 0
+                     ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """``(count, U, s, V)``: how many singular values of P21 exceed ``threshold`` (at most
+    ``cap``), with the top singular triplets computed on the way (at least ``count + 1``
+    of them when ``count < cap``).
+
+    Above :data:`DENSE_SVD_MAX` symbols the truncated SVD asks for ``first`` triplets,
+    then twice as many while all of them are above the threshold, up to ``cap``: a
+    spectrum that falls below the threshold early costs one small SVD instead of ``cap``
+    singular values (``rank="auto"`` on words: 32 instead of 256). The count is the
+    same as from all singular values. Dense SVD (all of them) up to 1,000 symbols.
+
+    Examples
+    --------
+    >>> count, U, s, V = leading_singular(np.diag([0.5, 0.3, 0.001]), 0.01, cap=3)
+    >>> count, s.round(3).tolist()
+    (2, [0.5, 0.3, 0.001])
+    """
+    n = P21.shape[0]
+    top = n if n <= DENSE_SVD_MAX else n - 1
+    cap = max(1, min(int(cap), top))
+    b = top if n <= DENSE_SVD_MAX else min(cap, max(1, int(first)))
+    while True:
+        U, s, V = top_singular(P21, b, random_state=random_state)
+        count = int((s > threshold).sum())
+        if count < s.size or b >= cap:
+            return max(1, min(count, cap)), U, s, V
+        b = min(cap, 2 * b)
+
+
 def project_triples(triples: Triples, left: np.ndarray, right: np.ndarray,
                     weights: np.ndarray | None = None, middle: np.ndarray | None = None,
-                    out: np.ndarray | None = None) -> np.ndarray:
+                    out: np.ndarray | None = None, index: PairIndex | None = None,
+                    total: float | None = None) -> np.ndarray:
     """``out[x] = leftᵀ P3x1[x] right`` for every symbol x, shape (n, a, b).
 
     ``P3x1[x][i, j] = Pr(x3 = i, x2 = x, x1 = j)``; ``left`` is (n, a), ``right`` is
@@ -78,15 +112,18 @@ def project_triples(triples: Triples, left: np.ndarray, right: np.ndarray,
        rows ``(x2, i)`` and one entry ``left[x3_p, i]`` per pair and row, times Z, in
        blocks of symbols so that the scratch stays under ~2²² floats.
 
-    Time O(nnz · b + P · a · b), memory O(n · a · b) for the result plus O(nnz) and
-    ~2²² floats (or one symbol's pairs × b) of scratch; nothing of size n² is formed. Exact (the same sums
+    Time O(nnz · b + P · a · b), memory O(n · a · b) for the result plus ~2²² floats (or
+    one symbol's pairs × b) of scratch; nothing of size n² is formed. Exact (the same sums
     as the dense ``einsum``, in another order). ``weights`` replaces the triples'
-    weights (same order), e.g. residual-weighted counts; the result is still
-    divided by the triples' total. ``middle`` (sorted symbol indices) restricts the
-    result to those middle symbols: shape (len(middle), a, b), in that order, and the
-    cost to their triples. ``out`` (n, a, b), with ``middle``: the rows ``middle`` of
-    ``out`` are written instead (the others untouched) and ``out`` is returned, which
-    spares a copy of the result.
+    weights (same order, any sign: e.g. residual-weighted counts or a change of counts);
+    the result is still divided by the triples' total. ``middle`` (sorted symbol indices)
+    restricts the result to those middle symbols: shape (len(middle), a, b), in that
+    order, and the cost to their triples. ``out`` (n, a, b), with ``middle``: the rows
+    ``middle`` of ``out`` are written instead (the others untouched) and ``out`` is
+    returned, which spares a copy of the result. ``index``: the triples'
+    :class:`~streamspec.core.pair_index.PairIndex`, when the caller has it (else built, O(nnz)).
+    ``total``: what the sums are divided by instead of the triples' total (1: unnormalised
+    sums, as a warm refit adds them to earlier ones).
 
     Examples
     --------
@@ -99,38 +136,31 @@ def project_triples(triples: Triples, left: np.ndarray, right: np.ndarray,
     left = np.asarray(left, dtype=np.float64)
     right = np.asarray(right, dtype=np.float64)
     a, b = left.shape[1], right.shape[1]
-    x1, x2, x3, w, n = _of_middle(triples, weights, middle)
-    out, rows_of = _destination(out, middle, (triples.n, a, b), n)
-    if x1.size == 0:
+    idx = index if index is not None else PairIndex(triples)
+    w = idx.weights if weights is None else np.asarray(weights, dtype=np.float64)
+    divisor = triples.total if total is None else float(total)
+    if triples.nnz and divisor != 1.0:
+        w = w / divisor
+    symbols = np.arange(triples.n) if middle is None else np.asarray(middle, dtype=np.int64)
+    out, rows_of = _destination(out, middle, (triples.n, a, b), symbols.size)
+    if triples.nnz == 0:
         return out
-    A, px2, px3, bounds = _pairs(x1, x2, x3, w, n, triples.n)
     # why runs: Z (the x1 side summed per pair, P × b floats) is formed for a run of
-    # consecutive symbols at a time, ≤ ~2²² floats (or one symbol's pairs), and so is the
-    # block of ``out`` the run's light symbols fill
+    # consecutive symbols of ``symbols`` at a time, ≤ ~2²² floats (or one symbol's pairs),
+    # and so is the block of ``out`` the run's light symbols fill
+    sizes = idx.middle_pairs[symbols + 1] - idx.middle_pairs[symbols]
+    bounds = np.concatenate(([0], np.cumsum(sizes)))
     cap_pairs = max(1, _BLOCK_ENTRIES // max(b, 1))
     max_syms = max(1, _BLOCK_ENTRIES // max(a * b, a * _GEMM_MIN_PAIRS, 1))
     x = 0
-    while x < n:
+    while x < symbols.size:
         y = int(np.searchsorted(bounds, bounds[x] + cap_pairs, side="right")) - 1
-        y = min(max(y, x + 1), x + max_syms, n)
+        y = min(max(y, x + 1), x + max_syms, symbols.size)
         if bounds[y] > bounds[x]:
-            _project_run(x, y, A, bounds, px2, px3, left, right, out, rows_of)
+            _project_run(idx, w, symbols[x:y], sizes[x:y], left, right, out,
+                         np.arange(x, y) if rows_of is None else rows_of[x:y])
         x = y
     return out
-
-
-def _of_middle(triples: Triples, weights: np.ndarray | None, middle: np.ndarray | None):
-    """``(x1, x2, x3, w, n)``: the triples (weights divided by the total) whose middle symbol is
-    in ``middle``, x2 renumbered to its rank in ``middle``, and the number of rows. O(nnz)."""
-    w = triples.weights if weights is None else np.asarray(weights, dtype=np.float64)
-    w = w / triples.total if triples.nnz else w
-    x1, x2, x3 = triples.x1, triples.x2, triples.x3
-    if middle is None:
-        return x1, x2, x3, w, triples.n
-    middle = np.asarray(middle, dtype=np.int64)
-    keep = np.isin(x2, middle)
-    # local row of each kept triple; the map is increasing, so the order stays sorted
-    return x1[keep], np.searchsorted(middle, x2[keep]), x3[keep], w[keep], middle.size
 
 
 def _destination(out: np.ndarray | None, middle: np.ndarray | None, shape: tuple, n: int
@@ -146,45 +176,53 @@ def _destination(out: np.ndarray | None, middle: np.ndarray | None, shape: tuple
     return out, rows_of
 
 
-def _pairs(x1, x2, x3, w, n: int, n_cols: int):
-    """``(A, px2, px3, bounds)``: step 1's sparse matrix, one row per distinct pair (x2, x3) and
-    one column per x1 (``Z = A @ right`` sums the x1 side), each pair's symbols, and the
-    pairs of local symbol x at ``bounds[x]:bounds[x+1]``. O(nnz)."""
-    pair = (x2 << 21) | x3  # (x2, x3) packed; triples are sorted, so pairs are grouped
-    new_pair = np.concatenate(([True], pair[1:] != pair[:-1]))
-    starts = np.flatnonzero(new_pair)
-    pair_id = np.cumsum(new_pair) - 1
-    A = sp.csr_matrix((w, (pair_id, x1)), shape=(starts.size, n_cols))
-    px2, px3 = x2[starts], x3[starts]
-    return A, px2, px3, np.searchsorted(px2, np.arange(n + 1))
+def _run_pairs(idx: PairIndex, syms: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The pair indices of the symbols ``syms`` (in order), concatenated. O(their pairs)."""
+    first = idx.middle_pairs[syms]
+    if syms.size == 1 or np.array_equal(np.diff(syms), np.ones(syms.size - 1, dtype=syms.dtype)):
+        return np.arange(first[0], first[0] + sizes.sum())  # consecutive symbols: one range
+    offsets = np.repeat(first - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
+    return offsets + np.arange(int(sizes.sum()))
 
 
-def _project_run(x: int, y: int, A, bounds: np.ndarray, px2: np.ndarray, px3: np.ndarray,
-                 left: np.ndarray, right: np.ndarray, out: np.ndarray,
-                 rows_of: np.ndarray | None) -> None:
-    """Step 2 of :func:`project_triples` for the symbols x..y-1 (local rows): write their rows
-    of ``out``. O(pairs of the run · (b + a · b)), scratch ≤ ~2²² floats."""
-    a = left.shape[1]
-    b = right.shape[1]
-    p0, p1 = int(bounds[x]), int(bounds[y])
-    sizes = np.diff(bounds[x : y + 1])
-    Z = A[p0:p1] @ right  # (pairs of the run, b)
+def _pair_sums(idx: PairIndex, w: np.ndarray, pairs: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``Z[i] = Σ_{x1} w(x1, pairs[i]) right[x1]``, (len(pairs), b). O(their triples · b)."""
+    p0, p1 = int(pairs[0]), int(pairs[-1]) + 1
+    if p1 - p0 == pairs.size:  # a range of pairs: a view of the index
+        return idx.pair_matrix(p0, p1, w) @ right
+    starts, ends = idx.pair_starts[pairs], idx.pair_starts[pairs + 1]
+    lens = ends - starts
+    take = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
+    take += np.arange(int(lens.sum()))
+    indptr = np.concatenate(([0], np.cumsum(lens)))
+    A = sp.csr_matrix((w[take], idx.x1[take], indptr), shape=(pairs.size, idx.n))
+    return A @ right
+
+
+def _project_run(idx: PairIndex, w: np.ndarray, syms: np.ndarray, sizes: np.ndarray,
+                 left: np.ndarray, right: np.ndarray, out: np.ndarray, dest: np.ndarray) -> None:
+    """Step 2 of :func:`project_triples` for the symbols ``syms``: write their rows ``dest`` of
+    ``out``. O(pairs of the run · (b + a · b)), scratch ≤ ~2²² floats."""
+    a, b = left.shape[1], right.shape[1]
+    pairs = _run_pairs(idx, syms, sizes)
+    Z = _pair_sums(idx, w, pairs, right)  # (pairs of the run, b)
+    px3 = idx.px3[pairs]
+    bounds = np.concatenate(([0], np.cumsum(sizes)))
     # symbols with many pairs: one BLAS product each, out[s] = left[x3 of its pairs]ᵀ Z
-    for sym in (x + np.flatnonzero(sizes >= _GEMM_MIN_PAIRS)).tolist():
-        lo, hi = int(bounds[sym]) - p0, int(bounds[sym + 1]) - p0
-        dest = sym if rows_of is None else int(rows_of[sym])
-        np.matmul(left[px3[p0 + lo : p0 + hi]].T, Z[lo:hi], out=out[dest])
+    heavy = sizes >= _GEMM_MIN_PAIRS
+    for r in np.flatnonzero(heavy).tolist():
+        lo, hi = int(bounds[r]), int(bounds[r + 1])
+        np.matmul(left[px3[lo:hi]].T, Z[lo:hi], out=out[int(dest[r])])
     # the others: each pair p adds left[x3_p] ⊗ Z[p] to out[x2_p], as one sparse
-    # product (a column per pair, its a entries in the rows (local x2, i): CSC, no sort)
-    lp = np.flatnonzero(np.repeat(sizes < _GEMM_MIN_PAIRS, sizes))
-    if lp.size:
-        syms = np.unique(px2[p0 + lp])
-        local = np.searchsorted(syms, px2[p0 + lp])
+    # product (a column per pair, its a entries in the rows (local symbol, i): CSC, no sort)
+    light = np.flatnonzero(~heavy & (sizes > 0))
+    if light.size:
+        lp = np.flatnonzero(np.repeat(~heavy, sizes))
+        local = np.repeat(np.searchsorted(light, np.arange(sizes.size)), sizes)[lp]
         rows = (local[:, None] * a + np.arange(a)).ravel()
         indptr = np.arange(0, lp.size * a + 1, a)
-        S = sp.csc_matrix((left[px3[p0 + lp]].ravel(), rows, indptr),
-                          shape=(syms.size * a, lp.size))
-        out[syms if rows_of is None else rows_of[syms]] = (S @ Z[lp]).reshape(syms.size, a, b)
+        S = sp.csc_matrix((left[px3[lp]].ravel(), rows, indptr), shape=(light.size * a, lp.size))
+        out[dest[light]] = (S @ Z[lp]).reshape(light.size, a, b)
 
 
 def _project_reference(triples: Triples, left: np.ndarray, right: np.ndarray) -> np.ndarray:

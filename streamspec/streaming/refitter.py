@@ -28,7 +28,9 @@ class FitRecord:
     index
         1 for the first fit attempted, 2 for the next, ...
     warm
-        Whether it started from the previous model's factors (``fit(acc, init=model)``).
+        Whether it started from the previous fit: its reusable state
+        (``fit_with_state(acc, init=state)``: bases, moments, weighting blocks) or the
+        previous model's factors (``fit(acc, init=model)``).
     n_seen
         Symbols observed (the running total passed to :meth:`Refitter.observe`) when the
         snapshot was taken.
@@ -51,6 +53,11 @@ class FitRecord:
     error
         ``None``, or ``"ExceptionType: message"`` when the fit failed (the previous model
         was then kept).
+    path
+        How a fit from a reusable state went (the estimator's ``refit_.path``:
+        ``"warm"``, ``"rebased"``, ``"fallback"`` or ``"cold"``; docs/math.md section 9),
+        ``"factors"`` for a warm start from the previous model's factors, ``"cold"``
+        otherwise.
 
     """
 
@@ -64,6 +71,7 @@ class FitRecord:
     sweeps: int | None
     losses: tuple[float, ...]
     error: str | None = None
+    path: str = "cold"
 
     @property
     def loss(self) -> float:
@@ -79,6 +87,7 @@ class _Current:
     prepared: Any = None
     n_seen: int = 0
     n_triples: float = 0.0
+    state: Any = None  # what the next warm refit reuses (the estimator's fit_with_state)
 
 
 class Refitter:
@@ -87,11 +96,16 @@ class Refitter:
     The refitter owns no data: the caller keeps a
     :class:`~streamspec.MomentAccumulator` and reports each batch of learned symbols
     with :meth:`observe`. When a trigger fires the refitter fits the estimator on the
-    counts: the first fit is cold (the estimator as given); later fits of an estimator
-    whose ``fit`` accepts ``init`` (:class:`~streamspec.MEstimator`) are warm-started
-    from the previous model's factors R, S (and W re-estimated at its operators) and run
-    at most ``sweeps`` alternating sweeps in a single outer iteration. Estimators
-    without warm starts (:class:`~streamspec.SpectralEstimator`) are refitted cold.
+    counts: the first fit is cold (the estimator as given). An estimator with
+    ``fit_with_state`` (:class:`~streamspec.SpectralEstimator`, the projected
+    :class:`~streamspec.MEstimator`) hands back the state of each fit, and the next fit
+    is a warm refit from it, proportional to the change of the counts (docs/math.md
+    section 9: the previous bases kept while they still fit, the moments updated from the
+    triples that changed, the weighting blocks of unchanged symbols reused; the record's
+    ``path`` says how it went). Otherwise (the dense formulation, or the first fit after
+    :meth:`adopt`) an estimator whose ``fit`` accepts ``init`` is warm-started from the
+    previous model's factors R, S (W re-estimated at its operators) with at most
+    ``sweeps`` alternating sweeps in a single outer iteration.
 
     Parameters
     ----------
@@ -366,11 +380,10 @@ class Refitter:
 
     def _fit(self, data, prev, n_seen: int) -> None:
         t0 = time.perf_counter()
-        est, warm, model, prepared, error = None, False, None, None, None
+        est, warm, model, prepared, error, state, path = None, False, None, None, None, None, "cold"
         try:
-            est, warm = refit_estimator(self.estimator, data.n, prev, self.sweeps)
-            model = est.fit(data, init=prev) if warm else est.fit(data)
-            warm = getattr(est, "warm_", warm)  # an adapter that warm-starts by itself says so
+            est, model, state, warm, path = _fit_once(self.estimator, data, self._current,
+                                                      self.sweeps)
             if self.prepare is not None:
                 prepared = self.prepare(model)
         except Exception as exc:  # noqa: BLE001 - recorded, the old model is kept
@@ -399,11 +412,13 @@ class Refitter:
                 sweeps=sweeps,
                 losses=losses,
                 error=error,
+                path=path,
             )
             self.records.append(record)
             self.last_fit_seconds = seconds
             if error is None:
-                self._current = _Current(model, prepared, n_seen, n_triples)  # the atomic swap
+                # the atomic swap (the state goes with its model)
+                self._current = _Current(model, prepared, n_seen, n_triples, state)
                 self.n_fits += 1
                 self.last_error = None
             else:
@@ -415,6 +430,9 @@ class Refitter:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         del state["_lock"], state["_thread"]
+        # why: the warm state is as large as the counts; a copy refits from the model instead
+        cur = state["_current"]
+        state["_current"] = _Current(cur.model, cur.prepared, cur.n_seen, cur.n_triples)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -436,7 +454,28 @@ _ESTIMATOR_SETTINGS = ("rank", "penalty", "weighting", "factorization", "formula
                        "min_proba", "n_conditions", "backoff")
 
 
-def refit_estimator(estimator, n: int, prev, sweeps: int) -> tuple[Any, bool]:
+def _fit_once(estimator, data, current: _Current, sweeps: int):
+    """``(estimator, model, state, warm, path)`` of one refit on ``data`` after ``current``.
+
+    From the previous state when the estimator keeps one (``fit_with_state``), else from
+    the previous model's factors (:func:`refit_estimator`), else cold.
+    """
+    prev, state = current.model, current.state
+    est, warm = refit_estimator(estimator, data.n, prev, sweeps, state=state)
+    if _keeps_state(est):
+        with_state = est.fit_with_state
+        init = state if state is not None else (prev if warm else None)
+        model, new_state = with_state(data, init=init)
+        info = getattr(est, "refit_", None)
+        path = info.path if info is not None and state is not None else (
+            "factors" if warm else "cold")
+        return est, model, new_state, path in ("warm", "rebased", "factors"), path
+    model = est.fit(data, init=prev) if warm else est.fit(data)
+    warm = bool(getattr(est, "warm_", warm))  # an adapter that warm-starts by itself says so
+    return est, model, None, warm, "factors" if warm else "cold"
+
+
+def refit_estimator(estimator, n: int, prev, sweeps: int, state: Any = None) -> tuple[Any, bool]:
     """A fresh copy of ``estimator`` for ``n`` symbols, and whether it warm-starts from ``prev``.
 
     The copy (:func:`~streamspec.core.params.clone`) has ``rank`` clamped to n and
@@ -445,7 +484,10 @@ def refit_estimator(estimator, n: int, prev, sweeps: int) -> tuple[Any, bool]:
     the same rank and the estimator offers a warm start, ``estimator.warm_start(sweeps)``
     (:class:`~streamspec.MEstimator`: at most ``sweeps`` sweeps in one outer
     iteration); the refitter never sets an estimator's parameters by name for that.
-    Used by :class:`Refitter` and by :class:`~streamspec.WithHMM`. O(parameters).
+    With ``state`` (a previous fit's reusable state) and an estimator that keeps one
+    (``fit_with_state``), the copy is the estimator itself, unbounded (a warm refit from
+    the state computes what a cold fit computes), and it is warm. Used by
+    :class:`Refitter` and by :class:`~streamspec.WithHMM`. O(parameters).
     """
     params = get_params(estimator)
     changes: dict[str, Any] = {}
@@ -456,6 +498,8 @@ def refit_estimator(estimator, n: int, prev, sweeps: int) -> tuple[Any, bool]:
     if isinstance(floor, float | int) and floor >= 1.0 / n:
         changes["min_proba"] = 0.5 / n  # a model needs min_proba < 1/n
     est = clone(estimator, **changes)
+    if state is not None and _keeps_state(est):
+        return est, True
     factors = getattr(prev, "factors", None)
     warm_start = getattr(est, "warm_start", None)
     if factors is None or not callable(warm_start) or not _accepts(est, "init"):
@@ -464,6 +508,18 @@ def refit_estimator(estimator, n: int, prev, sweeps: int) -> tuple[Any, bool]:
         return est, False  # the rank changed (a grown alphabet): start afresh
     warm = warm_start(sweeps)
     return (warm, True) if warm is not None else (est, False)
+
+
+def _keeps_state(estimator) -> bool:
+    """Whether ``estimator.fit_with_state`` is its fit: defined by the class that defines its
+    ``fit`` or by a subclass of it (a subclass overriding ``fit`` alone, e.g. one fitting in
+    another process, keeps its own ``fit``)."""
+    cls = type(estimator)
+    owner = {name: next((c for c in cls.__mro__ if name in vars(c)), None)
+             for name in ("fit", "fit_with_state")}
+    if owner["fit_with_state"] is None or owner["fit"] is None:
+        return False
+    return issubclass(owner["fit_with_state"], owner["fit"])
 
 
 def _accepts(estimator, name: str) -> bool:

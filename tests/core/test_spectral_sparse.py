@@ -119,12 +119,12 @@ def test_rank_by_spectrum_from_sparse_and_dense_agree():
 
 
 def test_rank_by_spectrum_on_a_large_alphabet_is_capped(monkeypatch):
-    import streamspec.core.spectral as spectral
+    import streamspec.core.spectral_basis as spectral_basis
     import streamspec.core.subspace as subspace
 
-    monkeypatch.setattr(spectral, "DENSE_SVD_MAX", 100)  # the sparse path, on a small problem
+    monkeypatch.setattr(spectral_basis, "DENSE_SVD_MAX", 100)  # the sparse path, on a small problem
     monkeypatch.setattr(subspace, "DENSE_SVD_MAX", 100)
-    monkeypatch.setattr(spectral, "_MAX_AUTO_RANK", 20)
+    monkeypatch.setattr(spectral_basis, "MAX_AUTO_RANK", 20)
     rng = np.random.default_rng(0)
     n = 400
     x = rng.integers(0, n, size=30_000)

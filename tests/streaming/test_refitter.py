@@ -190,12 +190,15 @@ def test_with_hmm_refits_are_warm_for_both_models(hmm_symbols):
     assert r.model.hmm.score(hmm_symbols) >= cold.score(hmm_symbols) - 1e-3 * len(hmm_symbols)
 
 
-def test_spectral_refits_are_cold():
+def test_spectral_refits_are_warm_from_the_previous_state():
+    """θ_spec keeps a state too: the second fit starts from it (docs/math.md section 9)."""
     acc = MomentAccumulator()
     r = Refitter(SpectralEstimator(rank=2), refit_every=30)
     feed(r, acc, "abcb" * 20)
-    assert r.n_fits == 2 and not any(rec.warm for rec in r.records)
-    assert all(rec.sweeps is None and rec.losses == () for rec in r.records)
+    assert r.n_fits == 2 and [rec.warm for rec in r.records] == [False, True]
+    assert [rec.path for rec in r.records][0] == "cold"
+    assert r.records[1].path in ("warm", "rebased")
+    assert r.model.factors is None  # θ_spec's model carries no factors: the state is the refitter's
 
 
 def test_failed_inline_fit_keeps_the_old_model():
