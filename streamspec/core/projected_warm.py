@@ -186,19 +186,19 @@ class WarmProjectedFit(ProjectedFit):
         """``A_x`` of the active symbols: ``f · A_old + A(Δ)``, and for the symbols that just
         became active their whole projection; normalised by N (unnormalised in the state)."""
         state, active, delta = self.previous, self.active, self.plan.change.delta
-        A = np.empty((active.size, self.k, self.kp))
         old = np.isin(active, state.active, assume_unique=True)
-        A[old] = f * state.A  # state.active is a subset of active, in the same order
+        if old.all():  # state.active is a subset of active, in the same order
+            A = np.multiply(state.A, f / N)
+        else:
+            A = np.empty((active.size, self.k, self.kp))
+            A[old] = state.A * (f / N)
+            fresh = active[~old]
+            project_triples(middle_subset(self.triples, fresh), self.U, self.Q, middle=fresh,
+                            total=N, out=A, out_rows=np.flatnonzero(~old))
         changed = np.intersect1d(active[old], self.plan.change.changed_middle, assume_unique=True)
         if changed.size:
-            rows = np.searchsorted(active, changed)
-            A[rows] += project_triples(delta, self.U, self.Q, middle=changed, index=self.dindex,
-                                       total=1.0)
-        fresh = active[~old]
-        if fresh.size:
-            A[~old] = project_triples(middle_subset(self.triples, fresh), self.U, self.Q,
-                                      middle=fresh, total=1.0)
-        A /= N
+            project_triples(delta, self.U, self.Q, middle=changed, index=self.dindex, total=N,
+                            out=A, out_rows=np.searchsorted(active, changed), add=True)
         return A
 
     def _spectral(self, f: float, N: float) -> np.ndarray:
@@ -210,13 +210,14 @@ class WarmProjectedFit(ProjectedFit):
         T = f * M1_old @ inv_new
         base = np.empty((n, k, k))
         m = state.n
-        for a in range(0, m, 8192):  # rows of the previous symbols, a block at a time
-            base[a : min(m, a + 8192)] = state.ops[a : min(m, a + 8192)] @ T
+        for a in range(0, m, 8192):  # one matrix product per block of rows (not one per symbol)
+            z = min(m, a + 8192)
+            np.matmul(state.ops[a:z].reshape(-1, k), T, out=base[a:z].reshape(-1, k))
         base[m:] = 0.0
         rest = np.setdiff1d(self.plan.change.changed_middle, active, assume_unique=True)
         if rest.size:
-            base[rest] += project_triples(self.plan.change.delta, self.U, self.Q[:, :k] @ inv_new,
-                                          middle=rest, index=self.dindex, total=1.0)
+            project_triples(self.plan.change.delta, self.U, self.Q[:, :k] @ inv_new, middle=rest,
+                            index=self.dindex, total=1.0, out=base, add=True)
         for a in range(0, active.size, 4096):
             base[active[a : a + 4096]] = self.A[a : a + 4096, :, :k] @ self.M1inv
         return base

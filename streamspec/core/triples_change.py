@@ -77,24 +77,29 @@ def triples_change(old: Triples, new: Triples) -> TriplesChange:
         raise ValueError(f"the old counts have {old.n} symbols, the new ones {new.n}: an alphabet "
                          "never shrinks between two snapshots of the same counts")
     pos = np.searchsorted(new.codes, old.codes)
-    inside = pos < new.nnz
-    found = np.zeros(old.nnz, dtype=bool)
-    found[inside] = new.codes[pos[inside]] == old.codes[inside]
-    scale = 1.0
-    if found.any():
-        ratio = new.weights[pos[found]] / old.weights[found]
-        scale = float(ratio.min()) if ratio.min() > 0 else 1.0
-    w = new.weights.copy()
-    w[pos[found]] -= scale * old.weights[found]
-    w[np.abs(w) <= _ROUNDING * new.weights] = 0.0
-    keep = np.flatnonzero(w)
-    codes, weights = new.codes[keep], w[keep]
-    gone = ~found
-    if gone.any():  # triples of the old snapshot only: their scaled counts are taken away
-        codes = np.concatenate([codes, old.codes[gone]])
-        weights = np.concatenate([weights, -scale * old.weights[gone]])
-        order = np.argsort(codes, kind="stable")
-        codes, weights = codes[order], weights[order]
-    delta = Triples(new.n, codes, weights)
-    middle = np.unique(codes >> (2 * BITS))
+    if old.nnz and pos[-1] < new.nnz and np.array_equal(new.codes[pos], old.codes):
+        found = None  # every old triple is still counted (the usual case): no masks
+        at, old_w = pos, old.weights
+    else:
+        inside = pos < new.nnz
+        found = np.zeros(old.nnz, dtype=bool)
+        found[inside] = new.codes[pos[inside]] == old.codes[inside]
+        at, old_w = pos[found], old.weights[found]
+    kept = new.weights[at]
+    ratio = float((kept / old_w).min()) if at.size else 1.0
+    scale = ratio if ratio > 0 else 1.0
+    change = kept - scale * old_w  # the change of the triples in both snapshots
+    moved = np.flatnonzero(np.abs(change) > _ROUNDING * kept)
+    fresh = np.ones(new.nnz, dtype=bool)
+    fresh[at] = False  # triples of the new snapshot only: their whole count is the change
+    fresh = np.flatnonzero(fresh)
+    codes = [new.codes[at[moved]], new.codes[fresh]]
+    weights = [change[moved], new.weights[fresh]]
+    if found is not None and not found.all():  # triples of the old snapshot only
+        codes.append(old.codes[~found])
+        weights.append(-scale * old.weights[~found])
+    codes, weights = np.concatenate(codes), np.concatenate(weights)
+    order = np.argsort(codes, kind="stable")
+    delta = Triples(new.n, codes[order], weights[order])
+    middle = np.unique(delta.codes >> (2 * BITS))
     return TriplesChange(scale, delta, middle, new.nnz)
