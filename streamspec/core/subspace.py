@@ -216,7 +216,6 @@ def _project_run(idx: PairIndex, w: np.ndarray, syms: np.ndarray, sizes: np.ndar
                  add: bool = False) -> None:
     """Step 2 of :func:`project_triples` for the symbols ``syms``: write their rows ``dest`` of
     ``out``. O(pairs of the run · (b + a · b)), scratch ≤ ~2²² floats."""
-    a, b = left.shape[1], right.shape[1]
     pairs = _run_pairs(idx, syms, sizes)
     Z = _pair_sums(idx, w, pairs, right)  # (pairs of the run, b)
     px3 = idx.px3[pairs]
