@@ -37,7 +37,7 @@ from streamspec.core.pair_index import PairIndex
 from streamspec.core.projected import ProjectedFit
 from streamspec.core.projected_state import ProjectedSettings, ProjectedState, RefitInfo
 from streamspec.core.projected_weighting import ProjectedWeighting, projected_weighting
-from streamspec.core.subspace import project_triples
+from streamspec.core.subspace import DENSE_SVD_MAX, project_triples, top_singular
 from streamspec.core.subspace_iteration import Refined, refine_subspace, spectral_norm
 from streamspec.core.triples import BITS, Triples
 from streamspec.core.triples_change import TriplesChange, triples_change
@@ -45,8 +45,8 @@ from streamspec.core.weighting_reuse import ReusedWeighting
 
 __all__ = ["WarmPlan", "plan_refit", "WarmProjectedFit", "REBASE_TOL", "middle_subset"]
 
-REBASE_TOL = 1e-6  # principal sines between two rounds of the subspace iteration: converged
-REBASE_ROUNDS = 10  # rounds of the subspace iteration before falling back to a cold SVD
+REBASE_TOL = 1e-5  # principal sines between two rounds (PROPACK's own vectors: ~1e-5)
+REBASE_ROUNDS = 8  # rounds of the subspace iteration before falling back to a cold SVD
 
 
 @dataclass
@@ -118,14 +118,20 @@ def _rank_moved(settings: ProjectedSettings, k: int, s: np.ndarray, noise: float
 
 def _rebase(state: ProjectedState, triples: Triples, settings: ProjectedSettings,
             info: RefitInfo) -> WarmPlan:
-    """The subspace iteration from the previous bases, on the new counts' P21."""
+    """The subspace iteration from the previous bases, on the new counts' P21 (up to
+    :data:`~streamspec.core.subspace.DENSE_SVD_MAX` symbols, the dense SVD: exact and cheaper)."""
     n, N = triples.n, triples.total
     c21 = PairIndex(triples).c21()
     P = c21 * (1.0 / N)
-    refined = refine_subspace(P, sp.csr_matrix(P.T), _padded(state.U, n), _padded(state.Q, n),
-                              state.k, tol=REBASE_TOL, max_rounds=REBASE_ROUNDS,
-                              oversample=max(4, state.kp // 4), random_state=settings.random_state)
     why = f"the bases moved (backward error {info.residual:.3g} noise)"
+    if n <= DENSE_SVD_MAX:
+        U, s, V = top_singular(P, state.kp, random_state=settings.random_state)
+        refined = Refined(U, s, V, True, 0, ())
+    else:
+        refined = refine_subspace(P, sp.csr_matrix(P.T), _padded(state.U, n), _padded(state.Q, n),
+                                  state.k, tol=REBASE_TOL, max_rounds=REBASE_ROUNDS,
+                                  oversample=max(8, state.kp // 2),
+                                  random_state=settings.random_state)
     if not refined.converged:
         return WarmPlan(RefitInfo("fallback", f"{why} and the subspace iteration did not converge "
                                   f"in {REBASE_ROUNDS} rounds", info.changed, info.residual,

@@ -22,8 +22,9 @@ __all__ = ["orthonormal", "principal_sines", "spectral_norm", "refine_subspace",
 def orthonormal(Y: np.ndarray) -> np.ndarray:
     """An orthonormal basis of the columns of Y (n × b, full column rank), O(n · b²).
 
-    Cholesky QR twice (two matrix products and two triangular solves: BLAS 3, several
-    times faster than Householder QR on tall matrices), falling back to Householder QR
+    Cholesky QR twice (each a Gram matrix and a product with the inverse of its b × b
+    Cholesky factor: BLAS 3, several times faster than Householder QR on tall matrices;
+    the second pass restores orthogonality to rounding), falling back to Householder QR
     when the Gram matrix is too ill-conditioned for Cholesky.
 
     Examples
@@ -36,7 +37,7 @@ def orthonormal(Y: np.ndarray) -> np.ndarray:
     try:
         for _ in range(2):
             R = sla.cholesky(Q.T @ Q, lower=False)
-            Q = sla.solve_triangular(R, Q.T, trans="T", lower=False).T
+            Q = Q @ sla.solve_triangular(R, np.eye(R.shape[0]), lower=False)
         return np.ascontiguousarray(Q)
     except (np.linalg.LinAlgError, sla.LinAlgError, ValueError):
         return np.linalg.qr(np.asarray(Y, dtype=np.float64))[0]
@@ -59,8 +60,9 @@ def principal_sines(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     """Sines of the principal angles between the column spans of A and B (orthonormal, n × b),
     largest first. O(n · b²).
 
-    Computed as the singular values of ``B - A (Aᵀ B)``, accurate for small angles (the
-    cosines' ``sqrt(1 - c²)`` is not below about 10⁻⁸).
+    Computed from ``R = B - A (Aᵀ B)``, whose singular values they are (from the b × b
+    Gram matrix of R), accurate for small angles (the cosines' ``sqrt(1 - c²)`` is not
+    below about 10⁻⁸).
 
     Examples
     --------
@@ -70,7 +72,7 @@ def principal_sines(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     1e-09
     """
     R = B - A @ (A.T @ B)
-    return np.linalg.svd(R, compute_uv=False)
+    return np.sqrt(np.maximum(np.linalg.eigvalsh(R.T @ R)[::-1], 0.0))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 from streamspec.core import defaults
 from streamspec.core.params import clone, get_params
 
-__all__ = ["Refitter", "FitRecord", "refit_estimator"]
+__all__ = ["Refitter", "FitRecord", "refit_estimator", "keeps_state"]
 
 log = logging.getLogger("streamspec.refit")
 
@@ -462,7 +462,7 @@ def _fit_once(estimator, data, current: _Current, sweeps: int):
     """
     prev, state = current.model, current.state
     est, warm = refit_estimator(estimator, data.n, prev, sweeps, state=state)
-    if _keeps_state(est):
+    if keeps_state(est):
         with_state = est.fit_with_state
         init = state if state is not None else (prev if warm else None)
         model, new_state = with_state(data, init=init)
@@ -472,7 +472,8 @@ def _fit_once(estimator, data, current: _Current, sweeps: int):
         return est, model, new_state, path in ("warm", "rebased", "factors"), path
     model = est.fit(data, init=prev) if warm else est.fit(data)
     warm = bool(getattr(est, "warm_", warm))  # an adapter that warm-starts by itself says so
-    return est, model, None, warm, "factors" if warm else "cold"
+    info = getattr(est, "refit_", None)  # ... and how (WithHMM keeps its own state)
+    return est, model, None, warm, info.path if info is not None else ("factors" if warm else "cold")
 
 
 def refit_estimator(estimator, n: int, prev, sweeps: int, state: Any = None) -> tuple[Any, bool]:
@@ -498,7 +499,7 @@ def refit_estimator(estimator, n: int, prev, sweeps: int, state: Any = None) -> 
     if isinstance(floor, float | int) and floor >= 1.0 / n:
         changes["min_proba"] = 0.5 / n  # a model needs min_proba < 1/n
     est = clone(estimator, **changes)
-    if state is not None and _keeps_state(est):
+    if state is not None and keeps_state(est):
         return est, True
     factors = getattr(prev, "factors", None)
     warm_start = getattr(est, "warm_start", None)
@@ -510,7 +511,7 @@ def refit_estimator(estimator, n: int, prev, sweeps: int, state: Any = None) -> 
     return (warm, True) if warm is not None else (est, False)
 
 
-def _keeps_state(estimator) -> bool:
+def keeps_state(estimator) -> bool:
     """Whether ``estimator.fit_with_state`` is its fit: defined by the class that defines its
     ``fit`` or by a subclass of it (a subclass overriding ``fit`` alone, e.g. one fitting in
     another process, keeps its own ``fit``)."""

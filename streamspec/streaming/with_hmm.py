@@ -8,7 +8,7 @@ import numpy as np
 
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.params import Estimator
-from streamspec.streaming.refitter import refit_estimator
+from streamspec.streaming.refitter import keeps_state, refit_estimator
 
 __all__ = ["WithHMM"]
 
@@ -18,6 +18,7 @@ class LastFit:
 
     def __init__(self):
         self.model = None
+        self.state = None  # the operator model's reusable state (warm refits)
         self.hmm = None
         self.warm_hmm = False  # the last HMM fit started from the previous HMM
         self.error: str | None = None
@@ -80,18 +81,27 @@ class WithHMM(Estimator):
 
     def adopt(self, model, hmm=None) -> None:
         """Warm-start the next fit from ``model`` and ``hmm`` (e.g. read back on a restart)."""
-        self.last.model, self.last.hmm = model, hmm
+        self.last.model, self.last.hmm, self.last.state = model, hmm, None
 
     def fit(self, data):
         """Fit both models on ``data`` (an accumulator or its view); the model, with ``.hmm``.
 
-        Sets ``rank_``, ``loss_history_``, ``warm_`` (the operator model was warm-started)
-        and ``warm_hmm_`` (the HMM was), which the refitter's records read.
+        Sets ``rank_``, ``loss_history_``, ``warm_`` (the operator model was warm-started),
+        ``refit_`` (how, for an estimator keeping a state) and ``warm_hmm_`` (the HMM was
+        warm-started), which the refitter's records read.
         """
         last = self.last
         prev = last.model
-        est, warm = refit_estimator(self.estimator, data.n, prev, self.sweeps)
-        model = est.fit(data, init=prev) if warm else est.fit(data)
+        est, warm = refit_estimator(self.estimator, data.n, prev, self.sweeps, state=last.state)
+        self.refit_ = None
+        if keeps_state(est):  # a warm refit from the previous state (docs/math.md section 9)
+            init = last.state if last.state is not None else (prev if warm else None)
+            model, last.state = est.fit_with_state(data, init=init)
+            self.refit_ = getattr(est, "refit_", None)
+            if self.refit_ is not None and self.refit_.path in ("cold", "fallback"):
+                warm = False
+        else:
+            model = est.fit(data, init=prev) if warm else est.fit(data)
         self.rank_ = getattr(est, "rank", None)
         self.loss_history_ = getattr(est, "loss_history_", None)
         self.warm_ = warm

@@ -291,3 +291,42 @@ def test_adopted_model_makes_the_next_fit_warm(tmp_path):
     cold.fit_now(acc)
     assert not cold.records[-1].warm
     assert restarted.records[-1].sweeps < cold.records[-1].sweeps
+
+
+def test_refits_start_from_the_previous_state_and_a_pickle_drops_it(hmm_symbols):
+    """The refitter keeps each fit's state and hands it to the next fit (docs/math.md section
+    9); a pickled refitter keeps the model, not the state (as large as the counts)."""
+    acc = MomentAccumulator(n_symbols=8)
+    r = Refitter(MEstimator(rank=4, backoff=None), refit_every=None)
+    acc.learn_many(hmm_symbols[:50_000])
+    assert r.fit_now(acc)
+    acc.learn_many(hmm_symbols[50_000:50_500])
+    assert r.fit_now(acc)
+    assert [(rec.warm, rec.path) for rec in r.records] == [(False, "cold"), (True, "warm")]
+    cold = MEstimator(rank=4, backoff=None).fit(acc)
+    test = hmm_symbols[50_500:]
+    assert abs(r.model.log_loss([test]) - cold.log_loss([test])) <= 1e-4
+    copy = pickle.loads(pickle.dumps(r))
+    acc.learn_many(hmm_symbols[50_500:51_000])
+    assert copy.fit_now(acc)
+    assert copy.records[-1].path == "factors"  # from the model's factors: no state was pickled
+
+
+def test_an_estimator_whose_fit_is_overridden_is_not_given_a_state(hmm_symbols):
+    """A subclass that fits elsewhere (the daemon's worker-process estimator) keeps its own
+    ``fit``: the refitter never routes it through the parent's ``fit_with_state``."""
+    calls = []
+
+    class Elsewhere(MEstimator):
+        def fit(self, data, init=None):
+            calls.append(init is not None)
+            return super().fit(data, init=init)
+
+    acc = MomentAccumulator(n_symbols=8)
+    r = Refitter(Elsewhere(rank=4, backoff=None), refit_every=None)
+    acc.learn_many(hmm_symbols[:20_000])
+    r.fit_now(acc)
+    acc.learn_many(hmm_symbols[20_000:21_000])
+    r.fit_now(acc)
+    assert calls == [False, True]  # its own fit, warm from the factors the second time
+    assert [rec.path for rec in r.records] == ["cold", "factors"]
