@@ -473,7 +473,9 @@ def _fit_once(estimator, data, current: _Current, sweeps: int):
     model = est.fit(data, init=prev) if warm else est.fit(data)
     warm = bool(getattr(est, "warm_", warm))  # an adapter that warm-starts by itself says so
     info = getattr(est, "refit_", None)  # ... and how (WithHMM keeps its own state)
-    return est, model, None, warm, info.path if info is not None else ("factors" if warm else "cold")
+    if info is not None and info.path != "cold":
+        return est, model, None, warm, info.path
+    return est, model, None, warm, "factors" if warm else "cold"
 
 
 def refit_estimator(estimator, n: int, prev, sweeps: int, state: Any = None) -> tuple[Any, bool]:

@@ -238,8 +238,14 @@ def test_spectral_init_reflects_the_new_data(stream):
     assert est.refit_.path == "warm"
     cold = SpectralEstimator(rank=4, backoff=None).fit(acc)
     test = (stream[60_000:80_000] + 7) % 30
-    assert model.log_loss([test]) < old.log_loss([test]) - 0.05
+    losses = [m.log_loss([test]) for m in (old, model, cold)]
+    assert losses[0] - 0.1 > losses[1] > losses[2]  # measured: 3.573, 3.379, 3.290
     assert np.abs(model.B - old.B).max() > 1e-3
+    # with the default tolerance the moved bases are not kept: the refit is the cold fit
+    default = SpectralEstimator(rank=4, backoff=None)
+    again = default.fit(acc, init=state)
+    assert default.refit_.path in ("rebased", "fallback") and default.refit_.residual > 0.1
+    assert abs(again.log_loss([test]) - losses[2]) <= 1e-9
 
 
 def test_weighting_blocks_are_reused_for_symbols_whose_counts_barely_changed(stream):
