@@ -8,13 +8,14 @@ from streamspec.core.dense import DENSE_MEMORY_LIMIT, DenseFit
 from streamspec.core.factors import MFactors
 from streamspec.core.fit_data import triples_of
 from streamspec.core.fit_steps import FitSteps
+from streamspec.core.mestimator_refits import StatefulFits
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.params import Estimator
-from streamspec.core.projected_state import ProjectedState, settings_of
+from streamspec.core.projected_state import settings_of
 from streamspec.core.projected_weighting import PROJECTED_WEIGHTINGS
 from streamspec.core.spectral import select_rank_by_spectrum
 from streamspec.core.triples import Triples
-from streamspec.core.warm_fit import cold_fit, plan_for, rebased_bases, state_of, warm_fit
+from streamspec.core.warm_fit import cold_fit
 
 __all__ = ["MEstimator", "MFactors", "FACTORIZATIONS", "FORMULATIONS", "DENSE_MEMORY_LIMIT",
            "select_rank_by_spectrum"]
@@ -29,7 +30,7 @@ _FITTED = ("factors_", "weighting_", "loss_history_", "rejected_", "rejected_swe
            "basis_", "formulation_", "refit_", "state_")
 
 
-class MEstimator(Estimator):
+class MEstimator(StatefulFits, Estimator):
     """θ_M: generalised-method-of-moments spectral estimator (Tran, Kim & Doshi-Velez 2016).
 
     Two formulations of the same moment conditions ``P3x1[x] ≈ B_x P21``.
@@ -155,15 +156,23 @@ class MEstimator(Estimator):
         ``python tests/core/test_mestimator_projected.py --bench``).
     filter, window, min_proba
         Passed to the fitted :class:`ObservableOperatorModel`.
+    basis_tol, weighting_rtol
+        Warm refits (``fit(data, init=state)``, docs/math.md section 9): the previous
+        bases are kept while their backward error on the new counts is at most
+        ``basis_tol`` times the sampling noise ``N^(-1/2)`` (0: never kept, the refit is
+        then the cold fit to rounding); a symbol's weighting block is reused while its
+        count changed by at most ``weighting_rtol`` (relative). Defaults and their
+        measurements: :mod:`streamspec.core.defaults`, docs/benchmarks.md "Warm refits".
 
     Attributes
     ----------
     factors_
-        The fitted :class:`MFactors` (its ``loss``: the criterion at the solution
-        with W re-estimated there, comparable across fits).
+        The fitted :class:`MFactors` (its ``loss``: the criterion at the solution; dense:
+        with W re-estimated there; projected: under the last step's W, estimated at the
+        operators that step started from, which saves a weighting as costly as a step).
     weighting_
-        The weighting re-estimated at the solution (a
-        :class:`~streamspec.core.weighting.Weighting`, dense, or a
+        Dense: the weighting re-estimated at the solution (a
+        :class:`~streamspec.core.weighting.Weighting`); projected: the last step's (a
         :class:`~streamspec.core.projected_weighting.ProjectedWeighting`).
     loss_history_
         One list per outer iteration, every one recorded, rejected ones included.
@@ -187,6 +196,11 @@ class MEstimator(Estimator):
         Projected: ``(U, Q)``, shapes (n, k) and (n, k').
     model_
         The fitted model (also returned by :meth:`fit`).
+    refit_, state_
+        Projected: how the fit was made (a
+        :class:`~streamspec.core.projected_state.RefitInfo`: cold, warm, rebased or
+        fallback, and why) and, after :meth:`fit_with_state`, what the next warm refit
+        reuses.
     choice_, backoff_scores_
         With ``backoff="auto"``: ``"m"`` or ``"spectral"``, the estimator whose model
         was returned, and the held-out scores of both (mean log-likelihood per
@@ -364,70 +378,18 @@ class MEstimator(Estimator):
         alphabet size), a MomentAccumulator, or dense counts ``c3[x2, x3, x1]``.
 
         ``init`` warm-starts from a previous solution. The state of an earlier projected
-        fit (a :class:`~streamspec.core.projected_state.ProjectedState` from
-        :meth:`fit_with_state`, or a fitted estimator holding one in ``state_``) gives a
-        warm refit proportional to the change (docs/math.md section 9): its bases are kept
-        while they are still singular bases of the new counts to ``basis_tol`` noise
-        levels (else refined by a subspace iteration, or a cold fit: ``refit_`` says which),
-        its moments are updated from the triples that changed, the weighting blocks of
-        the symbols whose counts changed by at most ``weighting_rtol`` are reused; with
-        the backoff, the previous mixing weights and choice are kept. Otherwise ``init``
-        may be a model returned by an earlier ``fit`` (it carries its factors), an
-        :class:`MFactors`, or a fitted MEstimator: W is then re-estimated at the previous
-        operators (with the current counts, and projected: expressed in the new basis,
-        ``B̃ ← U_newᵀ U_old B̃_old U_oldᵀ U_new``) before the first step, instead of
-        starting from W = I; a grown alphabet is handled by padding with zeros.
-        Factors of the other formulation, rank or factorization are ignored.
+        fit (:meth:`fit_with_state`, or a fitted estimator's ``state_``) gives a refit
+        proportional to the change (docs/math.md section 9; ``refit_`` says which path it
+        took): bases kept while their backward error is at most ``basis_tol`` noise levels,
+        moments updated from the changed triples, weighting blocks reused for symbols whose
+        counts changed by at most ``weighting_rtol``, the backoff's weights and choice kept.
+        A model returned by an earlier ``fit`` (it carries its factors), an
+        :class:`MFactors` or a fitted MEstimator: W is re-estimated at the previous
+        operators (projected: in the new basis, ``B̃ ← U_newᵀ U_old B̃_old U_oldᵀ U_new``)
+        before the first step, instead of starting from W = I; a grown alphabet is padded
+        with zeros; factors of another formulation, rank or factorization are ignored.
         """
         return self._fit(data, init, keep_state=False)[0]
-
-    def fit_with_state(self, data, init=None) -> tuple[ObservableOperatorModel, ProjectedState | None]:
-        """:meth:`fit`, also returning what the next warm refit reuses (kept as ``state_``;
-        None in the dense formulation). The state holds the counts fitted (16 bytes a
-        distinct triple), O(n · k') floats, the weighted symbols' conditions and weighting
-        blocks (O(k · k' + k'²) floats each); the operators are the model's."""
-        return self._fit(data, init, keep_state=True)
-
-    def _fit(self, data, init, keep_state: bool):
-        self._validate()
-        self.__dict__.pop("state_", None)
-        formulation = self._resolved_formulation()
-        state = state_of(init)
-        if state is not None and formulation == "projected":
-            return self._refit(data, state, keep_state)
-        init = None if state is not None else init
-        if self.backoff == "auto":
-            model = self._fit_with_backoff(data, init, formulation, keep_state=keep_state)
-        else:
-            model = self._fit_plain(data, init, formulation, keep_state=keep_state)
-        return model, getattr(self, "state_", None)
-
-    def _refit(self, data, state: ProjectedState, keep_state: bool):
-        """A refit from ``state``: warm when its plan says so, else cold with what the plan
-        found (new bases, or nothing) and ``refit_`` saying why."""
-        triples, labels = triples_of(data)
-        twin = self.backoff == "auto" and state.choice == "spectral"
-        est = self.clone(weighting="identity", backoff=None) if twin else self
-        settings = settings_of(est)
-        plan = plan_for(state, triples, settings)
-        self.formulation_ = "projected"
-        if plan.info.path == "warm":
-            result = warm_fit(settings, est._max_outer(projected=True), triples, labels, state, plan,
-                              keep_state=keep_state, backoff=self.backoff)
-            for name, value in result.fitted.items():
-                setattr(self, name, value)
-            self.model_ = result.model
-            if self.backoff == "auto":
-                self.choice_ = state.choice
-            return result.model, result.fitted.get("state_")
-        bases = rebased_bases(plan, triples, settings, state.k)
-        if self.backoff == "auto":
-            model = self._fit_with_backoff(triples, None, "projected", keep_state=keep_state,
-                                           bases=bases, info=plan.info, labels=labels)
-        else:
-            model = self._fit_projected(triples, labels, None, bases, keep_state=keep_state,
-                                        info=plan.info)
-        return model, getattr(self, "state_", None)
 
     def _run(self, steps: FitSteps, init) -> ObservableOperatorModel:
         """The template of every fit: prepare → initial estimate → outer iterations → finish.

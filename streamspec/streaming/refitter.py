@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import time
@@ -12,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamspec.core import defaults
-from streamspec.core.params import clone, get_params
+from streamspec.core.params import get_params
+from streamspec.streaming.refits import fit_once, keeps_state, refit_estimator
 
 __all__ = ["Refitter", "FitRecord", "refit_estimator", "keeps_state"]
 
@@ -382,8 +382,9 @@ class Refitter:
         t0 = time.perf_counter()
         est, warm, model, prepared, error, state, path = None, False, None, None, None, None, "cold"
         try:
-            est, model, state, warm, path = _fit_once(self.estimator, data, self._current,
-                                                      self.sweeps)
+            cur = self._current
+            est, model, state, warm, path = fit_once(self.estimator, data, cur.model, cur.state,
+                                                     self.sweeps)
             if self.prepare is not None:
                 prepared = self.prepare(model)
         except Exception as exc:  # noqa: BLE001 - recorded, the old model is kept
@@ -452,81 +453,3 @@ class Refitter:
 _ESTIMATOR_SETTINGS = ("rank", "penalty", "weighting", "factorization", "formulation", "max_outer",
                        "max_sweeps", "tol", "n_restarts", "shrinkage", "ridge", "filter", "window",
                        "min_proba", "n_conditions", "backoff")
-
-
-def _fit_once(estimator, data, current: _Current, sweeps: int):
-    """``(estimator, model, state, warm, path)`` of one refit on ``data`` after ``current``.
-
-    From the previous state when the estimator keeps one (``fit_with_state``), else from
-    the previous model's factors (:func:`refit_estimator`), else cold.
-    """
-    prev, state = current.model, current.state
-    est, warm = refit_estimator(estimator, data.n, prev, sweeps, state=state)
-    if keeps_state(est):
-        with_state = est.fit_with_state
-        init = state if state is not None else (prev if warm else None)
-        model, new_state = with_state(data, init=init)
-        info = getattr(est, "refit_", None)
-        path = info.path if info is not None and state is not None else (
-            "factors" if warm else "cold")
-        return est, model, new_state, path in ("warm", "rebased", "factors"), path
-    model = est.fit(data, init=prev) if warm else est.fit(data)
-    warm = bool(getattr(est, "warm_", warm))  # an adapter that warm-starts by itself says so
-    info = getattr(est, "refit_", None)  # ... and how (WithHMM keeps its own state)
-    if info is not None and info.path != "cold":
-        return est, model, None, warm, info.path
-    return est, model, None, warm, "factors" if warm else "cold"
-
-
-def refit_estimator(estimator, n: int, prev, sweeps: int, state: Any = None) -> tuple[Any, bool]:
-    """A fresh copy of ``estimator`` for ``n`` symbols, and whether it warm-starts from ``prev``.
-
-    The copy (:func:`~streamspec.core.params.clone`) has ``rank`` clamped to n and
-    ``min_proba`` to ``0.5 / n`` when it is not below ``1 / n``. It warm-starts (the
-    caller then fits it with ``fit(data, init=prev)``) when ``prev`` carries factors of
-    the same rank and the estimator offers a warm start, ``estimator.warm_start(sweeps)``
-    (:class:`~streamspec.MEstimator`: at most ``sweeps`` sweeps in one outer
-    iteration); the refitter never sets an estimator's parameters by name for that.
-    With ``state`` (a previous fit's reusable state) and an estimator that keeps one
-    (``fit_with_state``), the copy is the estimator itself, unbounded (a warm refit from
-    the state computes what a cold fit computes), and it is warm. Used by
-    :class:`Refitter` and by :class:`~streamspec.WithHMM`. O(parameters).
-    """
-    params = get_params(estimator)
-    changes: dict[str, Any] = {}
-    rank = params.get("rank")
-    if isinstance(rank, int) and not isinstance(rank, bool) and rank > n:
-        changes["rank"] = rank = n
-    floor = params.get("min_proba")
-    if isinstance(floor, float | int) and floor >= 1.0 / n:
-        changes["min_proba"] = 0.5 / n  # a model needs min_proba < 1/n
-    est = clone(estimator, **changes)
-    if state is not None and keeps_state(est):
-        return est, True
-    factors = getattr(prev, "factors", None)
-    warm_start = getattr(est, "warm_start", None)
-    if factors is None or not callable(warm_start) or not _accepts(est, "init"):
-        return est, False
-    if isinstance(rank, int) and factors.R.shape[2] != rank:
-        return est, False  # the rank changed (a grown alphabet): start afresh
-    warm = warm_start(sweeps)
-    return (warm, True) if warm is not None else (est, False)
-
-
-def keeps_state(estimator) -> bool:
-    """Whether ``estimator.fit_with_state`` is its fit: defined by the class that defines its
-    ``fit`` or by a subclass of it (a subclass overriding ``fit`` alone, e.g. one fitting in
-    another process, keeps its own ``fit``)."""
-    cls = type(estimator)
-    owner = {name: next((c for c in cls.__mro__ if name in vars(c)), None)
-             for name in ("fit", "fit_with_state")}
-    if owner["fit_with_state"] is None or owner["fit"] is None:
-        return False
-    return issubclass(owner["fit_with_state"], owner["fit"])
-
-
-def _accepts(estimator, name: str) -> bool:
-    try:
-        return name in inspect.signature(estimator.fit).parameters
-    except (TypeError, ValueError):
-        return False

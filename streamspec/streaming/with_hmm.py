@@ -8,7 +8,7 @@ import numpy as np
 
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.params import Estimator
-from streamspec.streaming.refitter import keeps_state, refit_estimator
+from streamspec.streaming.refits import keeps_state, refit_estimator
 
 __all__ = ["WithHMM"]
 
