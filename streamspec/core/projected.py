@@ -178,8 +178,9 @@ class ProjectedFit(FitSteps):
     triples, labels
         The counts and the symbols' labels (or None).
     bases
-        A cache of ``(U, s, Q)`` by ``(id(triples), k')``, shared by fits of the same counts
-        (θ_M and θ_spec under the backoff), or None.
+        A cache of the rank and bases ``(k, U, s, Q)`` by ``(id(triples), rank, k', per_rank)``
+        and of the :class:`~streamspec.core.pair_index.PairIndex` by ``("index", id(triples))``,
+        shared by fits of the same counts (θ_M and θ_spec under the backoff), or None.
     scored_only
         The model's predictions alone are used (the backoff's 90%).
     keep_state
@@ -209,7 +210,7 @@ class ProjectedFit(FitSteps):
         N = triples.total
         if not N > 0:
             raise ValueError(EMPTY_COUNTS)
-        self.index = PairIndex(triples)
+        self.index = self._pair_index()
         c21 = self.index.c21()
         P21 = c21 * (1.0 / N)
         k, U, s, Q = self._basis(P21, N)
@@ -219,6 +220,16 @@ class ProjectedFit(FitSteps):
         self.set_basis(k, U, s, Q, Y, X, c1, self.index.middle_counts())
         self.A = project_triples(triples, self.U, self.Q, middle=self.active, index=self.index)
         self.base = self.spectral_operators()
+
+    def _pair_index(self) -> PairIndex:
+        """The counts' :class:`PairIndex`, shared through the bases cache by fits of the same counts."""
+        key = ("index", id(self.triples))
+        if self.bases is not None and key in self.bases:
+            return self.bases[key]
+        index = PairIndex(self.triples)
+        if self.bases is not None:
+            self.bases[key] = index
+        return index
 
     def _basis(self, P21, N: float) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
         """``(k, U, s, Q)``: the rank and the top-k' singular triplets, from the cache if there."""

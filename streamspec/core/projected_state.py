@@ -67,7 +67,7 @@ class RefitInfo:
     path
         ``"cold"``: no reusable state was given; ``"warm"``: the previous bases were kept
         and the moments updated from the changed triples alone; ``"rebased"``: the bases
-        moved, a warm-started subspace iteration converged to the new ones and the
+        moved, block Krylov iterations from them converged to the new ones and the
         moments were projected again; ``"fallback"``: a state was given but could not be
         used (see ``reason``), so the fit was cold.
     reason
@@ -80,7 +80,7 @@ class RefitInfo:
         ``basis_tol``.
     sines
         The largest principal sine between the previous left (k) and right (k') subspaces
-        and the refined ones, after each round of the subspace iteration (empty when the
+        and the refined ones, after each Krylov round (empty when the
         bases were kept without iterating, or cold).
     reused
         Weighting blocks reused from the previous fit (symbols), and ``rebuilt``, built

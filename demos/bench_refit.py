@@ -1,0 +1,156 @@
+"""Warm refits against cold fits after 1% more data: seconds, ratio and held-out log loss.
+
+    python demos/bench_refit.py [books] [zipf] [--quick] [--repeats R]
+
+For each data set the counts of the first 99% of the training stream are fitted once
+(``fit_with_state``: the state a refitter keeps), the last 1% is added, and then, side by
+side in one process and interleaved (best of ``--repeats``), the same estimator refits
+warm from that state (``fit_with_state(acc, init=state)``, docs/math.md section 9) and
+cold (``fit(acc)``) on the new counts. Both models are scored on held-out tokens. Cases:
+``MEstimator`` and ``SpectralEstimator``, without the backoff and with it (the default),
+and the strict warm refit (``basis_tol=0``: the bases are always refreshed, by a subspace
+iteration from the previous ones). Every case runs in a fresh process (its peak memory is
+its own), with one BLAS thread.
+
+* books: the five books of ``books/`` as words (``bench_large.py books``'s vocabulary,
+  n ≈ 2·10⁴, ~10⁶ training tokens), ``rank="auto"``; 30,000 held-out tokens.
+* zipf: ``bench_large.py``'s synthetic Zipf stream, n = 10⁵, 10⁷ training tokens, rank
+  50; the next 10,000 tokens held out.
+
+Prints a markdown table; ``docs/benchmarks.md`` ("Warm refits") holds the recorded figures.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_large import book_words, run_fresh, zipf_hmm_stream  # noqa: E402
+
+CASES = [  # (label, estimator, backoff, strict)
+    ("MEstimator, backoff=None", "m", None, False),
+    ("MEstimator, backoff=None, basis_tol=0", "m", None, True),
+    ("SpectralEstimator, backoff=None", "s", None, False),
+    ("SpectralEstimator, backoff=None, basis_tol=0", "s", None, True),
+    ("MEstimator (default: backoff)", "m", "auto", False),
+    ("SpectralEstimator (default: backoff)", "s", "auto", False),
+]
+
+
+def _estimator(kind: str, rank, backoff, strict: bool):
+    from streamspec import MEstimator, SpectralEstimator
+
+    kw = {"rank": rank, "backoff": backoff}
+    if strict:
+        kw["basis_tol"] = 0.0
+    return MEstimator(**kw) if kind == "m" else SpectralEstimator(**kw)
+
+
+def case_refit(path: str, n: int, rank, kind: str, backoff, strict: bool, repeats: int) -> dict:
+    """In a fresh process: the state of the 99% fit, then warm and cold refits interleaved."""
+    from streamspec import MomentAccumulator
+
+    data = np.load(path)
+    train, test = data["train"], data["test"]
+    cut = int(train.size * 0.99)
+    acc = MomentAccumulator(n_symbols=n)
+    acc.learn_many(train[:cut])
+    _, state = _estimator(kind, rank, backoff, strict).fit_with_state(acc)
+    acc.learn_many(train[cut:])
+    del data, train
+    warm_s, cold_s, warm, cold, info = [], [], None, None, None
+    for _ in range(repeats):
+        est = _estimator(kind, rank, backoff, strict)
+        t0 = time.perf_counter()
+        warm, _ = est.fit_with_state(acc, init=state)
+        warm_s.append(time.perf_counter() - t0)
+        info = est.refit_
+        t0 = time.perf_counter()
+        cold = _estimator(kind, rank, backoff, strict).fit(acc)
+        cold_s.append(time.perf_counter() - t0)
+    return {"warm": min(warm_s), "cold": min(cold_s), "path": info.path,
+            "residual": float(info.residual), "reused": info.reused, "rebuilt": info.rebuilt,
+            "rank": warm.rank, "warm_loss": warm.log_loss([test]), "cold_loss": cold.log_loss([test]),
+            "state_mb": state.nbytes() / 2**20}
+
+
+def _table(name: str, path: str, n: int, rank, repeats: int, cases) -> None:
+    print(f"\n### {name}\n")
+    print("| estimator | rank | warm (s) | cold (s) | warm / cold | path (backward error, noise units) "
+          "| held-out log loss warm | cold | warm − cold | peak MB |")
+    print("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |")
+    for label, kind, backoff, strict in cases:
+        r = run_fresh(case_refit, path, n, rank, kind, backoff, strict, repeats)
+        if "error" in r:
+            print(f"| {label} | | | | | {r['error']} | | | | |", flush=True)
+            continue
+        blocks = f"; blocks {r['reused']} kept, {r['rebuilt']} rebuilt" if kind == "m" else ""
+        print(f"| {label} | {r['rank']} | {r['warm']:.2f} | {r['cold']:.2f} | "
+              f"{r['warm'] / r['cold']:.3f} | {r['path']} ({r['residual']:.3f}{blocks}) | "
+              f"{r['warm_loss']:.4f} | {r['cold_loss']:.4f} | {r['warm_loss'] - r['cold_loss']:+.1e} "
+              f"| {r['peak_mb']:.0f} |", flush=True)
+
+
+def books(d: str, repeats: int, quick: bool) -> None:
+    from streamspec.experiments.datasets import default_data_path
+
+    root = default_data_path()
+    folder = None if root is None else root / "books"
+    if folder is None or not folder.is_dir():
+        print(f"books: no data (looked for books/ under {root}); skipped")
+        return
+    train_words, test_words = [], []
+    for f in sorted(folder.glob("*.txt")):
+        w = book_words(f)
+        cut = int(len(w) * 0.9)
+        train_words += w[:cut]
+        test_words += w[cut:]
+    vocab, counts = np.unique(np.array(train_words), return_counts=True)
+    index = {w: i for i, w in enumerate(vocab[counts >= 2].tolist())}
+    other = len(index)
+    train = np.fromiter((index.get(w, other) for w in train_words), dtype=np.int64)
+    test = np.fromiter((index.get(w, other) for w in test_words), dtype=np.int64)
+    start = int(np.random.default_rng(0).integers(0, test.size - 30_000))
+    path = os.path.join(d, "books.npz")
+    np.savez(path, train=train, test=test[start : start + 30_000])
+    _table(f"Books as words: n = {other + 1:,}, {train.size:,} training tokens, +1%, rank auto",
+           path, other + 1, "auto", repeats, CASES[:4] if quick else CASES)
+
+
+def zipf(d: str, repeats: int, quick: bool) -> None:
+    n, length, rank = 100_000, (10**6 if quick else 10**7), 50
+    x = zipf_hmm_stream(n, length + 10_000)
+    path = os.path.join(d, "zipf.npz")
+    np.savez(path, train=x[:length], test=x[length:])
+    _table(f"Synthetic Zipf stream: n = {n:,}, {length:,} training tokens, +1%, rank {rank}",
+           path, n, rank, repeats, CASES[:4] if quick else CASES)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("sections", nargs="*", choices=["books", "zipf"], default=["books", "zipf"])
+    p.add_argument("--quick", action="store_true", help="smaller sizes, fewer cases (a smoke run)")
+    p.add_argument("--repeats", type=int, default=None, help="interleaved warm/cold pairs (best of)")
+    args = p.parse_args(argv)
+    print(f"python {' '.join([Path(sys.argv[0]).name] + sys.argv[1:])}; 1 BLAS thread, "
+          f"{os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory() as d:
+        for name in args.sections:
+            repeats = args.repeats or (3 if name == "books" else 1)
+            {"books": books, "zipf": zipf}[name](d, repeats, args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
