@@ -1,6 +1,6 @@
 """Large-alphabet benchmarks: counting and fitting at n = 26 … 10⁵, and word streams.
 
-    python demos/bench_large.py synthetic [--quick]   # n = 10⁵ Zipf HMM, 10⁷ tokens
+    python demos/bench_large.py synthetic [--quick] [--baseline DIR]   # n = 10⁵, 10⁷ tokens
     python demos/bench_large.py scaling [--quick]     # time and peak memory against n
     python demos/bench_large.py books [--quick]       # ../shared/data/books (or STREAMSPEC_DATA)
     python demos/bench_large.py all
@@ -9,6 +9,11 @@ Every case runs in a fresh process (so that its peak resident memory, read from
 ``getrusage``, is its own), with BLAS and OpenMP pinned to one thread, cases of one
 table run back to back in one invocation (the machine is shared: compare within a
 run). Prints markdown tables; ``docs/benchmarks.md`` holds the recorded figures.
+
+``--baseline DIR``: the synthetic section also runs every fit with the streamspec of
+another checkout (e.g. ``/work/main``) first on the path, side by side, so that times,
+peak memory and held-out log loss (the next 10,000 tokens of the stream) compare in one
+run.
 
 The synthetic stream: a sticky hidden Markov chain over ``m`` states, each state
 emitting half of the time from a Zipf(1.1) law over a state-specific permutation of
@@ -72,6 +77,9 @@ def _peak_mb() -> float:
 
 def _in_child(fn, args, queue):
     try:
+        checkout = os.environ.get("BENCH_CHECKOUT")
+        if checkout:  # a fresh interpreter: this checkout's streamspec is imported first
+            sys.path.insert(0, checkout)
         base = _peak_mb()
         out = fn(*args)
         out.setdefault("peak_mb", _peak_mb())
@@ -81,12 +89,20 @@ def _in_child(fn, args, queue):
         queue.put({"error": f"{type(exc).__name__}: {str(exc)[:120]}"})
 
 
-def run_fresh(fn, *args, timeout: float = 1800) -> dict:
-    """Run ``fn(*args)`` (returns a dict) in a new process; adds its peak memory."""
+def run_fresh(fn, *args, timeout: float = 1800, checkout: str | None = None) -> dict:
+    """Run ``fn(*args)`` (returns a dict) in a new process; adds its peak memory.
+
+    ``checkout``: a directory whose ``streamspec`` the process imports first.
+    """
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     p = ctx.Process(target=_in_child, args=(fn, args, q))
-    p.start()
+    saved = os.environ.get("BENCH_CHECKOUT")
+    os.environ["BENCH_CHECKOUT"] = checkout or ""
+    try:
+        p.start()
+    finally:
+        os.environ["BENCH_CHECKOUT"] = saved or ""
     try:
         out = q.get(timeout=timeout)
     except Exception:  # noqa: BLE001
@@ -117,13 +133,15 @@ def _fit_case(path: str, make, heldout: int = 0) -> dict:
     from streamspec import MomentAccumulator
 
     x = np.load(path)
-    train, test = (x[:-heldout], x[-heldout:]) if heldout else (x, None)
+    train, test = (x[:-heldout], x[-heldout:].copy()) if heldout else (x, None)
     acc = MomentAccumulator(n_symbols=int(x.max()) + 1)
     acc.learn_many(train)
+    del x, train  # why: the stream is not the fit's memory; the counts are
     est = make()
     t0 = time.perf_counter()
     model = est.fit(acc)
-    out = {"seconds": time.perf_counter() - t0}
+    out = {"seconds": time.perf_counter() - t0, "rank": getattr(model, "rank", None)}
+    out["peak_mb"] = _peak_mb()
     if test is not None:
         out["log_loss"] = model.log_loss([test])
     return out
@@ -135,10 +153,11 @@ def make_spectral(rank: int, backoff):
     return SpectralEstimator(rank=rank, backoff=backoff)
 
 
-def make_m(rank: int, weighting: str | None, formulation: str | None = None):
+def make_m(rank: int, weighting: str | None, formulation: str | None = None,
+           backoff: str | None = "auto"):
     from streamspec import MEstimator
 
-    kw = {"rank": rank}
+    kw = {"rank": rank, "backoff": backoff}
     if weighting is not None:
         kw["weighting"] = weighting
     if formulation is not None:
@@ -147,10 +166,10 @@ def make_m(rank: int, weighting: str | None, formulation: str | None = None):
 
 
 def case_fit(path: str, kind: str, rank: int, option, heldout: int = 0) -> dict:
+    """``option``: the backoff (spectral), or ``(weighting, formulation[, backoff])`` (θ_M)."""
     if kind == "spectral":
         return _fit_case(path, lambda: make_spectral(rank, option), heldout)
-    weighting, formulation = option
-    return _fit_case(path, lambda: make_m(rank, weighting, formulation), heldout)
+    return _fit_case(path, lambda: make_m(rank, *option), heldout)
 
 
 # ---------------------------------------------------------------------------- sections
@@ -161,31 +180,36 @@ def _fmt(out: dict, key: str, spec: str) -> str:
     return format(out[key], spec) if key in out else "—"
 
 
-def synthetic(quick: bool) -> None:
-    n, length, rank = 100_000, (10**6 if quick else 10**7), 50
+def synthetic(quick: bool, baseline: str | None = None) -> None:
+    n, length, rank, heldout = 100_000, (10**6 if quick else 10**7), 50, 10_000
     print(f"\n### Synthetic stream: n = {n:,}, {length:,} tokens, rank {rank}\n")
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "x.npy")
         t0 = time.perf_counter()
-        np.save(path, zipf_hmm_stream(n, length))
-        print(f"(stream generated in {time.perf_counter() - t0:.1f} s)\n")
-        print("| step | seconds | rate (M tokens/s) | peak memory (MB) | notes |")
-        print("| --- | ---: | ---: | ---: | --- |")
+        np.save(path, zipf_hmm_stream(n, length + heldout))
+        print(f"(stream generated in {time.perf_counter() - t0:.1f} s; the last {heldout:,} "
+              "tokens are held out)\n")
+        print("| step | checkout | seconds | rate (M tokens/s) | peak memory (MB) | held-out log loss "
+              "| notes |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
         for label, indices in [("counting (learn_many), labels: growing alphabet", False),
                                ("counting (learn_many), symbol indices (n_symbols=n)", True)]:
             c = run_fresh(case_count, path, n, indices)
-            print(f"| {label} | {_fmt(c, 'seconds', '.2f')} | "
-                  f"{c.get('rate', float('nan')) / 1e6:.1f} | {_fmt(c, 'peak_mb', '.0f')} | "
+            print(f"| {label} | this | {_fmt(c, 'seconds', '.2f')} | "
+                  f"{c.get('rate', float('nan')) / 1e6:.1f} | {_fmt(c, 'peak_mb', '.0f')} | | "
                   f"{c.get('nnz', 0):,} distinct triples, counts {_fmt(c, 'counts_mb', '.0f')} MB; "
                   f"{c.get('error', '')} |", flush=True)
+        checkouts = [("this", None)] + ([(baseline, baseline)] if baseline else [])
         for label, kind, option in [
-            ("SpectralEstimator, HMM alone", "spectral", None),
+            ("SpectralEstimator, HMM alone (backoff=None)", "spectral", None),
             ("SpectralEstimator, with backoff (default)", "spectral", "auto"),
-            ("MEstimator (defaults)", "m", (None, None)),
+            ("MEstimator(backoff=None)", "m", (None, None, None)),
+            ("MEstimator (defaults)", "m", (None, None, "auto")),
         ]:
-            f = run_fresh(case_fit, path, kind, rank, option)
-            print(f"| {label} | {_fmt(f, 'seconds', '.1f')} | | {_fmt(f, 'peak_mb', '.0f')} | "
-                  f"{f.get('error', '')} |")
+            for name, checkout in checkouts:
+                f = run_fresh(case_fit, path, kind, rank, option, heldout, checkout=checkout)
+                print(f"| {label} | {name} | {_fmt(f, 'seconds', '.1f')} | | {_fmt(f, 'peak_mb', '.0f')} "
+                      f"| {_fmt(f, 'log_loss', '.4f')} | {f.get('error', '')} |", flush=True)
 
 
 def scaling(quick: bool) -> None:
@@ -315,11 +339,16 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("section", choices=["synthetic", "scaling", "books", "all"])
     p.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
+    p.add_argument("--baseline", default=None, help="another checkout to compare the synthetic "
+                   "fits with, side by side (e.g. /work/main)")
     args = p.parse_args(argv)
     print(f"python {' '.join([Path(sys.argv[0]).name] + sys.argv[1:])}; 1 BLAS thread, "
           f"{os.cpu_count()} cores")
     for name in (["synthetic", "scaling", "books"] if args.section == "all" else [args.section]):
-        globals()[name](args.quick)
+        if name == "synthetic":
+            synthetic(args.quick, args.baseline)
+        else:
+            globals()[name](args.quick)
     return 0
 
 
