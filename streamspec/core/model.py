@@ -17,6 +17,7 @@ from streamspec.core.checkpoint import check_metadata
 from streamspec.core.factors import MFactors
 from streamspec.core.filters import FILTERS, clip_normalise
 from streamspec.core.model_io import ModelIO
+from streamspec.core.symbol_input import to_indices
 
 __all__ = ["ObservableOperatorModel", "FILTERS"]
 
@@ -49,7 +50,7 @@ class ObservableOperatorModel(ModelIO):
         floored at ``min_proba`` and renormalised again, so every prediction is a
         valid distribution and every log loss is finite.
     symbols
-        Optional labels of the symbol indices (informational; methods take indices).
+        Optional labels: methods take indices or these labels (unknown ones skipped: symbol_input).
     backoff
         Optional :class:`~streamspec.core.backoff.Backoff`: predictions become
         ``λ_b · p_hmm(·|window) + (1 − λ_b) · p_kn(·|last)`` where ``p_hmm`` is the
@@ -232,7 +233,7 @@ class ObservableOperatorModel(ModelIO):
         return max(1, min(_CHUNK, _SCRATCH // max(self.n_symbols, self.dim * self.dim, 1)))
 
     def _seq(self, seq) -> np.ndarray:  # input checks
-        return filters.symbol_indices(seq, self.n_symbols)
+        return to_indices(seq, self.n_symbols, self.symbols)
 
     # ------------------------------------------------------------------ filtering
 
