@@ -19,6 +19,8 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable
 
+from streamspec.cli.errors import CommandError, error_line
+
 # (module, attribute): each is a function register(subparsers) -> None
 _COMMANDS = [
     ("streamspec.experiments.paper", "register"),
@@ -128,9 +130,15 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
         args.log_level = level  # for commands that set up their own logging from it
         if getattr(args, "progress", None) == "auto":
             args.progress = "never"
-    name = f"streamspec {args.command}" if getattr(args, "command", None) else "streamspec"
+    command = getattr(args, "command", None)
+    name = f"streamspec {command}" if command else "streamspec"
     try:
         return int(args.func(args) or 0)
+    except CommandError as exc:
+        if level == "DEBUG":
+            traceback.print_exc()
+        print(error_line(command, str(exc)), file=sys.stderr)
+        return exc.status
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
@@ -139,7 +147,7 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     except (ValueError, OSError, MemoryError) as exc:  # CheckpointError is a ValueError
         if level == "DEBUG":
             traceback.print_exc()
-        print(f"{name}: error: {_message(exc)}", file=sys.stderr)
+        print(error_line(command, _message(exc)), file=sys.stderr)
         return 1
     except Exception as exc:  # a bug: still one line, the traceback on request
         if level == "DEBUG":
@@ -147,7 +155,8 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
             hint = ""
         else:
             hint = " (rerun with --log-level DEBUG for the traceback)"
-        print(f"{name}: error: unexpected {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
+        print(error_line(command, f"unexpected {type(exc).__name__}: {exc}{hint}"),
+              file=sys.stderr)
         return 1
 
 

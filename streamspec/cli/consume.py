@@ -47,8 +47,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--config", metavar="FILE", help="TOML settings file (see connectors.config)")
     _add_kafka_options(p)
-    add_format_options(p, kafka=True)
-    p.add_argument_group("record format").add_argument(
+    add_format_options(p, kafka=True).add_argument(
         "--alphabet", metavar="A,B,...",
         help="fixed alphabet: other symbols go to the dead-letter topic")
     add_estimator_options(p, defaults=False)

@@ -138,7 +138,7 @@ class HiddenMarkovModel:
 
         As every method reads its input (:mod:`streamspec.core.symbol_input`): integers
         are indices, other values labels; an unknown label is ``-1`` (no evidence at
-        its position; ``"<other>"`` if the model has it), with an
+        its position, also as an index; ``"<other>"`` if the model has it), with an
         :class:`~streamspec.core.symbol_input.UnknownSymbolsWarning`. A model whose
         labels are integers encodes them with ``symbol_input.encode_labels``.
 

@@ -179,9 +179,9 @@ def _items(seq) -> tuple[np.ndarray | None, list | None]:
     return None, items
 
 
-def _check_range(a: np.ndarray, n: int) -> np.ndarray:
+def _check_range(a: np.ndarray, n: int, lowest: int = 0) -> np.ndarray:
     lo, hi = int(a.min()), int(a.max())
-    if lo < 0 or hi >= n:
+    if lo < lowest or hi >= n:
         bad = lo if lo < 0 else hi
         raise ValueError(f"unknown symbol {bad}: the model has symbols 0..{n - 1} "
                          "(integers are read as indices)")
@@ -204,7 +204,8 @@ def to_indices(seq, n: int, symbols: Sequence[Hashable] | None = None, *,
     unknown
         What becomes of an unknown label when the model has no ``"<other>"``:
         ``"skip"`` drops it, ``"mark"`` keeps it as index ``-1`` (an unobserved
-        position). Reported as the module says.
+        position; ``-1`` is then also accepted among indices). Reported as the
+        module says.
 
     Raises
     ------
@@ -229,8 +230,9 @@ def to_indices(seq, n: int, symbols: Sequence[Hashable] | None = None, *,
     ValueError: unknown symbol 5: the model has symbols 0..2 (integers are read as indices)
     """
     idx, labels = _items(seq)
-    if idx is not None:
-        return idx.astype(np.int64, copy=False) if idx.size == 0 else _check_range(idx, n)
+    if idx is not None:  # "mark": -1 is an unobserved position, as this function gives them
+        lowest = -1 if unknown == "mark" else 0
+        return idx.astype(np.int64, copy=False) if idx.size == 0 else _check_range(idx, n, lowest)
     if symbols is None:
         first = next((repr(v) for v in labels if not _is_int(v)), "?")
         raise ValueError(f"this model has no symbol labels: a sequence must be integer indices "
