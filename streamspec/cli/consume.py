@@ -6,9 +6,9 @@ file, then the flags); both are imported only when the command runs.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
+from streamspec.cli.errors import CommandError
 from streamspec.cli.options import (
     KAFKA_FORMAT,
     add_estimator_options,
@@ -170,8 +170,7 @@ def _consume(args) -> int:
     try:
         config = config_from_args(args)
     except ValueError as exc:
-        print(f"streamspec consume: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc), status=2) from None
     from connectors.kafka import ConsumerDaemon
 
     daemon.append(ConsumerDaemon(config))

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from streamspec.cli.checkpoint_files import HMM_SUFFIX, load_checkpoint_file, model_rank
+from streamspec.cli.errors import CommandError, error_line
 from streamspec.cli.options import positive_int
 
 __all__ = ["describe_checkpoint", "register"]
@@ -159,14 +160,13 @@ def _inspect(args) -> int:
     path = Path(args.path)
     files = sorted([*path.rglob("*.ckpt"), *path.rglob("*" + HMM_SUFFIX)]) if path.is_dir() else [path]
     if not files:
-        print(f"streamspec inspect: no checkpoint under {path}", file=sys.stderr)
-        return 1
+        raise CommandError(f"no checkpoint under {path}")
     status = 0
     for f in files:
         try:
             info = describe_checkpoint(f, top=args.top)
         except CheckpointError as exc:
-            print(f"streamspec inspect: {exc}", file=sys.stderr)
+            print(error_line("inspect", str(exc)), file=sys.stderr)  # and go on with the others
             status = 1
             continue
         if args.json:

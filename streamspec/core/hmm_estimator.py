@@ -38,6 +38,7 @@ from streamspec.core import defaults
 from streamspec.core.fit_data import triples_of
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.params import Estimator
+from streamspec.core.progress import Progress
 from streamspec.core.subspace import top_singular
 from streamspec.core.triples import Triples
 
@@ -271,7 +272,8 @@ def refine(triples: Triples, pi, T, O, n_iter: int, tol: float):
     ll, st = _estep(triples, pi, T, O)
     history = [ll]
     converged = False
-    for _ in range(int(n_iter)):
+    progress = Progress("hmm-em", O.shape[0], O.shape[1])  # a long fit says where it is
+    for it in range(int(n_iter)):
         s_pi, s_T, s_O = st
         pi = s_pi / s_pi.sum()
         colT = s_T.sum(axis=0, keepdims=True)
@@ -280,6 +282,7 @@ def refine(triples: Triples, pi, T, O, n_iter: int, tol: float):
         O = np.where(colO > 0, s_O / np.where(colO > 0, colO, 1.0), O)
         ll, st = _estep(triples, pi, T, O)
         history.append(ll)
+        progress.line(f"iteration={it + 1}/{int(n_iter)}", -ll)
         if ll - history[-2] < tol:
             converged = True
             break
