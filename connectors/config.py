@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from connectors.malformed import parse_limit
 from streamspec.core import defaults
 
 __all__ = ["DaemonConfig", "load_toml", "mestimator_params", "ESTIMATOR_SETTINGS"]
@@ -99,6 +100,11 @@ class DaemonConfig:
         Cap of every partition's alphabet (``None``: unbounded). Once full, new labels
         are counted as the reserved symbol ``"<other>"``, so that the counts stay
         bounded on open vocabularies (see :class:`~streamspec.MomentAccumulator`).
+    max_malformed
+        When skipping malformed messages (dead letters) becomes failure, as for files
+        (:mod:`connectors.malformed`): a count, a share ``"P%"`` or ``None``/``"none"``
+        (the default: never; a daemon's poison messages go to its dead-letter topic).
+        Past it the daemon stops cleanly (checkpoint, commit) with exit status 3.
     hmm_states
         If set, every refit also fits a hidden Markov model with this many states on
         the same counts (:class:`~streamspec.WithHMM`, warm-started from the previous
@@ -233,6 +239,7 @@ class DaemonConfig:
     state_backend: str = "local"
     state_topic: str | None = None
     on_offset_out_of_range: str = "fail"
+    max_malformed: str | int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or not self.topic:
@@ -281,6 +288,8 @@ class DaemonConfig:
                              f"got {self.refit_interval!r}")
         if self.metrics_port is not None and _bad_int(self.metrics_port, minimum=0):
             raise ValueError(f"metrics_port must be a port number, got {self.metrics_port!r}")
+        if self.max_malformed is not None:
+            parse_limit(self.max_malformed)  # the one policy of files and Kafka
 
     @property
     def warm_sweeps(self) -> int:

@@ -98,6 +98,8 @@ _HINTS = {
     "missing-field": "is the field named by --symbol-field (or --key-field) there?",
     "bad-field": "a value of the wrong type (--int-symbols? a timestamp that is no time?)",
     "empty": "a message without a value (a tombstone?)",
+    "unknown-symbol": "a symbol outside --alphabet",
+    "unprocessable": "the record could not be learned",
 }
 
 

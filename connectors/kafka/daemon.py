@@ -196,15 +196,16 @@ class ConsumerDaemon(Reporting):
         self.refits.after_batch()
         self.checkpoints.maybe_checkpoint()
 
-    def _fail(self, error: str, tp: TopicPartition | None = None, offset: int | None = None) -> None:
-        """Stop on a state failure: log it once; the shutdown checkpoints the consistent states."""
+    def _fail(self, error: str, tp: TopicPartition | None = None, offset: int | None = None,
+              reason: str = "state-failure") -> None:
+        """Stop on a state failure (or ``reason``): log it once; the shutdown checkpoints."""
         if self.fatal is None:
             self.fatal = error
             where = "" if tp is None else f" partition={tp.topic}-{tp.partition} offset={offset}"
             log.critical(
-                "event=fatal reason=state-failure%s error=%r counts_mb=%.1f action=stop "
+                "event=fatal reason=%s%s error=%r counts_mb=%.1f action=stop "
                 "(checkpoint the last consistent state, commit nothing past it, exit %d)",
-                where, error[:DETAIL_MAX], self.counts_bytes() / 1e6, EXIT_STATE_FAILURE,
+                reason, where, error[:DETAIL_MAX], self.counts_bytes() / 1e6, EXIT_STATE_FAILURE,
             )
         self.stop()
 

@@ -81,6 +81,7 @@ class BatchLearner:
         learned = 0
         if messages:
             self.assignment.to_verify.discard(tp)  # records at its offset: it is in the log
+            self.outputs.malformed.read(len(messages))  # the base of --max-malformed's share
         for m in messages:
             if m.offset < state.offset:
                 continue  # already counted (fetched before the seek)

@@ -83,7 +83,7 @@ def wire(config: DaemonConfig, fail: Callable[..., None], stop: threading.Event)
     metrics = DaemonMetrics()
     assignment = Assignment()
     probe = BrokerProbe(metrics, config.bootstrap, config.retry_backoff_max)
-    outputs = Outputs(config, metrics, client_id, fmt.max_bytes)
+    outputs = Outputs(config, metrics, client_id, fmt.max_bytes, on_limit=fail)
     backend, refits = choose_state(config, store, outputs, metrics, assignment)
     checkpoints = Checkpointer(config, assignment, backend, outputs, metrics,
                                Committer(metrics, config.retry_backoff_max), fail)

@@ -133,7 +133,7 @@ _CONSUME_SETTINGS = (
     "refit_every", "refit_interval", "min_triples",
     "refit_duty", "refit_process",
     "checkpoint_every", "checkpoint_interval", "status_interval", "metrics_port",
-    "state_backend", "state_topic", "on_offset_out_of_range",
+    "state_backend", "state_topic", "on_offset_out_of_range", "max_malformed",
 )
 
 

@@ -55,8 +55,10 @@ def add_format_options(p: argparse.ArgumentParser, kafka: bool) -> argparse._Arg
                    help=f"a {what} that cannot be read (not UTF-8, too long, not JSON, ...) is "
                         f"skipped with a WARNING naming where and why; more than LIMIT of them "
                         f"is an error: a count N, or a share P%% of the {what}s read (counted "
-                        f"over at least 100; default 1%%), or none"
-                        + ("" if kafka else "; a file whose every line is malformed fails"))
+                        f"over at least 100), or none. Default: "
+                        + ("none (they go to the dead-letter topic); past the limit the daemon "
+                           "checkpoints, commits and exits with status 3" if kafka else
+                           "1%%; a file whose every line is malformed fails too"))
     return g
 
 
