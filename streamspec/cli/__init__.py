@@ -24,7 +24,8 @@ from streamspec.cli.errors import CommandError, error_line
 # (module, attribute): each is a function register(subparsers) -> None
 _COMMANDS = [
     ("streamspec.experiments.paper", "register"),
-    ("streamspec.experiments.demo", "register"),
+    ("streamspec.cli.demo", "register"),
+    ("streamspec.cli.broker", "register"),
     ("streamspec.cli.consume", "register"),
     ("streamspec.cli.learn", "register"),
     ("streamspec.cli.predict", "register"),
