@@ -112,6 +112,10 @@ def _require_distributed():
         import distributed
     except ImportError as exc:
         raise ImportError(_DASK_HINT) from exc
+    # distributed logs its cluster's start and stop at INFO (some 30 lines): below DEBUG
+    # only its warnings are ours to show
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger("distributed").setLevel(logging.WARNING)
     return distributed
 
 

@@ -21,7 +21,10 @@ far the other partitions were read when the first one reached its end.
 Usage::
 
     python demos/bench_kafka.py [--messages 200000] [--runs 3] [--partitions 1]
-                                [--weighting exact] [--rank 2] [--fetch-compare]
+                                [--weighting W] [--rank 2] [--fetch-compare] [--quick]
+
+``--weighting`` defaults to the daemon's own default (MEstimator's); ``--quick``
+is a smoke run (20,000 messages, one run).
 """
 
 from __future__ import annotations
@@ -185,11 +188,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=1)
-    parser.add_argument("--weighting", default="exact", help="weighting of the refits")
+    parser.add_argument("--weighting", default=None,
+                        help="weighting of the refits (default: the daemon's, MEstimator's)")
     parser.add_argument("--rank", type=int, default=2, help="rank of the refits")
     parser.add_argument("--fetch-compare", action="store_true",
                         help="compare the fetch size before/after partitions were interleaved")
+    parser.add_argument("--quick", action="store_true", help="20,000 messages, one run")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.messages, args.runs = 20_000, 1
     logging.basicConfig(level=logging.WARNING)
     n = args.messages
     with local_broker() as bootstrap, tempfile.TemporaryDirectory() as tmp:
@@ -203,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         produce(bootstrap, topic, n)
         print(f"produced {n} messages in {time.perf_counter() - t:.1f}s "
               f"({args.partitions} partition(s)); refits: rank {args.rank}, "
-              f"{args.weighting} weighting, every 20,000 symbols")
+              f"{args.weighting or 'the default'} weighting, every 20,000 symbols")
         bare_rates, daemon_rates, refits = [], [], []
         for run in range(args.runs):
             bare_rates.append(bare(bootstrap, topic, f"bare-{run}", n))

@@ -102,6 +102,10 @@ def configure_logging(level: str = "INFO") -> None:
     value = getattr(logging, str(level).upper(), logging.INFO)
     logging.basicConfig(stream=sys.stderr, level=value, format=_LOG_FORMAT)
     logging.getLogger().setLevel(value)
+    # the handlers too: libraries that set their own loggers' levels (distributed sets
+    # INFO) must not print below the level asked for (-q: warnings and errors only)
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(value)
     logging.getLogger("kafka").setLevel(logging.DEBUG if value <= logging.DEBUG
                                         else logging.CRITICAL)
 

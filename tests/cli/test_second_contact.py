@@ -279,3 +279,40 @@ def test_quiet_learn_prints_no_progress_but_warnings(tmp_path):
     assert "WARNING" in proc.stderr and "line 201: undecodable" in proc.stderr
     assert "INFO" not in proc.stderr and "\r" not in proc.stderr
     assert np.isfinite(ObservableOperatorModel.load(tmp_path / "m.ckpt").log_proba("abc"))
+
+
+def test_dask_local_quiet_prints_nothing_of_distributed(tmp_path):
+    pytest.importorskip("distributed")
+    path = tmp_path / "t.txt"
+    path.write_text("abcabcabd\n" * 500)
+    proc = subprocess.run([sys.executable, "-m", "streamspec", "learn", str(path), "--dask",
+                           "local", "--workers", "1", "-q", "--out", str(tmp_path / "m.ckpt")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "distributed" not in proc.stderr and "INFO" not in proc.stderr  # was: ~33 lines
+
+
+# ------------------------------------------------------------------ 6: progress of every step
+
+
+def test_every_long_step_shows_progress_and_the_fit_line_has_no_meaningless_loss(
+        tmp_path, capsys, caplog, monkeypatch):
+    from streamspec.cli import progress_bar
+
+    monkeypatch.setattr(progress_bar, "SHOW_AFTER", 0.0)  # every step counts as long here
+    monkeypatch.setattr(progress_bar, "_REDRAW", 0.01)
+    book = tmp_path / "b.txt"
+    book.write_text(TEXT)
+    caplog.set_level(logging.INFO)
+    assert main(["learn", str(book), "--encoding", "tokens", "--states", "2", "--rank", "2",
+                 "--out", str(tmp_path / "m.ckpt"), "--progress", "always"]) == 0
+    err = capsys.readouterr().err
+    # was: a bar for the counting only
+    assert "[#" in err  # counting
+    assert re.search(r"fitting the model \(\d+ symbols, rank 2\): done in", err)
+    assert re.search(r"fitting a 2-state HMM \(\d+ symbols\): done in", err)
+    fitted = [r.getMessage() for r in caplog.records if "event=fitted " in r.getMessage()]
+    assert fitted and "loss=" not in fitted[0] and "estimator=theta_" in fitted[0]
+    assert main(["learn", str(book), "--out", str(tmp_path / "m.ckpt"), "--rank", "2",
+                 "--progress", "never"]) == 0
+    assert "fitting" not in capsys.readouterr().err  # no terminal, no bar: nothing drawn
