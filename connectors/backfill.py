@@ -36,8 +36,8 @@ Examples
 >>> _ = (folder / "b.txt").write_text("cadabra\\n")
 >>> acc = backfill([folder / "a.txt", folder / "b.txt"], RecordFormat("chars"),
 ...                n_workers=1, chunk_bytes=4)
->>> acc.n_triples        # 22 characters in one sequence: 20 triples
-20.0
+>>> acc.n_triples        # 22 characters and 2 line breaks (spaces), one sequence: 22 triples
+22.0
 >>> import shutil; shutil.rmtree(folder)
 """
 

@@ -217,7 +217,7 @@ class HiddenMarkovModel:
         >>> hmm = HiddenMarkovModel([1.0, 0.0], [[0.5, 0.5], [0.5, 0.5]], [[1.0, 0.0], [0.0, 1.0]])
         >>> float(np.exp(hmm.score([0, 1, 1]))), hmm.score([])
         (0.25, 0.0)
-        >>> float(np.exp(hmm.score(np.array([[0], [1], [0]]), lengths=[1, 2])))
+        >>> float(np.exp(hmm.score(np.array([[0], [1], [0]]), lengths=[2, 1])))
         0.5
         """
         total = 0.0
