@@ -97,7 +97,7 @@ _HINTS = {
     "bad-csv": "an unclosed quote, or a field holding a line break?",
     "missing-field": "is the field named by --symbol-field (or --key-field) there?",
     "bad-field": "a value of the wrong type (--int-symbols? a timestamp that is no time?)",
-    "empty": "a message without a value (a tombstone?)",
+    "empty": "a tombstone?",
     "unknown-symbol": "a symbol outside --alphabet",
     "unprocessable": "the record could not be learned",
 }
@@ -123,6 +123,8 @@ class MalformedReport:
         The noun of what is read, for the messages (``"lines"``, ``"messages"``).
     logger
         Where the WARNING lines go.
+    event
+        The ``event=`` of those lines (``skipped``; the daemon's: ``dead-letter``).
 
     Attributes
     ----------
@@ -131,11 +133,12 @@ class MalformedReport:
     """
 
     def __init__(self, limit: Any = None, what: str = "records",
-                 logger: logging.Logger | None = None):
+                 logger: logging.Logger | None = None, event: str = "skipped"):
         self.limit_text = str(DEFAULT_LIMIT if limit is None else limit)
         self.limit, self.is_share = parse_limit(self.limit_text)
         self.what = what
         self.log = logger or log
+        self.event = event
         self.seen = 0
         self.total = 0
         self.by_reason: Counter[str] = Counter()
@@ -167,7 +170,7 @@ class MalformedReport:
         n = self.by_reason[reason]
         if n <= SHOWN or n % EVERY == 0:
             more = f" [{n:,} {reason} so far; one line in {EVERY:,} from now on]" if n >= SHOWN else ""
-            self.log.warning("event=skipped %s%s", text, more)
+            self.log.warning("event=%s %s%s", self.event, text, more)
         if check:
             self.check()
 

@@ -202,17 +202,26 @@ def opted_out(docs: Path = DOCS) -> list[str]:
 
 
 def run_all(docs: Path = DOCS, timeout: float = 900) -> list[str]:
-    """Run every documented script once with ``--quick`` (``--help`` without one); failures."""
+    """Run every documented script once with ``--quick`` (``--help`` without one); failures.
+
+    A script with positional choices (``bench_large.py synthetic``) runs once per
+    documented choice.
+    """
     failures, seen = [], set()
     for path in sorted(docs.glob("*.md")):
         for cmd in commands(path.read_text(), path.name):
-            if cmd.program in seen:
-                continue
-            seen.add(cmd.program)
+            positional = []
             if cmd.program.startswith("python "):
                 script = ROOT / cmd.program.split()[1]
-                quick = "--quick" in script_options(script)[0]
-                argv = [sys.executable, str(script), "--quick" if quick else "--help"]
+                options, choices = script_options(script)
+                first = next((w for w in cmd.args if not w.startswith("-")), None)
+                positional = [first] if first in choices else []
+            if (cmd.program, *positional) in seen:
+                continue
+            seen.add((cmd.program, *positional))
+            if cmd.program.startswith("python "):
+                quick = "--quick" in options
+                argv = [sys.executable, str(script), *positional, "--quick" if quick else "--help"]
             else:
                 argv = [sys.executable, "-m", "streamspec", cmd.program.split()[1], "--help"]
             t0 = time.monotonic()

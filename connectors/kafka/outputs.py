@@ -70,7 +70,7 @@ class Outputs:
         self.max_bytes = max_bytes
         # dead letters are reported and limited as malformed lines of files are (issue 20)
         self.malformed = MalformedReport(config.max_malformed or "none", what="messages",
-                                         logger=log)
+                                         logger=log, event="dead-letter")
         self.on_limit = on_limit
         self.producer: KafkaProducer | None = None
         self.model: ObservableOperatorModel | None = None
@@ -123,7 +123,7 @@ class Outputs:
         state.dead_letters[reason] += 1
         self.metrics.dead_letters[reason] += 1
         report = self.malformed
-        report.skipped(f"{m.topic}-{m.partition} offset {m.offset} (dead letter)",
+        report.skipped(f"{m.topic}-{m.partition} offset {m.offset}",
                        DeadLetter(reason, detail[:DETAIL_MAX]), counted=True, check=False)
         if report.exceeded() and self.on_limit is not None:
             try:

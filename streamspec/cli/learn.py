@@ -63,7 +63,9 @@ def register(subparsers) -> None:
     add_format_options(p, kafka=False)
     add_estimator_options(p, defaults=True)
     g = p.add_argument_group("output")
-    g.add_argument("--out", metavar="MODEL", help="save the fitted model here")
+    g.add_argument("--out", metavar="MODEL",
+                   help="save the fitted model here (without it, learn only counts into "
+                        "--counts/--state, and refuses to run when nothing would be saved)")
     g.add_argument("--states", type=positive_int, metavar="K",
                    help="also fit a hidden Markov model with K hidden states on the same counts "
                         "(method of moments + EM) and save it as MODEL.hmm next to --out "

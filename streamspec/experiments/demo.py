@@ -104,7 +104,8 @@ def _format_row(row: dict) -> str:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "demo",
-        help="learn a built-in HMM from its own stream and print the progress",
+        help="learn a built-in HMM from its own stream and print the progress "
+             "(--kafka: broker, consumer daemon and producer, live)",
         description="Stream symbols from a built-in HMM (the paper's ring) into an accumulator, "
         "refit θ_spec and θ_M after each block, and print held-out log loss beside the true "
         "model's. Needs no data and no services.",

@@ -53,8 +53,8 @@ def test_dead_letters_are_warnings_with_where_and_a_hint(kafka_bootstrap, unique
     with DaemonThread(cfg) as daemon:
         wait_until(lambda: checkpoint_offsets(tmp_path / "state", topic) == ends, "the end")
     assert daemon.fatal is None  # no limit by default: poison goes to the dead letters
-    lines = [r.getMessage() for r in caplog.records if "event=skipped" in r.getMessage()]
-    assert lines == [f"event=skipped {topic}-0 offset {i} (dead letter): bad-json: "
+    lines = [r.getMessage() for r in caplog.records if "event=dead-letter" in r.getMessage()]
+    assert lines == [f"event=dead-letter {topic}-0 offset {i}: bad-json: "
                      + lines[k].split(": bad-json: ", 1)[1] for k, i in enumerate((30, 61))]
     assert all("not JSON: is it CSV?" in ln for ln in lines)
     assert any("event=malformed-summary 2 of" in r.getMessage() for r in caplog.records)
