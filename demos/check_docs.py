@@ -145,6 +145,11 @@ def _cli_options(sub: str) -> tuple[set[str], set[str]] | None:
     return set(p._option_string_actions), choices
 
 
+def _positional(cmd: Command) -> str | None:
+    """The command's first word when it is no option (a subcommand or a choice)."""
+    return cmd.args[0] if cmd.args and not cmd.args[0].startswith("-") else None
+
+
 def problems(cmd: Command) -> list[str]:
     """What is wrong with one command: a missing script or subcommand, unknown options."""
     where = f"{cmd.doc}:{cmd.line}: {cmd.program}"
@@ -159,7 +164,7 @@ def problems(cmd: Command) -> list[str]:
             return [f"{where}: no such subcommand"]
         options, choices = found
     out = []
-    first = next((w for w in cmd.args if not w.startswith("-")), None)
+    first = _positional(cmd)
     if choices and first is not None and re.fullmatch(r"[a-z_]+", first) and first not in choices:
         out.append(f"{where}: unknown choice {first!r} (one of {', '.join(sorted(map(str, choices)))})")
     for word in cmd.args:
@@ -214,7 +219,7 @@ def run_all(docs: Path = DOCS, timeout: float = 900) -> list[str]:
             if cmd.program.startswith("python "):
                 script = ROOT / cmd.program.split()[1]
                 options, choices = script_options(script)
-                first = next((w for w in cmd.args if not w.startswith("-")), None)
+                first = _positional(cmd)
                 positional = [first] if first in choices else []
             if (cmd.program, *positional) in seen:
                 continue

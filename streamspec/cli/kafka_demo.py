@@ -167,6 +167,8 @@ def _line(elapsed: float, sent: int, scores: Scores, reference: float | None) ->
     text = (f"[{elapsed:4.0f} s] {sent:,} sent, {scores.count:,} predicted; prequential log "
             f"loss {scores.mean():.3f} nats (last {len(scores.recent):,}: "
             f"{scores.recent_mean():.3f}{ref})")
+    if scores.approximate:  # a symbol past the 20 listed: scored by the smallest listed
+        text += f"; {scores.approximate:,} symbols outside the listed top 20 scored by a bound"
     p = scores.latest
     if p is not None:
         top = sorted(p["next"].items(), key=lambda kv: -kv[1])[:3]
