@@ -17,8 +17,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamspec.core import defaults
-from streamspec.core.backoff import fit_with_backoff
-from streamspec.core.fit_data import triples_of
+from streamspec.core.backoff_fit import fit_with_backoff
+from streamspec.core.fit_data import starts_of, triples_of
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.params import Estimator
 from streamspec.core.subspace import DENSE_SVD_MAX, project_triples, top_singular
@@ -158,10 +158,11 @@ class SpectralEstimator(Estimator):
     filter, window, min_proba
         Passed to the fitted :class:`ObservableOperatorModel`.
     backoff
-        ``"auto"`` (default): mix the HMM's predictions with an interpolated
-        Kneser–Ney bigram of the same counts, with weights chosen on held-out counts
-        (:func:`streamspec.core.backoff.fit_with_backoff`; this fits the HMM twice).
-        ``None``: the HMM alone.
+        ``"auto"`` (default): mix the model's predictions with an interpolated
+        Kneser–Ney trigram and an HMM filter of the same counts, with weights started on
+        held-out counts and learned from every symbol read
+        (:func:`streamspec.core.backoff_fit.fit_with_backoff`; this fits the model twice).
+        ``None``: the model alone.
     random_state
         Seed of the held-out split and of the sparse SVD's start vector.
 
@@ -231,7 +232,8 @@ class SpectralEstimator(Estimator):
             def fit(t: Triples) -> ObservableOperatorModel:
                 return self._fit_hmm(t, labels)
 
-            self.model_ = fit_with_backoff(fit, triples, random_state=self.random_state)
+            self.model_ = fit_with_backoff(fit, triples, starts_of(data, triples.n),
+                                           random_state=self.random_state)
             if isinstance(rank, str):  # rank_ of the final fit (on all counts)
                 self.rank_ = self.model_.dim
         return self.model_

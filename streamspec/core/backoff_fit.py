@@ -1,0 +1,214 @@
+"""Fitting a model with its backoff: the components on most of the counts, weights on the rest.
+
+:func:`fit_with_backoff` is what every estimator's default ``backoff="auto"`` runs:
+
+1. split the counts at random (binomial thinning of the triples and of the stream
+   starts): ``holdout`` of them held out;
+2. on the kept counts: the model (``fit``), the Kneser–Ney trigram and a hidden Markov
+   model (:class:`~streamspec.core.hmm_estimator.HMMEstimator`, its EM iterations bounded
+   by a work budget);
+3. on the held-out counts, each context ``(x1, x2)`` (or a stream start) predicts ``x3``
+   under every component: the starting weights are the Bayes posterior of the blends on
+   those predictions (:meth:`~streamspec.core.mixture.ExpertMixture.from_held_out`);
+4. the model, the trigram and the HMM again on all the counts (the HMM warm-started from
+   step 2, with a quarter of the budget), with those weights.
+
+The held-out contexts are two symbols long, so they undervalue what the HMM remembers
+from further back; the weights keep learning from every symbol a stream or a scored
+sequence shows (:meth:`~streamspec.core.backoff.Backoff.walk`), which is where its
+long memory earns its weight.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+from streamspec.core.backoff import Backoff
+from streamspec.core.hidden_markov_model import HiddenMarkovModel
+from streamspec.core.hmm_estimator import HMMEstimator
+from streamspec.core.hmm_filter import symbol_probas
+from streamspec.core.mixture import ExpertMixture, bucket_of_counts
+from streamspec.core.stream_starts import StreamStarts
+from streamspec.core.trigram import START, KneserNeyTrigram
+from streamspec.core.triples import BITS, Triples
+
+__all__ = ["fit_with_backoff", "fit_hmm", "held_out_contexts", "hmm_states_for", "EM_BUDGET",
+           "MAX_HMM_STATES"]
+
+EM_BUDGET = 4e8  # EM work (distinct triples × states² × iterations) of the HMM's first fit
+MAX_HMM_STATES = 16
+_MIN_EM_ITER, _MAX_EM_ITER = 5, 200
+
+
+def _thin(w: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """The held-out part of each weight: binomial thinning of integer counts; a fractional
+    weight w is cut into ``ceil(w)`` equal units thinned alike. O(m)."""
+    if np.array_equal(w, np.round(w)):
+        return rng.binomial(w.astype(np.int64), fraction).astype(np.float64)
+    units = np.maximum(np.ceil(w), 1.0)
+    return rng.binomial(units.astype(np.int64), fraction) * (w / units)
+
+
+def _split_triples(t: Triples, fraction: float, rng) -> tuple[Triples, Triples]:
+    held = _thin(t.weights, fraction, rng)
+    kept = t.weights - held
+    a, b = kept > 0, held > 0
+    return Triples(t.n, t.codes[a], kept[a]), Triples(t.n, t.codes[b], held[b])
+
+
+def _split_starts(s: StreamStarts, fraction: float, rng) -> tuple[StreamStarts, StreamStarts]:
+    hf, hp = _thin(s.first_weights, fraction, rng), _thin(s.pair_weights, fraction, rng)
+    kept = StreamStarts(s.n, s.first_codes, s.first_weights - hf, s.pair_codes, s.pair_weights - hp)
+    return kept, StreamStarts(s.n, s.first_codes, hf, s.pair_codes, hp)
+
+
+def held_out_contexts(triples: Triples, starts: StreamStarts, max_contexts: int,
+                      rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """``(u, v, x, weight)`` of held-out counts: each triple's ``(x1, x2) → x3`` and each start's
+    ``(<s>, <s>) → x1`` and ``(<s>, x1) → x2``. At most ``max_contexts`` distinct contexts
+    are kept, drawn with probability ∝ their weight (seeded, with replacement, each
+    weighted by its draws), so the total weight is preserved in expectation. O(nnz)."""
+    pa, pb, pw = starts.pair_arrays()
+    fa = starts.first_codes
+    u = np.concatenate([triples.x1, np.full(pa.size + fa.size, START)])
+    v = np.concatenate([triples.x2, pa, np.full(fa.size, START)])
+    x = np.concatenate([triples.x3, pb, fa])
+    w = np.concatenate([triples.weights, pw, starts.first_weights])
+    ctx = (u + 1) << (BITS + 1) | (v + 1)
+    uniq, inv = np.unique(ctx, return_inverse=True)
+    if uniq.size > max_contexts:
+        ctx_w = np.bincount(inv, weights=w)
+        draws = rng.choice(uniq.size, size=max_contexts, p=ctx_w / ctx_w.sum())
+        mult = np.bincount(draws, minlength=uniq.size).astype(np.float64)
+        w = mult[inv] * ctx_w.sum() / max_contexts * w / ctx_w[inv]
+        keep = w > 0
+        u, v, x, w = u[keep], v[keep], x[keep], w[keep]
+    return u, v, x, w
+
+
+def _model_probas(model, u, v, x) -> np.ndarray:
+    """The model's own (clipped, renormalised) probability of ``x`` after each context. O(m · n · d)."""
+    out = np.empty(x.size)
+    for length, at in ((2, u >= 0), (1, (u < 0) & (v >= 0)), (0, v < 0)):
+        idx = np.flatnonzero(at)
+        if idx.size == 0:
+            continue
+        ctx = np.stack([u[idx], v[idx]], axis=1)[:, 2 - length:]
+        states = model.window_states(ctx[:, max(0, length - max(model.window, 1)):])
+        out[idx] = model.clipped_probas(x[idx], states)
+    return out
+
+
+def _hmm_probas(hmm: HiddenMarkovModel, u, v, x) -> np.ndarray:
+    """The HMM filter's probability of ``x`` after each context (from ``startprob_``). O(m · K²)."""
+    E, T = hmm.emissionprob_, hmm.transmat_
+    a = np.broadcast_to(hmm.startprob_, (x.size, hmm.n_states)).copy()
+    for sym in (u, v):
+        at = sym >= 0
+        post = a[at] * E[:, sym[at]].T
+        z = post.sum(axis=1, keepdims=True)
+        ok = z[:, 0] > 0
+        post[ok] /= z[ok]
+        post[~ok] = a[at][~ok]
+        a[at] = post @ T
+    return symbol_probas(a, E, x)
+
+
+def hmm_states_for(rank: int, n: int) -> int:
+    """The HMM's number of states for a model of rank ``rank`` over ``n`` symbols:
+    ``clip(rank, 2, 16)``, at most n. O(1).
+
+    >>> hmm_states_for(11, 27), hmm_states_for(40, 1000), hmm_states_for(1, 3)
+    (11, 16, 2)
+    """
+    return int(min(max(rank, 2), MAX_HMM_STATES, n))
+
+
+def fit_hmm(triples: Triples, n_states: int, budget: float = EM_BUDGET, init=None,
+            random_state: int = 0) -> HiddenMarkovModel | None:
+    """An HMM of the counts, EM bounded by ``budget`` (``nnz · K² · iterations``); ``None`` when
+    it cannot be fitted (too few symbols or counts, a singular moment problem). O(budget)."""
+    iters = int(np.clip(budget / max(1.0, triples.nnz * n_states**2), _MIN_EM_ITER, _MAX_EM_ITER))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            warnings.simplefilter("ignore", UserWarning)  # a failed moment step: EM starts at random
+            return HMMEstimator(n_states=n_states, n_iter=iters, random_state=random_state).fit(
+                triples, init=init)
+    except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+        return None
+
+
+def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts: StreamStarts | None = None,
+                     *, holdout: float = 0.1, random_state: int | None = 0, max_contexts: int = 2000,
+                     hmm_states: int | str | None = "auto"):
+    """Fit a model with ``fit`` and attach its :class:`~streamspec.core.backoff.Backoff` (module docstring).
+
+    Parameters
+    ----------
+    fit
+        Callable from :class:`Triples` to an :class:`~streamspec.ObservableOperatorModel`.
+    triples, starts
+        The counts and the stream starts (``None``: none counted).
+    holdout, random_state, max_contexts
+        Held-out fraction, seed, and cap on the held-out contexts scored.
+    hmm_states
+        States of the HMM component: ``"auto"`` (:func:`hmm_states_for` the model's
+        rank), an integer, or ``None`` for no HMM component.
+
+    Time: two fits of the model, the HMM's EM budget (:data:`EM_BUDGET`) and a quarter of it,
+    O(nnz log nnz) for the trigrams, O(max_contexts · n · d) to score the model on the
+    held-out contexts; memory O(nnz + n · (d² + K)).
+
+    Examples
+    --------
+    >>> from streamspec import HMM, SpectralEstimator
+    >>> x = HMM.random(2, 4, random_state=0).sample(5000, random_state=1)
+    >>> t = Triples.from_arrays(4, x[:-2], x[1:-1], x[2:])
+    >>> model = fit_with_backoff(SpectralEstimator(rank=2, backoff=None).fit, t)
+    >>> model.backoff.components, model.backoff.hmm.n_states
+    (('model', 'trigram', 'hmm'), 2)
+    """
+    if not 0.0 < holdout < 1.0:
+        raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
+    starts = StreamStarts.empty(triples.n) if starts is None else starts.with_alphabet(triples.n)
+    rng = np.random.default_rng(random_state)
+    kept, held = _split_triples(triples, holdout, rng)
+    kept_starts, held_starts = _split_starts(starts, holdout, rng)
+    seed = 0 if random_state is None else int(random_state)
+    mixture, hmm, K = None, None, None
+    if kept.total > 0 and held.total > 0:
+        model = fit(kept)
+        K = _resolve_states(hmm_states, model.rank, triples.n)
+        hmm = fit_hmm(kept, K, random_state=seed) if K else None
+        trigram = KneserNeyTrigram(kept, kept_starts)
+        u, v, x, w = held_out_contexts(held, held_starts, int(max_contexts), rng)
+        probs = [_model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
+        if hmm is not None:
+            probs.append(_hmm_probas(hmm, u, v, x))
+        buckets = bucket_of_counts(trigram.context_counts(u, v))
+        mixture = ExpertMixture.from_held_out(len(probs), buckets, np.stack(probs, axis=1), w)
+        del model, trigram, kept, held  # why: freed before the fits on all the counts
+    model = fit(triples)
+    if K is None:  # too few counts to hold any out: the HMM from all of them, uniform weights
+        K = _resolve_states(hmm_states, model.rank, triples.n)
+        final = fit_hmm(triples, K, random_state=seed) if K else None
+    else:
+        final = fit_hmm(triples, K, EM_BUDGET / 4, init=hmm, random_state=seed) if hmm else None
+    n_components = 2 if final is None else 3
+    if mixture is None or mixture.n_components != n_components:
+        mixture = ExpertMixture(n_components)
+    if final is not None:  # why: the backoff's HMM is indexed like the model, without labels
+        final = HiddenMarkovModel(final.startprob_, final.transmat_, final.emissionprob_)
+    return model.with_backoff(Backoff(KneserNeyTrigram(triples, starts), mixture, final))
+
+
+def _resolve_states(hmm_states, rank: int, n: int) -> int | None:
+    if hmm_states is None:
+        return None
+    if hmm_states == "auto":
+        return hmm_states_for(rank, n) if n >= 2 else None
+    return int(min(hmm_states, n))

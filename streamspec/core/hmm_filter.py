@@ -1,0 +1,69 @@
+"""The exact forward filter of a hidden Markov model, as a next-symbol predictor.
+
+A proper HMM (non-negative, stochastic rows) cannot blow up the way an estimated
+observable-operator model can (docs/math.md section 4): its forward filter carries the
+whole history in a probability vector over the hidden states, at O(K²) per symbol. This
+is the long-memory part of streamspec's predictions (:mod:`streamspec.core.backoff`).
+
+Orientation as hmmlearn: ``transmat[i, j] = Pr(h' = j | h = i)``,
+``emission[i, x] = Pr(x | h = i)``. The *predictive state* ``a_t`` is the distribution of
+the hidden state of symbol t given the symbols before it: ``a_0 = startprob``,
+``a_{t+1} ∝ (a_t ∘ emission[:, x_t]) · transmat``, and ``Pr(x_t | x_<t) = a_t ·
+emission[:, x_t]``. A symbol the HMM gives probability 0 (or does not know: an index
+at or beyond its alphabet) moves the state by the transition only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["predictive_states", "advance", "symbol_probas"]
+
+
+def advance(state: np.ndarray, transmat: np.ndarray, emission: np.ndarray, x: int) -> np.ndarray:
+    """The predictive state after symbol ``x`` from predictive state ``state``. O(K²).
+
+    Examples
+    --------
+    >>> T = np.array([[0.9, 0.1], [0.2, 0.8]]); E = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> advance(np.array([0.5, 0.5]), T, E, 1).tolist()
+    [0.2, 0.8]
+    """
+    post = state * emission[:, x] if 0 <= x < emission.shape[1] else state
+    z = post.sum()
+    if not z > 0:
+        post, z = state, state.sum()
+    return (post / z) @ transmat
+
+
+def predictive_states(startprob: np.ndarray, transmat: np.ndarray, emission: np.ndarray,
+                      x) -> np.ndarray:
+    """The predictive states before each symbol and after the last, shape (T + 1, K). O(T · K²).
+
+    Examples
+    --------
+    >>> T = np.array([[0.0, 1.0], [1.0, 0.0]]); E = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> predictive_states(np.array([1.0, 0.0]), T, E, [0, 1]).tolist()
+    [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]
+    """
+    x = np.asarray(x, dtype=np.int64)
+    out = np.empty((x.size + 1, startprob.size))
+    a = out[0] = np.asarray(startprob, dtype=np.float64)
+    for t in range(x.size):
+        a = out[t + 1] = advance(a, transmat, emission, int(x[t]))
+    return out
+
+
+def symbol_probas(states: np.ndarray, emission: np.ndarray, x) -> np.ndarray:
+    """``Pr(x_t | state_t)`` for paired states (T, K) and symbols (T,); 0 for unknown symbols. O(T · K).
+
+    Examples
+    --------
+    >>> E = np.array([[0.5, 0.5], [0.1, 0.9]])
+    >>> symbol_probas(np.array([[1.0, 0.0], [0.5, 0.5]]), E, [0, 1]).tolist()
+    [0.5, 0.7]
+    """
+    x = np.asarray(x, dtype=np.int64)
+    known = (x >= 0) & (x < emission.shape[1])
+    cols = emission[:, np.where(known, x, 0)].T  # (T, K)
+    return np.where(known, np.einsum("tk,tk->t", np.atleast_2d(states), cols), 0.0)
