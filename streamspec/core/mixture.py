@@ -155,8 +155,11 @@ class ExpertMixture:
         O(T · E · K), one symbol at a time (each prediction uses only the symbols before it).
         """
         P = np.asarray(probs, dtype=np.float64)
+        b_all = np.asarray(buckets, dtype=np.int64)
+        if P.ndim != 2 or b_all.shape != (P.shape[0],):
+            raise ValueError(f"one bucket per row of probabilities: {b_all.shape} and {P.shape}")
         out = np.empty(P.shape[0])
-        for t, b in enumerate(np.asarray(buckets, dtype=np.int64)):
+        for t, b in enumerate(b_all):
             out[t] = self.observe(b, P[t])
         return out
 
