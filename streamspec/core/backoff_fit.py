@@ -144,7 +144,7 @@ def fit_hmm(triples: Triples, n_states: int, budget: float = EM_BUDGET, init=Non
 
 def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts: StreamStarts | None = None,
                      *, holdout: float = 0.1, random_state: int | None = 0, max_contexts: int = 2000,
-                     hmm_states: int | str | None = "auto"):
+                     hmm_states: int | str | None = "auto", previous=None):
     """Fit a model with ``fit`` and attach its :class:`~streamspec.core.backoff.Backoff` (module docstring).
 
     Parameters
@@ -158,6 +158,11 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     hmm_states
         States of the HMM component: ``"auto"`` (:func:`hmm_states_for` the model's
         rank), an integer, or ``None`` for no HMM component.
+    previous
+        A previous model with a backoff (a refit): nothing is held out; the model, the
+        trigram and the HMM (warm-started from the previous one, a quarter of the budget)
+        are fitted on all the counts, and the previous weights are kept: they were learned
+        from the stream. Time: one fit of the model, a quarter of the EM budget.
 
     Time: two fits of the model, the HMM's EM budget (:data:`EM_BUDGET`) and a quarter of it,
     O(nnz log nnz) for the trigrams, O(max_contexts · n · d) to score the model on the
@@ -175,10 +180,12 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     if not 0.0 < holdout < 1.0:
         raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
     starts = StreamStarts.empty(triples.n) if starts is None else starts.with_alphabet(triples.n)
+    seed = 0 if random_state is None else int(random_state)
+    if getattr(previous, "backoff", None) is not None:
+        return _refit(fit, triples, starts, previous.backoff, hmm_states, seed)
     rng = np.random.default_rng(random_state)
     kept, held = _split_triples(triples, holdout, rng)
     kept_starts, held_starts = _split_starts(starts, holdout, rng)
-    seed = 0 if random_state is None else int(random_state)
     mixture, hmm, K = None, None, None
     if kept.total > 0 and held.total > 0:
         model = fit(kept)
@@ -198,12 +205,28 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         final = fit_hmm(triples, K, random_state=seed) if K else None
     else:
         final = fit_hmm(triples, K, EM_BUDGET / 4, init=hmm, random_state=seed) if hmm else None
-    n_components = 2 if final is None else 3
-    if mixture is None or mixture.n_components != n_components:
-        mixture = ExpertMixture(n_components)
-    if final is not None:  # why: the backoff's HMM is indexed like the model, without labels
-        final = HiddenMarkovModel(final.startprob_, final.transmat_, final.emissionprob_)
-    return model.with_backoff(Backoff(KneserNeyTrigram(triples, starts), mixture, final))
+    return _attach(model, triples, starts, final, mixture)
+
+
+def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_states, seed: int):
+    """:func:`fit_with_backoff` from a previous backoff: all counts, warm HMM, the weights kept."""
+    model = fit(triples)
+    K = _resolve_states(hmm_states, model.rank, triples.n)
+    old = previous.hmm
+    init = old if old is not None and K == old.n_states and old.n_symbols <= triples.n else None
+    budget = EM_BUDGET / 4 if init is not None else EM_BUDGET
+    hmm = fit_hmm(triples, K, budget, init=init, random_state=seed) if K else None
+    return _attach(model, triples, starts, hmm, previous.mixture)
+
+
+def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture):
+    """The model with its backoff: the weights ``mixture`` (a copy) if they fit the parts."""
+    n_components = 2 if hmm is None else 3
+    mixture = (mixture.copy() if mixture is not None and mixture.n_components == n_components
+               else ExpertMixture(n_components))
+    if hmm is not None:  # why: the backoff's HMM is indexed like the model, without labels
+        hmm = HiddenMarkovModel(hmm.startprob_, hmm.transmat_, hmm.emissionprob_)
+    return model.with_backoff(Backoff(KneserNeyTrigram(triples, starts), mixture, hmm))
 
 
 def _resolve_states(hmm_states, rank: int, n: int) -> int | None:

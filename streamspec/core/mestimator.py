@@ -22,7 +22,7 @@ FACTORIZATIONS = defaults.FACTORIZATIONS
 FORMULATIONS = defaults.FORMULATIONS
 _SETTINGS = ("rank", "penalty", "weighting", "factorization", "max_outer", "max_sweeps", "tol",
              "n_restarts", "random_state", "smoothing", "shrinkage", "ridge", "filter", "window",
-             "min_proba", "formulation", "n_conditions", "backoff")
+             "min_proba", "formulation", "n_conditions", "backoff", "hmm_states")
 
 
 class MEstimator(Estimator):
@@ -141,6 +141,9 @@ class MEstimator(Estimator):
         (:func:`streamspec.core.backoff_fit.fit_with_backoff`: the model is fitted on 90%
         of the counts to score it, then on all of them, so it fits twice; the fitted
         attributes are those of the last fit). ``None``: the plain model.
+    hmm_states
+        States of the backoff's HMM: ``"auto"`` (default: the rank, clipped to 2..16), an
+        integer, or ``None`` (no HMM component).
     filter, window, min_proba
         Passed to the fitted :class:`ObservableOperatorModel`.
 
@@ -272,6 +275,7 @@ class MEstimator(Estimator):
         formulation: str = defaults.FORMULATION,
         n_conditions: int | None = None,
         backoff: str | None = defaults.BACKOFF,
+        hmm_states: int | str | None = defaults.HMM_STATES,
     ):
         self.rank = rank
         self.penalty = penalty
@@ -291,6 +295,7 @@ class MEstimator(Estimator):
         self.formulation = formulation
         self.n_conditions = n_conditions
         self.backoff = backoff
+        self.hmm_states = hmm_states
         self._validate()  # why: a bad setting is refused before anything is fitted
 
     # ------------------------------------------------------------------ public
@@ -388,8 +393,8 @@ class MEstimator(Estimator):
 
     def _fit_with_backoff(self, data, init, formulation: str):
         triples, labels = triples_of(data)
-        if init is self:  # its fitted attributes are dropped below: keep what the warm start needs
-            init = self.factors_
+        if isinstance(init, MEstimator):  # its fitted attributes may be dropped below
+            init = getattr(init, "model_", None) or init.factors_
         bases: dict = {}  # why: the truncated SVD of each set of counts is computed once
 
         def fit(t: Triples) -> ObservableOperatorModel:
@@ -405,5 +410,7 @@ class MEstimator(Estimator):
             return model
 
         seed = 0 if self.random_state is None else self.random_state
-        self.model_ = fit_with_backoff(fit, triples, starts_of(data, triples.n), random_state=seed)
+        previous = init if isinstance(init, ObservableOperatorModel) else None
+        self.model_ = fit_with_backoff(fit, triples, starts_of(data, triples.n), random_state=seed,
+                                       hmm_states=self.hmm_states, previous=previous)
         return self.model_

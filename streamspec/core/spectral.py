@@ -165,6 +165,9 @@ class SpectralEstimator(Estimator):
         ``None``: the model alone.
     random_state
         Seed of the held-out split and of the sparse SVD's start vector.
+    hmm_states
+        States of the HMM whose forward filter the backoff mixes in: ``"auto"`` (default:
+        the rank, clipped to 2..16), an integer, or ``None`` (no HMM component).
 
     Fitting costs O(nnz · k + P · k² + n · k²) time and O(n · k²) memory (nnz
     distinct triples, P distinct pairs), plus the truncated SVD of P21 above 1,000
@@ -190,19 +193,21 @@ class SpectralEstimator(Estimator):
 
     def __init__(self, *, rank: int | str = defaults.RANK, filter: str = defaults.FILTER,
                  window: int = defaults.WINDOW, min_proba: float = defaults.MIN_PROBA,
-                 backoff: str | None = defaults.BACKOFF, random_state: int = 0):
+                 backoff: str | None = defaults.BACKOFF, random_state: int = 0,
+                 hmm_states: int | str | None = defaults.HMM_STATES):
         self.rank = rank
         self.filter = filter
         self.window = window
         self.min_proba = min_proba
         self.backoff = backoff
         self.random_state = random_state
+        self.hmm_states = hmm_states
         self._validate()  # why: a bad setting is refused before anything is fitted
 
     def _validate(self) -> None:
         defaults.check_settings(rank=self.rank, filter=self.filter, window=self.window,
                                 min_proba=self.min_proba, backoff=self.backoff,
-                                random_state=self.random_state)
+                                random_state=self.random_state, hmm_states=self.hmm_states)
 
     def _fit_hmm(self, triples: Triples, labels=None) -> ObservableOperatorModel:
         if isinstance(self.rank, str) and self.rank == "auto":
@@ -216,9 +221,11 @@ class SpectralEstimator(Estimator):
             symbols=labels, rank=k,
         )
 
-    def fit(self, data) -> ObservableOperatorModel:
+    def fit(self, data, init: ObservableOperatorModel | None = None) -> ObservableOperatorModel:
         """Fit on a MomentAccumulator, :class:`Triples` or dense counts ``c3[x2, x3, x1]``.
 
+        ``init``: a previous model of this estimator (a refit): its backoff's weights are
+        kept (they were learned from the stream) and its HMM warm-starts the new one.
         Returns the model (also kept as ``model_``; the rank used is ``rank_``).
         Time and memory: see the class docstring.
         """
@@ -233,7 +240,8 @@ class SpectralEstimator(Estimator):
                 return self._fit_hmm(t, labels)
 
             self.model_ = fit_with_backoff(fit, triples, starts_of(data, triples.n),
-                                           random_state=self.random_state)
+                                           random_state=self.random_state, hmm_states=self.hmm_states,
+                                           previous=init)
             if isinstance(rank, str):  # rank_ of the final fit (on all counts)
                 self.rank_ = self.model_.dim
         return self.model_

@@ -1,0 +1,204 @@
+"""Predictions for many interleaved streams under the current model, learning as they go.
+
+:class:`OnlinePredictor` is the online half of streamspec's predictor
+(:mod:`streamspec.core.backoff`) for a learner that sees the symbols of many streams one
+at a time (the river model, the Kafka daemon): each stream keeps its last symbols and
+its hidden-state vector; every symbol is first predicted from them (its prequential
+probability, whose log is the running log loss), then the mixing weights learn from it
+and the stream moves on. The weights are the learner's, shared by all streams and kept
+across refits; a refit swaps the model in (:meth:`OnlinePredictor.set_model`).
+
+Costs per symbol: O(E · K + K²) plus, the first time a context is met, O(n · (d + 1))
+for its rows (kept in a cache bounded in floats, least recently used out); a full
+distribution O(n · K).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Hashable
+
+import numpy as np
+
+from streamspec.core.hmm_filter import advance
+from streamspec.core.mixture import ExpertMixture, bucket_of_counts
+from streamspec.core.trigram import START, UNKNOWN
+
+__all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS"]
+
+ROW_CACHE_FLOATS = 1 << 22  # rows kept per model (floats: 32 MiB)
+CONTEXT_BITS = 20  # bits per symbol in a stream's context code (0: no symbol, the start)
+_DIGIT = (1 << CONTEXT_BITS) - 1
+
+
+class _Rows:
+    """The cached rows of one model: its own row per window context, the trigram's per pair."""
+
+    def __init__(self, model, window: int, capacity: int):
+        self.model, self.window = model, window
+        self.n = model.n_symbols
+        self.capacity = max(int(capacity), 4 * self.n)
+        self.size = 0
+        self._cache: OrderedDict = OrderedDict()
+
+    def _get(self, key, make):
+        row = self._cache.get(key)
+        if row is None:
+            row = make()
+            self._cache[key] = row
+            self.size += row.size
+            while self.size > self.capacity and len(self._cache) > 1:
+                self.size -= self._cache.popitem(last=False)[1].size
+        else:
+            self._cache.move_to_end(key)
+        return row
+
+    def own(self, digits: tuple[int, ...]) -> np.ndarray:
+        """The model's own row after the known symbols ``digits`` (oldest first). O(n · d) once."""
+        return self._get(("own", digits), lambda: self.model.predict_from_state(
+            self.model.state_for(np.asarray(digits, dtype=np.int64))))
+
+    def trigram(self, u: int, v: int) -> np.ndarray:
+        """The trigram's row after ``(u, v)``. O(n + entries) once."""
+        return self._get(("tri", u, v), lambda: self.model.backoff.trigram.predict(u, v))
+
+
+class OnlinePredictor:
+    """Per-stream contexts and hidden states, and the weights learned from every symbol.
+
+    Parameters
+    ----------
+    window
+        Symbols of context the model's own prediction uses (its window filter).
+    switching
+        The weights' switching rate when there is no model yet to take them from.
+    cache_floats
+        Capacity of the cache of rows (floats).
+
+    Attributes
+    ----------
+    model
+        The current model (``None`` before the first :meth:`set_model`).
+    mixture
+        The :class:`~streamspec.core.mixture.ExpertMixture` learned so far.
+    loss, n_scored
+        The sum of ``-log p`` of the symbols scored (each predicted before it was learned)
+        and their number: ``loss / n_scored`` is the prequential log loss.
+
+    Examples
+    --------
+    >>> from streamspec import MomentAccumulator, SpectralEstimator
+    >>> acc = MomentAccumulator(n_symbols=3)
+    >>> acc.learn_many([0, 1, 2] * 200)
+    >>> online = OnlinePredictor(window=2)
+    >>> online.set_model(SpectralEstimator(rank=3).fit(acc))
+    >>> [round(online.observe("s", x), 2) for x in (0, 1, 2)]
+    [0.33, 0.78, 1.0]
+    >>> int(online.row("s").argmax())
+    0
+    """
+
+    def __init__(self, window: int = 2, cache_floats: int = ROW_CACHE_FLOATS):
+        self.window = int(window)
+        self.cache_floats = cache_floats
+        self.model = None
+        self.mixture: ExpertMixture | None = None
+        self._rows: _Rows | None = None
+        self._keep = max(self.window, 2)  # symbols kept per stream
+        self._mask = (1 << (CONTEXT_BITS * self._keep)) - 1
+        self._codes: dict[Hashable, int] = {}
+        self._alpha: dict[Hashable, np.ndarray] = {}
+        self.loss = 0.0
+        self.n_scored = 0
+
+    # ---------------------------------------------------------------- models
+
+    def set_model(self, model) -> None:
+        """Swap in a model (its backoff carries the trigram and the HMM). The streams keep
+        their symbols; their hidden states are kept when the HMM has as many states (warm
+        refits keep the states' order); the weights are kept when the components match,
+        else taken from the model. O(1) (rows are computed lazily)."""
+        if model.backoff is None:
+            raise ValueError("an online predictor needs a model with a backoff (its trigram and weights)")
+        old = self.model
+        self.model = model
+        self._rows = _Rows(model, self.window, self.cache_floats)
+        new_k = model.backoff.mixture.n_components
+        if self.mixture is None or self.mixture.n_components != new_k:
+            self.mixture = model.backoff.mixture.copy()
+        old_hmm = None if old is None else old.backoff.hmm
+        hmm = model.backoff.hmm
+        if hmm is None or old_hmm is None or old_hmm.n_states != hmm.n_states:
+            self._alpha.clear()
+
+    # ---------------------------------------------------------------- one stream
+
+    def _digits(self, key: Hashable) -> list[int]:
+        """The stream's last symbols (oldest first), -1 for a position before its start."""
+        code = self._codes.get(key, 0)
+        return [((code >> (CONTEXT_BITS * a)) & _DIGIT) - 1 for a in range(self._keep - 1, -1, -1)]
+
+    def _parts(self, key: Hashable):
+        """``(own row, trigram row, HMM state or None, bucket)`` of the stream's next symbol."""
+        digits = self._digits(key)
+        n = self.model.n_symbols
+        known = []
+        for x in reversed(digits[len(digits) - self.window:] if self.window else []):
+            if not 0 <= x < n:
+                break
+            known.append(x)
+        u, v = (UNKNOWN if x >= n else START if x < 0 else x for x in digits[-2:])
+        if v == START:
+            u = START
+        own = self._rows.own(tuple(reversed(known)))
+        tri = self._rows.trigram(u, v)
+        bucket = int(bucket_of_counts(self.model.backoff.trigram.context_counts([u], [v]))[0])
+        hmm = self.model.backoff.hmm
+        state = None if hmm is None else self._alpha.get(key, hmm.startprob_)
+        return own, tri, state, bucket
+
+    def row(self, key: Hashable) -> np.ndarray | None:
+        """The distribution of the stream's next symbol over the model's symbols (``None``
+        before a model). O(n · K) (plus its rows on a context's first use)."""
+        if self.model is None:
+            return None
+        own, tri, state, bucket = self._parts(key)
+        lam = self.mixture.blend(bucket)
+        out = lam[0] * own + lam[1] * tri
+        if state is not None:
+            out += lam[2] * (state @ self.model.backoff.hmm.emissionprob_)
+        return out
+
+    def observe(self, key: Hashable, i: int, learn: bool = True) -> float | None:
+        """Stream ``key`` showed symbol index ``i``: its prequential probability (``None`` before a
+        model, or for a symbol new since the model's fit), then the weights learn from it
+        (``learn``) and the stream moves on. O(E · K + K²)."""
+        p = None
+        model = self.model
+        if model is not None:
+            hmm = model.backoff.hmm
+            own, tri, state, bucket = self._parts(key)
+            if 0 <= i < model.n_symbols:
+                probs = [own[i], tri[i]] + ([] if state is None else [float(state @ hmm.emissionprob_[:, i])])
+                mix = self.mixture
+                p = mix.observe(bucket, np.array(probs)) if learn else float(mix.blend(bucket) @ probs)
+                self.loss -= math.log(max(p, 1e-300))
+                self.n_scored += 1
+            if state is not None:
+                self._alpha[key] = advance(state, hmm.transmat_, hmm.emissionprob_, i)
+        self._codes[key] = ((self._codes.get(key, 0) << CONTEXT_BITS) | (i + 1)) & self._mask
+        return p
+
+    def end(self, key: Hashable) -> None:
+        """The stream's sequence is over: its next symbol starts a new one. O(1)."""
+        self._codes.pop(key, None)
+        self._alpha.pop(key, None)
+
+    @property
+    def log_loss(self) -> float:
+        """The prequential log loss so far, nats per symbol (NaN before any symbol was scored)."""
+        return self.loss / self.n_scored if self.n_scored else float("nan")
+
+    def __len__(self) -> int:
+        return len(self._codes)
