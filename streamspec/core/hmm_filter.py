@@ -17,7 +17,21 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["predictive_states", "advance", "symbol_probas"]
+__all__ = ["predictive_states", "advance", "filtered", "symbol_probas"]
+
+
+def filtered(state: np.ndarray, emission: np.ndarray, x: int) -> np.ndarray:
+    """The filtered state after symbol ``x`` from predictive state ``state``: ``state ∘ emission[:, x]``
+    normalised; ``state`` itself when the HMM gives ``x`` no mass or does not know it. O(K).
+
+    Examples
+    --------
+    >>> filtered(np.array([0.5, 0.5]), np.array([[0.9, 0.1], [0.3, 0.7]]), 0).tolist()
+    [0.75, 0.25]
+    """
+    post = state * emission[:, x] if 0 <= x < emission.shape[1] else state
+    z = post.sum()
+    return post / z if z > 0 else state / state.sum()
 
 
 def advance(state: np.ndarray, transmat: np.ndarray, emission: np.ndarray, x: int) -> np.ndarray:
@@ -29,11 +43,7 @@ def advance(state: np.ndarray, transmat: np.ndarray, emission: np.ndarray, x: in
     >>> advance(np.array([0.5, 0.5]), T, E, 1).tolist()
     [0.2, 0.8]
     """
-    post = state * emission[:, x] if 0 <= x < emission.shape[1] else state
-    z = post.sum()
-    if not z > 0:
-        post, z = state, state.sum()
-    return (post / z) @ transmat
+    return filtered(state, emission, x) @ transmat
 
 
 def predictive_states(startprob: np.ndarray, transmat: np.ndarray, emission: np.ndarray,

@@ -21,7 +21,7 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from streamspec.core.hmm_filter import advance
+from streamspec.core.hmm_filter import filtered
 from streamspec.core.mixture import ExpertMixture, bucket_of_counts
 from streamspec.core.trigram import START, UNKNOWN
 
@@ -108,7 +108,7 @@ class OnlinePredictor:
         self._keep = max(self.window, 2)  # symbols kept per stream
         self._mask = (1 << (CONTEXT_BITS * self._keep)) - 1
         self._codes: dict[Hashable, int] = {}
-        self._alpha: dict[Hashable, np.ndarray] = {}
+        self._post: dict[Hashable, np.ndarray] = {}  # the HMM filter after each stream's last symbol
         self.loss = 0.0
         self.n_scored = 0
 
@@ -119,18 +119,19 @@ class OnlinePredictor:
         their symbols; their hidden states are kept when the HMM has as many states (warm
         refits keep the states' order); the weights are kept when the components match,
         else taken from the model. O(1) (rows are computed lazily)."""
-        if model.backoff is None:
-            raise ValueError("an online predictor needs a model with a backoff (its trigram and weights)")
         old = self.model
         self.model = model
         self._rows = _Rows(model, self.window, self.cache_floats)
+        if model.backoff is None:  # the model alone: nothing to mix, nothing to learn
+            self._post.clear()
+            return
         new_k = model.backoff.mixture.n_components
         if self.mixture is None or self.mixture.n_components != new_k:
             self.mixture = model.backoff.mixture.copy()
-        old_hmm = None if old is None else old.backoff.hmm
+        old_hmm = None if old is None or old.backoff is None else old.backoff.hmm
         hmm = model.backoff.hmm
         if hmm is None or old_hmm is None or old_hmm.n_states != hmm.n_states:
-            self._alpha.clear()
+            self._post.clear()
 
     # ---------------------------------------------------------------- one stream
 
@@ -140,7 +141,8 @@ class OnlinePredictor:
         return [((code >> (CONTEXT_BITS * a)) & _DIGIT) - 1 for a in range(self._keep - 1, -1, -1)]
 
     def _parts(self, key: Hashable):
-        """``(own row, trigram row, HMM state or None, bucket)`` of the stream's next symbol."""
+        """``(own row, trigram row, HMM state or None, bucket)`` of the stream's next symbol
+        (``(own row, None, None, 0)`` for a model without a backoff)."""
         digits = self._digits(key)
         n = self.model.n_symbols
         known = []
@@ -152,11 +154,28 @@ class OnlinePredictor:
         if v == START:
             u = START
         own = self._rows.own(tuple(reversed(known)))
+        if self.model.backoff is None:
+            return own, None, None, 0
         tri = self._rows.trigram(u, v)
         bucket = int(bucket_of_counts(self.model.backoff.trigram.context_counts([u], [v]))[0])
-        hmm = self.model.backoff.hmm
-        state = None if hmm is None else self._alpha.get(key, hmm.startprob_)
-        return own, tri, state, bucket
+        return own, tri, self._predictive(key), bucket
+
+    def _predictive(self, key: Hashable) -> np.ndarray | None:
+        """The HMM's predictive state of the stream's next symbol (``None`` without an HMM). O(K²)."""
+        hmm = None if self.model.backoff is None else self.model.backoff.hmm
+        if hmm is None:
+            return None
+        post = self._post.get(key)
+        return hmm.startprob_ if post is None else post @ hmm.transmat_
+
+    def posterior(self, key: Hashable) -> np.ndarray:
+        """The HMM's filtered state after the stream's last symbol (``startprob_`` before one). O(K)."""
+        post = self._post.get(key)
+        return self.model.backoff.hmm.startprob_.copy() if post is None else post.copy()
+
+    def hmm_row(self, key: Hashable) -> np.ndarray:
+        """The HMM filter's next-symbol distribution alone. O(K² + n · K)."""
+        return self._predictive(key) @ self.model.backoff.hmm.emissionprob_
 
     def row(self, key: Hashable) -> np.ndarray | None:
         """The distribution of the stream's next symbol over the model's symbols (``None``
@@ -164,6 +183,8 @@ class OnlinePredictor:
         if self.model is None:
             return None
         own, tri, state, bucket = self._parts(key)
+        if tri is None:
+            return own
         lam = self.mixture.blend(bucket)
         out = lam[0] * own + lam[1] * tri
         if state is not None:
@@ -177,23 +198,27 @@ class OnlinePredictor:
         p = None
         model = self.model
         if model is not None:
-            hmm = model.backoff.hmm
             own, tri, state, bucket = self._parts(key)
-            if 0 <= i < model.n_symbols:
+            if tri is None and 0 <= i < model.n_symbols:  # no backoff: the model alone
+                p = float(own[i])
+                self.loss -= math.log(max(p, 1e-300))
+                self.n_scored += 1
+            elif 0 <= i < model.n_symbols:
+                hmm = model.backoff.hmm
                 probs = [own[i], tri[i]] + ([] if state is None else [float(state @ hmm.emissionprob_[:, i])])
                 mix = self.mixture
                 p = mix.observe(bucket, np.array(probs)) if learn else float(mix.blend(bucket) @ probs)
                 self.loss -= math.log(max(p, 1e-300))
                 self.n_scored += 1
             if state is not None:
-                self._alpha[key] = advance(state, hmm.transmat_, hmm.emissionprob_, i)
+                self._post[key] = filtered(state, model.backoff.hmm.emissionprob_, i)
         self._codes[key] = ((self._codes.get(key, 0) << CONTEXT_BITS) | (i + 1)) & self._mask
         return p
 
     def end(self, key: Hashable) -> None:
         """The stream's sequence is over: its next symbol starts a new one. O(1)."""
         self._codes.pop(key, None)
-        self._alpha.pop(key, None)
+        self._post.pop(key, None)
 
     @property
     def log_loss(self) -> float:
