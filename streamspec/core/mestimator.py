@@ -12,6 +12,7 @@ from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.params import Estimator
 from streamspec.core.projected import ProjectedFit
 from streamspec.core.projected_weighting import PROJECTED_WEIGHTINGS
+from streamspec.core.rank_selection import resolve_rank
 from streamspec.core.spectral import select_rank_by_spectrum
 from streamspec.core.triples import Triples
 
@@ -354,6 +355,13 @@ class MEstimator(Estimator):
         Factors of the other formulation, rank or factorization are ignored.
         """
         self._validate()
+        if isinstance(self.rank, str):  # "auto": chosen once, by held-out loss, then fitted
+            k, scores = resolve_rank(self, triples_of(data)[0], _model_of(init))
+            est = self.clone(rank=k)
+            model = est.fit(data, init=init)
+            self.__dict__.update({name: v for name, v in vars(est).items() if name.endswith("_")})
+            self.rank_scores_ = scores
+            return model
         formulation = self._resolved_formulation()
         if self.backoff == "auto":
             return self._fit_with_backoff(data, init, formulation)
@@ -394,7 +402,7 @@ class MEstimator(Estimator):
     def _fit_with_backoff(self, data, init, formulation: str):
         triples, labels = triples_of(data)
         if isinstance(init, MEstimator):  # its fitted attributes may be dropped below
-            init = getattr(init, "model_", None) or init.factors_
+            init = _model_of(init)
         bases: dict = {}  # why: the truncated SVD of each set of counts is computed once
 
         def fit(t: Triples) -> ObservableOperatorModel:
@@ -414,3 +422,11 @@ class MEstimator(Estimator):
         self.model_ = fit_with_backoff(fit, triples, starts_of(data, triples.n), random_state=seed,
                                        hmm_states=self.hmm_states, previous=previous)
         return self.model_
+
+
+def _model_of(init):
+    """The previous model behind a warm start's ``init`` (a model, a fitted MEstimator, or
+    :class:`MFactors`, which has none)."""
+    if isinstance(init, MEstimator):
+        return getattr(init, "model_", None) or getattr(init, "factors_", None)
+    return init

@@ -21,6 +21,7 @@ from streamspec.core.backoff_fit import fit_with_backoff
 from streamspec.core.fit_data import starts_of, triples_of
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.params import Estimator
+from streamspec.core.rank_selection import resolve_rank
 from streamspec.core.subspace import DENSE_SVD_MAX, project_triples, top_singular
 from streamspec.core.triples import Triples
 
@@ -209,12 +210,8 @@ class SpectralEstimator(Estimator):
                                 min_proba=self.min_proba, backoff=self.backoff,
                                 random_state=self.random_state, hmm_states=self.hmm_states)
 
-    def _fit_hmm(self, triples: Triples, labels=None) -> ObservableOperatorModel:
-        if isinstance(self.rank, str) and self.rank == "auto":
-            k = select_rank_by_spectrum(triples.P21(), triples.total)
-        else:
-            k = check_rank(self.rank, triples.n)
-        self.rank_ = k
+    def _fit_hmm(self, triples: Triples, labels, k: int) -> ObservableOperatorModel:
+        k = check_rank(k, triples.n)
         b1, binf, B = sparse_spectral_operators(triples, k, random_state=self.random_state)
         return ObservableOperatorModel(
             b1, binf, B, filter=self.filter, window=self.window, min_proba=self.min_proba,
@@ -224,24 +221,20 @@ class SpectralEstimator(Estimator):
     def fit(self, data, init: ObservableOperatorModel | None = None) -> ObservableOperatorModel:
         """Fit on a MomentAccumulator, :class:`Triples` or dense counts ``c3[x2, x3, x1]``.
 
-        ``init``: a previous model of this estimator (a refit): its backoff's weights are
-        kept (they were learned from the stream) and its HMM warm-starts the new one.
-        Returns the model (also kept as ``model_``; the rank used is ``rank_``).
-        Time and memory: see the class docstring.
+        ``init``: a previous model of this estimator (a refit): its rank is kept when the
+        rank is ``"auto"``, its backoff's weights are kept (they were learned from the
+        stream) and its HMM warm-starts the new one. Returns the model (also kept as
+        ``model_``; the rank used is ``rank_``, and with ``rank="auto"`` every candidate's
+        held-out loss ``rank_scores_``). Time and memory: see the class docstring.
         """
         self._validate()  # the settings may have been changed since construction
         triples, labels = triples_of(data)
+        k, scores = resolve_rank(self, triples, init)
         if self.backoff is None:
-            self.model_ = self._fit_hmm(triples, labels)
+            model = self._fit_hmm(triples, labels, k)
         else:
-            rank = self.rank
-
-            def fit(t: Triples) -> ObservableOperatorModel:
-                return self._fit_hmm(t, labels)
-
-            self.model_ = fit_with_backoff(fit, triples, starts_of(data, triples.n),
-                                           random_state=self.random_state, hmm_states=self.hmm_states,
-                                           previous=init)
-            if isinstance(rank, str):  # rank_ of the final fit (on all counts)
-                self.rank_ = self.model_.dim
+            model = fit_with_backoff(lambda t: self._fit_hmm(t, labels, k), triples,
+                                     starts_of(data, triples.n), random_state=self.random_state,
+                                     hmm_states=self.hmm_states, previous=init)
+        self.model_, self.rank_, self.rank_scores_ = model, k, scores
         return self.model_
