@@ -84,6 +84,11 @@ class Backoff:
     hmm
         Optional :class:`~streamspec.core.hidden_markov_model.HiddenMarkovModel` over the
         same alphabet: its forward filter is the third component.
+    held_out
+        How good it was on held-out counts when it was fitted
+        (:func:`~streamspec.core.backoff_fit.held_out_scores`: nats per symbol of the
+        ``"mixture"``, ``"unigram"``, ``"trigram"``, ``"model"``, ``"hmm"``, and the
+        ``"symbols"`` scored); ``{}`` when not measured (a refit).
 
     Memory: the trigram's O(nnz + n), the HMM's O(n · K), the mixture's O(E).
 
@@ -100,10 +105,11 @@ class Backoff:
     """
 
     def __init__(self, trigram: KneserNeyTrigram, mixture: ExpertMixture,
-                 hmm: HiddenMarkovModel | None = None):
+                 hmm: HiddenMarkovModel | None = None, held_out: dict[str, float] | None = None):
         self.trigram = trigram
         self.hmm = hmm
         self.mixture = mixture
+        self.held_out = dict(held_out or {})
         k = 2 if hmm is None else 3
         if mixture.n_components != k:
             raise ValueError(f"a mixture of {mixture.n_components} components for {k} components")
@@ -176,7 +182,7 @@ class Backoff:
         """Header values and arrays for a checkpoint: the trigram's counts, the HMM, the weights.
         O(nnz + n · K + E)."""
         header = {"components": list(self.components), "resolution": self.mixture.resolution,
-                  "switching": self.mixture.switching}
+                  "switching": self.mixture.switching, "held_out": self.held_out}
         arrays = {f"trigram_{k}": v for k, v in self.trigram.to_arrays().items()}
         arrays["log_weights"] = self.mixture.log_weights()
         if self.hmm is not None:
@@ -198,7 +204,8 @@ class Backoff:
         if len(components) == 3:
             hmm = HiddenMarkovModel(arrays["hmm_startprob"], arrays["hmm_transmat"],
                                     arrays["hmm_emissionprob"])
-        return cls(trigram, mixture, hmm)
+        held_out = {str(k): float(v) for k, v in header.get("held_out", {}).items()}
+        return cls(trigram, mixture, hmm, held_out)
 
     def __repr__(self) -> str:
         return f"Backoff({self.trigram!r}, hmm={self.hmm!r}, {self.mixture!r})"

@@ -35,8 +35,8 @@ from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.trigram import START, KneserNeyTrigram
 from streamspec.core.triples import BITS, Triples
 
-__all__ = ["fit_with_backoff", "fit_hmm", "held_out_contexts", "hmm_states_for", "EM_BUDGET",
-           "MAX_HMM_STATES"]
+__all__ = ["fit_with_backoff", "fit_hmm", "held_out_contexts", "held_out_scores", "hmm_states_for",
+           "EM_BUDGET", "MAX_HMM_STATES"]
 
 EM_BUDGET = 4e8  # EM work (distinct triples × states² × iterations) of the HMM's first fit
 MAX_HMM_STATES = 16
@@ -186,18 +186,20 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     rng = np.random.default_rng(random_state)
     kept, held = _split_triples(triples, holdout, rng)
     kept_starts, held_starts = _split_starts(starts, holdout, rng)
-    mixture, hmm, K = None, None, None
+    mixture, hmm, K, scores = None, None, None, {}
     if kept.total > 0 and held.total > 0:
         model = fit(kept)
         K = _resolve_states(hmm_states, model.rank, triples.n)
         hmm = fit_hmm(kept, K, random_state=seed) if K else None
         trigram = KneserNeyTrigram(kept, kept_starts)
         u, v, x, w = held_out_contexts(held, held_starts, int(max_contexts), rng)
-        probs = [_model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
+        P = [_model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
         if hmm is not None:
-            probs.append(_hmm_probas(hmm, u, v, x))
+            P.append(_hmm_probas(hmm, u, v, x))
+        P = np.stack(P, axis=1)
         buckets = bucket_of_counts(trigram.context_counts(u, v))
-        mixture = ExpertMixture.from_held_out(len(probs), buckets, np.stack(probs, axis=1), w)
+        mixture = ExpertMixture.from_held_out(P.shape[1], buckets, P, w)
+        scores = held_out_scores(P, buckets, w, u, v, trigram.unigram()[x], model.min_proba, rng)
         del model, trigram, kept, held  # why: freed before the fits on all the counts
     model = fit(triples)
     if K is None:  # too few counts to hold any out: the HMM from all of them, uniform weights
@@ -205,7 +207,7 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         final = fit_hmm(triples, K, random_state=seed) if K else None
     else:
         final = fit_hmm(triples, K, EM_BUDGET / 4, init=hmm, random_state=seed) if hmm else None
-    return _attach(model, triples, starts, final, mixture)
+    return _attach(model, triples, starts, final, mixture, scores)
 
 
 def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_states, seed: int):
@@ -219,14 +221,42 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_s
     return _attach(model, triples, starts, hmm, previous.mixture)
 
 
-def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture):
+def held_out_scores(P: np.ndarray, buckets, w, u, v, unigram: np.ndarray, min_proba: float,
+                    rng: np.random.Generator) -> dict[str, float]:
+    """How good the predictor is on the held-out counts: mean log loss (nats per symbol) of the
+    mixture, of each component alone and of the unigram, and the held-out weight scored.
+
+    The mixture is cross-fitted: the distinct contexts are split in two at random, the weights
+    of each half come from the other, so no symbol is scored by weights it helped choose.
+    The model alone is floored at ``min_proba`` (as without a backoff), the HMM at 1e-12.
+    O(m · E · K) for m held-out items.
+    """
+    ctx = (u + 2) * (1 << 22) + (v + 2)
+    uniq, inv = np.unique(ctx, return_inverse=True)
+    half = rng.random(uniq.size)[inv] < 0.5
+    mixed = np.empty(w.size)
+    for side in (half, ~half):
+        mix = ExpertMixture.from_held_out(P.shape[1], buckets[~side], P[~side], w[~side])
+        mixed[side] = np.einsum("mk,mk->m", mix.blends(buckets[side]), P[side])
+
+    def loss(p) -> float:
+        return float(-(w * np.log(np.maximum(p, 1e-300))).sum() / w.sum())
+
+    out = {"symbols": float(w.sum()), "mixture": loss(mixed), "unigram": loss(unigram),
+           "model": loss(np.maximum(P[:, 0], min_proba)), "trigram": loss(P[:, 1])}
+    if P.shape[1] > 2:
+        out["hmm"] = loss(np.maximum(P[:, 2], 1e-12))
+    return out
+
+
+def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=None):
     """The model with its backoff: the weights ``mixture`` (a copy) if they fit the parts."""
     n_components = 2 if hmm is None else 3
     mixture = (mixture.copy() if mixture is not None and mixture.n_components == n_components
                else ExpertMixture(n_components))
     if hmm is not None:  # why: the backoff's HMM is indexed like the model, without labels
         hmm = HiddenMarkovModel(hmm.startprob_, hmm.transmat_, hmm.emissionprob_)
-    return model.with_backoff(Backoff(KneserNeyTrigram(triples, starts), mixture, hmm))
+    return model.with_backoff(Backoff(KneserNeyTrigram(triples, starts), mixture, hmm, held_out=scores))
 
 
 def _resolve_states(hmm_states, rank: int, n: int) -> int | None:
