@@ -29,8 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamspec.core.hidden_markov_model import HiddenMarkovModel
-from streamspec.core.hmm_filter import predictive_states, symbol_probas
+from streamspec.core.hmm_filter import HMMFilter, predictive_states, symbol_probas
 from streamspec.core.mixture import ExpertMixture, bucket_of_counts
 from streamspec.core.trigram import START, KneserNeyTrigram
 
@@ -82,8 +81,9 @@ class Backoff:
         The weights: an :class:`~streamspec.core.mixture.ExpertMixture` over the
         components ``("model", "trigram")`` or ``("model", "trigram", "hmm")``.
     hmm
-        Optional :class:`~streamspec.core.hidden_markov_model.HiddenMarkovModel` over the
-        same alphabet: its forward filter is the third component.
+        Optional :class:`~streamspec.core.hmm_filter.HMMFilter` (the arrays of a
+        :class:`~streamspec.core.hidden_markov_model.HiddenMarkovModel`) over the same
+        alphabet: its forward filter is the third component.
     held_out
         How good it was on held-out counts when it was fitted
         (:func:`~streamspec.core.backoff_fit.held_out_scores`: nats per symbol of the
@@ -105,7 +105,7 @@ class Backoff:
     """
 
     def __init__(self, trigram: KneserNeyTrigram, mixture: ExpertMixture,
-                 hmm: HiddenMarkovModel | None = None, held_out: dict[str, float] | None = None):
+                 hmm: HMMFilter | None = None, held_out: dict[str, float] | None = None):
         self.trigram = trigram
         self.hmm = hmm
         self.mixture = mixture
@@ -202,8 +202,7 @@ class Backoff:
                                 switching=float(header["switching"]), log_weights=arrays["log_weights"])
         hmm = None
         if len(components) == 3:
-            hmm = HiddenMarkovModel(arrays["hmm_startprob"], arrays["hmm_transmat"],
-                                    arrays["hmm_emissionprob"])
+            hmm = HMMFilter(arrays["hmm_startprob"], arrays["hmm_transmat"], arrays["hmm_emissionprob"])
         held_out = {str(k): float(v) for k, v in header.get("held_out", {}).items()}
         return cls(trigram, mixture, hmm, held_out)
 

@@ -29,7 +29,7 @@ import numpy as np
 from streamspec.core.backoff import Backoff
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_estimator import HMMEstimator
-from streamspec.core.hmm_filter import symbol_probas
+from streamspec.core.hmm_filter import HMMFilter, symbol_probas
 from streamspec.core.mixture import ExpertMixture, bucket_of_counts
 from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.trigram import START, KneserNeyTrigram
@@ -215,7 +215,8 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_s
     model = fit(triples)
     K = _resolve_states(hmm_states, model.rank, triples.n)
     old = previous.hmm
-    init = old if old is not None and K == old.n_states and old.n_symbols <= triples.n else None
+    init = (HiddenMarkovModel(old.startprob_, old.transmat_, old.emissionprob_)
+            if old is not None and K == old.n_states and old.n_symbols <= triples.n else None)
     budget = EM_BUDGET / 4 if init is not None else EM_BUDGET
     hmm = fit_hmm(triples, K, budget, init=init, random_state=seed) if K else None
     return _attach(model, triples, starts, hmm, previous.mixture)
@@ -254,8 +255,8 @@ def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=
     n_components = 2 if hmm is None else 3
     mixture = (mixture.copy() if mixture is not None and mixture.n_components == n_components
                else ExpertMixture(n_components))
-    if hmm is not None:  # why: the backoff's HMM is indexed like the model, without labels
-        hmm = HiddenMarkovModel(hmm.startprob_, hmm.transmat_, hmm.emissionprob_)
+    if hmm is not None:  # why: the backoff keeps the filter's arrays, indexed like the model
+        hmm = HMMFilter.of(hmm)
     return model.with_backoff(Backoff(KneserNeyTrigram(triples, starts), mixture, hmm, held_out=scores))
 
 

@@ -17,7 +17,49 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["predictive_states", "advance", "filtered", "symbol_probas"]
+__all__ = ["HMMFilter", "predictive_states", "advance", "filtered", "symbol_probas"]
+
+
+class HMMFilter:
+    """The arrays of an HMM that its forward filter needs (hmmlearn's names), validated.
+
+    What the predictor keeps of a :class:`~streamspec.core.hidden_markov_model.HiddenMarkovModel`
+    (``HMMFilter.of(hmm)``): plain arrays, no labels. Memory O(K · (K + n)).
+
+    Examples
+    --------
+    >>> f = HMMFilter([1.0, 0.0], [[0.5, 0.5], [0.5, 0.5]], [[0.9, 0.1], [0.2, 0.8]])
+    >>> f.n_states, f.n_symbols
+    (2, 2)
+    """
+
+    def __init__(self, startprob, transmat, emissionprob):
+        self.startprob_ = np.asarray(startprob, dtype=np.float64)
+        self.transmat_ = np.asarray(transmat, dtype=np.float64)
+        self.emissionprob_ = np.asarray(emissionprob, dtype=np.float64)
+        k = self.startprob_.size
+        for name, a, shape in (("startprob", self.startprob_, (k,)), ("transmat", self.transmat_, (k, k)),
+                               ("emissionprob", self.emissionprob_, (k, self.emissionprob_.shape[-1]))):
+            if a.shape != shape or not np.isfinite(a).all() or (a < 0).any():
+                raise ValueError(f"{name} must be a finite non-negative array of shape {shape}")
+            if not np.allclose(a.sum(axis=-1), 1.0, atol=1e-6):
+                raise ValueError(f"{name} rows must sum to 1")
+
+    @classmethod
+    def of(cls, hmm) -> HMMFilter:
+        """The filter of any object with ``startprob_``, ``transmat_`` and ``emissionprob_``. O(K · n)."""
+        return cls(hmm.startprob_, hmm.transmat_, hmm.emissionprob_)
+
+    @property
+    def n_states(self) -> int:
+        return self.startprob_.size
+
+    @property
+    def n_symbols(self) -> int:
+        return self.emissionprob_.shape[1]
+
+    def __repr__(self) -> str:
+        return f"HMMFilter(n_states={self.n_states}, n_symbols={self.n_symbols})"
 
 
 def filtered(state: np.ndarray, emission: np.ndarray, x: int) -> np.ndarray:
