@@ -32,13 +32,15 @@ from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.hmm_filter import HMMFilter, symbol_probas
 from streamspec.core.mixture import ExpertMixture, bucket_of_counts
 from streamspec.core.stream_starts import StreamStarts
+from streamspec.core.subspace import DENSE_SVD_MAX, top_singular
 from streamspec.core.trigram import START, KneserNeyTrigram
 from streamspec.core.triples import BITS, Triples
 
 __all__ = ["fit_with_backoff", "fit_hmm", "held_out_contexts", "held_out_scores", "hmm_states_for",
-           "EM_BUDGET", "MAX_HMM_STATES"]
+           "em_sample", "EM_BUDGET", "EM_MAX_TRIPLES", "MAX_HMM_STATES"]
 
-EM_BUDGET = 4e8  # EM work (distinct triples × states² × iterations) of the HMM's first fit
+EM_BUDGET = 5e8  # EM work of the HMM's first fit: triples × (states² + 16) × iterations (~3 s)
+EM_MAX_TRIPLES = 200_000  # distinct triples EM runs on at most (threshold-sampled, unbiased)
 MAX_HMM_STATES = 16
 _MIN_EM_ITER, _MAX_EM_ITER = 5, 200
 
@@ -117,27 +119,67 @@ def _hmm_probas(hmm: HiddenMarkovModel, u, v, x) -> np.ndarray:
     return symbol_probas(a, E, x)
 
 
-def hmm_states_for(rank: int, n: int) -> int:
-    """The HMM's number of states for a model of rank ``rank`` over ``n`` symbols:
-    ``clip(rank, 2, 16)``, at most n. O(1).
+def hmm_states_for(triples: Triples) -> int:
+    """The HMM's number of states for ``"auto"``: the singular values of P21 above the sampling
+    noise ``N^(-1/2)`` (how many hidden directions the counts can tell apart), clipped to
+    2..16 and to the alphabet. The top 17 singular values at most: O(nnz · 17) per iteration
+    of a truncated SVD (a dense one up to 1,000 symbols).
 
-    >>> hmm_states_for(11, 27), hmm_states_for(40, 1000), hmm_states_for(1, 3)
-    (11, 16, 2)
+    >>> from streamspec.core.hmm import HMM
+    >>> x = HMM.random(4, 12, random_state=0, concentration=0.2).sample(100_000, random_state=1)
+    >>> hmm_states_for(Triples.from_arrays(12, x[:-2], x[1:-1], x[2:]))
+    4
     """
-    return int(min(max(rank, 2), MAX_HMM_STATES, n))
+    n = triples.n
+    top = min(MAX_HMM_STATES + 1, n if n <= DENSE_SVD_MAX else n - 1)
+    s = top_singular(triples.P21(), top)[1]
+    k = int((s > 1.0 / np.sqrt(triples.total)).sum())
+    return int(min(max(k, 2), MAX_HMM_STATES, n))
+
+
+def em_sample(triples: Triples, max_nnz: int, rng: np.random.Generator) -> Triples:
+    """At most ~``max_nnz`` distinct triples that EM can run on instead of all of them, unbiased:
+    triples of weight at least a threshold τ are kept; lighter ones are kept with probability
+    w / τ and then weigh τ (threshold sampling), so every expected count is unchanged. O(nnz).
+
+    >>> t = Triples.from_arrays(3, [0, 1, 2, 0], [1, 2, 0, 2], [2, 0, 1, 1], [50.0, 1.0, 1.0, 1.0])
+    >>> em_sample(t, 10, np.random.default_rng(0)) is t, em_sample(t, 2, np.random.default_rng(0)).nnz <= 3
+    (True, True)
+    """
+    if triples.nnz <= max_nnz:
+        return triples
+    w = triples.weights
+    tau = _threshold(w, max_nnz)
+    keep = (w >= tau) | (rng.random(w.size) * tau < w)
+    return Triples(triples.n, triples.codes[keep], np.maximum(w[keep], tau))
+
+
+def _threshold(w: np.ndarray, m: int) -> float:
+    """τ with Σ min(1, w/τ) ≈ m (bisection on a monotone function). O(nnz · 50)."""
+    lo, hi = 0.0, float(w.max())
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        if mid > 0 and np.minimum(1.0, w / mid).sum() > m:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def fit_hmm(triples: Triples, n_states: int, budget: float = EM_BUDGET, init=None,
             random_state: int = 0) -> HiddenMarkovModel | None:
-    """An HMM of the counts, EM bounded by ``budget`` (``nnz · K² · iterations``); ``None`` when
-    it cannot be fitted (too few symbols or counts, a singular moment problem). O(budget)."""
-    iters = int(np.clip(budget / max(1.0, triples.nnz * n_states**2), _MIN_EM_ITER, _MAX_EM_ITER))
+    """An HMM of the counts: EM on at most :data:`EM_MAX_TRIPLES` distinct triples
+    (:func:`em_sample`), its iterations bounded by ``budget`` (``triples × (K² + 16)`` per
+    iteration: the measured cost of an E-step, ~6 ns a unit); ``None`` when it cannot be fitted
+    (too few symbols or counts, a singular moment problem). O(budget)."""
+    sample = em_sample(triples, EM_MAX_TRIPLES, np.random.default_rng(random_state))
+    iters = int(np.clip(budget / max(1.0, sample.nnz * (n_states**2 + 16)), _MIN_EM_ITER, _MAX_EM_ITER))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             warnings.simplefilter("ignore", UserWarning)  # a failed moment step: EM starts at random
             return HMMEstimator(n_states=n_states, n_iter=iters, random_state=random_state).fit(
-                triples, init=init)
+                sample, init=init)
     except (ValueError, np.linalg.LinAlgError, FloatingPointError):
         return None
 
@@ -156,8 +198,8 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     holdout, random_state, max_contexts
         Held-out fraction, seed, and cap on the held-out contexts scored.
     hmm_states
-        States of the HMM component: ``"auto"`` (:func:`hmm_states_for` the model's
-        rank), an integer, or ``None`` for no HMM component.
+        States of the HMM component: ``"auto"`` (:func:`hmm_states_for` the counts), an
+        integer (at most the alphabet size), or ``None`` for no HMM component.
     previous
         A previous model with a backoff (a refit): nothing is held out; the model, the
         trigram and the HMM (warm-started from the previous one, a quarter of the budget)
@@ -189,7 +231,7 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     mixture, hmm, K, scores = None, None, None, {}
     if kept.total > 0 and held.total > 0:
         model = fit(kept)
-        K = _resolve_states(hmm_states, model.rank, triples.n)
+        K = _resolve_states(hmm_states, triples)
         hmm = fit_hmm(kept, K, random_state=seed) if K else None
         trigram = KneserNeyTrigram(kept, kept_starts)
         u, v, x, w = held_out_contexts(held, held_starts, int(max_contexts), rng)
@@ -203,7 +245,7 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         del model, trigram, kept, held  # why: freed before the fits on all the counts
     model = fit(triples)
     if K is None:  # too few counts to hold any out: the HMM from all of them, uniform weights
-        K = _resolve_states(hmm_states, model.rank, triples.n)
+        K = _resolve_states(hmm_states, triples)
         final = fit_hmm(triples, K, random_state=seed) if K else None
     else:
         final = fit_hmm(triples, K, EM_BUDGET / 4, init=hmm, random_state=seed) if hmm else None
@@ -213,7 +255,7 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
 def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_states, seed: int):
     """:func:`fit_with_backoff` from a previous backoff: all counts, warm HMM, the weights kept."""
     model = fit(triples)
-    K = _resolve_states(hmm_states, model.rank, triples.n)
+    K = _resolve_states(hmm_states, triples)
     old = previous.hmm
     init = (HiddenMarkovModel(old.startprob_, old.transmat_, old.emissionprob_)
             if old is not None and K == old.n_states and old.n_symbols <= triples.n else None)
@@ -260,9 +302,9 @@ def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=
     return model.with_backoff(Backoff(KneserNeyTrigram(triples, starts), mixture, hmm, held_out=scores))
 
 
-def _resolve_states(hmm_states, rank: int, n: int) -> int | None:
-    if hmm_states is None:
+def _resolve_states(hmm_states, triples: Triples) -> int | None:
+    if hmm_states is None or triples.n < 2:
         return None
     if hmm_states == "auto":
-        return hmm_states_for(rank, n) if n >= 2 else None
-    return int(min(hmm_states, n))
+        return hmm_states_for(triples)
+    return int(min(hmm_states, triples.n))

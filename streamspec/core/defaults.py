@@ -61,7 +61,7 @@ WINDOW = 2
 MIN_PROBA = 1e-6  # floor of a batch-fitted model's probabilities
 ONLINE_MIN_PROBA = 1e-3  # SpectralHMM: online predictions meet unseen trigrams often
 BACKOFF = "auto"
-HMM_STATES: int | str = "auto"  # the backoff's HMM: clip(rank, 2, 16) states (backoff_fit.hmm_states_for)
+HMM_STATES: int | str = "auto"  # the backoff's HMM: the spectrum's rank, 2..16 (backoff_fit.hmm_states_for)
 REFIT_EVERY = 10_000
 # HMMEstimator (the HMM itself, docs/math.md section 8)
 HMM_N_ITER = 50  # EM iterations on the counted triples after the moment start

@@ -17,7 +17,7 @@ by held-out log loss instead, cheaply:
   symbol × rank products) with the window filter, clipped, renormalised and floored.
 
 Cost: the SVD at the largest rank, O(nnz · k_max + P · k_max²) for the projection,
-O(n · k_max²) memory for the operators, and the scoring budget (~4·10⁸ products).
+O(n · k_max²) memory for the operators, and the scoring budget (~1.5·10⁸ products).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from streamspec.core.triples import Triples
 __all__ = ["select_rank", "resolve_rank", "max_rank", "rank_candidates", "MODEL_FLOATS_MAX", "SCORE_BUDGET"]
 
 MODEL_FLOATS_MAX = 1 << 25  # a candidate model holds n · k² floats: at most this many (256 MiB)
-SCORE_BUDGET = 4e8  # context × symbol × rank products spent on scoring
+SCORE_BUDGET = 1.5e8  # context × symbol × rank products spent on scoring (~1.5 s)
 _MAX_RANK = 128
 
 
