@@ -39,7 +39,7 @@ from streamspec.core.triples import BITS, Triples
 __all__ = ["fit_with_backoff", "fit_hmm", "held_out_contexts", "held_out_scores", "hmm_states_for",
            "em_sample", "EM_BUDGET", "EM_MAX_TRIPLES", "MAX_HMM_STATES"]
 
-EM_BUDGET = 5e8  # EM work of the HMM's first fit: triples × (states² + 16) × iterations (~3 s)
+EM_BUDGET = 3e8  # EM work of the HMM's first fit: triples × (states² + 30) × iterations (~3 s)
 EM_MAX_TRIPLES = 200_000  # distinct triples EM runs on at most (threshold-sampled, unbiased)
 MAX_HMM_STATES = 16
 _MIN_EM_ITER, _MAX_EM_ITER = 5, 200
@@ -169,11 +169,11 @@ def _threshold(w: np.ndarray, m: int) -> float:
 def fit_hmm(triples: Triples, n_states: int, budget: float = EM_BUDGET, init=None,
             random_state: int = 0) -> HiddenMarkovModel | None:
     """An HMM of the counts: EM on at most :data:`EM_MAX_TRIPLES` distinct triples
-    (:func:`em_sample`), its iterations bounded by ``budget`` (``triples × (K² + 16)`` per
-    iteration: the measured cost of an E-step, ~6 ns a unit); ``None`` when it cannot be fitted
+    (:func:`em_sample`), its iterations bounded by ``budget`` (``triples × (K² + 30)`` per
+    iteration: the measured cost of an E-step, ~10 ns a unit); ``None`` when it cannot be fitted
     (too few symbols or counts, a singular moment problem). O(budget)."""
     sample = em_sample(triples, EM_MAX_TRIPLES, np.random.default_rng(random_state))
-    iters = int(np.clip(budget / max(1.0, sample.nnz * (n_states**2 + 16)), _MIN_EM_ITER, _MAX_EM_ITER))
+    iters = int(np.clip(budget / max(1.0, sample.nnz * (n_states**2 + 30)), _MIN_EM_ITER, _MAX_EM_ITER))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
