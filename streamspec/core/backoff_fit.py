@@ -92,15 +92,17 @@ def held_out_contexts(triples: Triples, starts: StreamStarts, max_contexts: int,
 
 
 def _model_probas(model, u, v, x) -> np.ndarray:
-    """The model's own (clipped, renormalised) probability of ``x`` after each context. O(m · n · d)."""
+    """The model's own (clipped, renormalised) probability of ``x`` after each context: one
+    normaliser per distinct context. O(contexts · n · d + m · d)."""
     out = np.empty(x.size)
     for length, at in ((2, u >= 0), (1, (u < 0) & (v >= 0)), (0, v < 0)):
         idx = np.flatnonzero(at)
         if idx.size == 0:
             continue
         ctx = np.stack([u[idx], v[idx]], axis=1)[:, 2 - length:]
-        states = model.window_states(ctx[:, max(0, length - max(model.window, 1)):])
-        out[idx] = model.clipped_probas(x[idx], states)
+        ctx, which = np.unique(ctx[:, max(0, length - max(model.window, 1)):], axis=0, return_inverse=True)
+        states = model.window_states(ctx) if ctx.shape[1] else model.b1[None, :]
+        out[idx] = model.clipped_probas(x[idx], states, which.ravel())
     return out
 
 

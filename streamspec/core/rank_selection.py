@@ -82,14 +82,15 @@ def _scores(triples: Triples, held: Triples, k_max: int, min_proba: float, windo
         w = np.bincount(draws, minlength=uniq.size)[inv] * w / ctx_w[inv]
     keep = w > 0
     x1, x2, x3, w = held.x1[keep], held.x2[keep], held.x3[keep], w[keep]
-    contexts = np.stack([x1, x2], axis=1)[:, max(0, 2 - window):]
+    contexts, which = np.unique(np.stack([x1, x2], axis=1)[:, max(0, 2 - window):], axis=0,
+                                return_inverse=True)
+    which = which.ravel()
     out = {}
     for k in ranks:
         model = ObservableOperatorModel(b1[:k], binf[:k], B[:, :k, :k], window=window,
                                         min_proba=min(min_proba, 0.5 / n))
-        states = model.window_states(contexts) if contexts.shape[1] else np.broadcast_to(
-            b1[:k], (x3.size, k))
-        p = np.maximum(model.clipped_probas(x3, states), model.min_proba)
+        states = model.window_states(contexts) if contexts.shape[1] else b1[None, :k]
+        p = np.maximum(model.clipped_probas(x3, states, which), model.min_proba)
         out[k] = float(-(w * np.log(p)).sum() / w.sum())
     return out
 

@@ -25,11 +25,12 @@ from streamspec.core.hmm_filter import filtered
 from streamspec.core.mixture import ExpertMixture, bucket_of_counts
 from streamspec.core.trigram import START, UNKNOWN
 
-__all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS"]
+__all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS", "UNSEEN"]
 
 ROW_CACHE_FLOATS = 1 << 22  # rows kept per model (floats: 32 MiB)
-CONTEXT_BITS = 20  # bits per symbol in a stream's context code (0: no symbol, the start)
+CONTEXT_BITS = 22  # bits per symbol in a stream's context code (0: no symbol, the start)
 _DIGIT = (1 << CONTEXT_BITS) - 1
+UNSEEN = _DIGIT - 1  # the index of a label no model knows (above every alphabet: 2²¹ symbols)
 
 
 class _Rows:
