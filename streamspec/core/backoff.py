@@ -79,7 +79,7 @@ class Backoff:
         The Kneser–Ney trigram of the counts.
     mixture
         The weights: an :class:`~streamspec.core.mixture.ExpertMixture` over the
-        components ``("model", "trigram")`` or ``("model", "trigram", "hmm")``.
+        components (:attr:`components`, in the order ``"model", "trigram", "hmm"``).
     hmm
         Optional :class:`~streamspec.core.hmm_filter.HMMFilter` (the arrays of a
         :class:`~streamspec.core.hidden_markov_model.HiddenMarkovModel`) over the same
@@ -89,6 +89,10 @@ class Backoff:
         (:func:`~streamspec.core.backoff_fit.held_out_scores`: nats per symbol of the
         ``"mixture"``, ``"unigram"``, ``"trigram"``, ``"model"``, ``"hmm"``, and the
         ``"symbols"`` scored); ``{}`` when not measured (a refit).
+    use_model
+        Whether the model's own prediction is a component. A fit leaves it out where it
+        does not improve the held-out loss (it costs O(n · d) per prediction; the trigram
+        and the HMM filter cost O(K² + log nnz) per observed symbol).
 
     Memory: the trigram's O(nnz + n), the HMM's O(n · K), the mixture's O(E).
 
@@ -105,24 +109,24 @@ class Backoff:
     """
 
     def __init__(self, trigram: KneserNeyTrigram, mixture: ExpertMixture,
-                 hmm: HMMFilter | None = None, held_out: dict[str, float] | None = None):
+                 hmm: HMMFilter | None = None, held_out: dict[str, float] | None = None,
+                 use_model: bool = True):
         self.trigram = trigram
         self.hmm = hmm
         self.mixture = mixture
         self.held_out = dict(held_out or {})
-        k = 2 if hmm is None else 3
-        if mixture.n_components != k:
-            raise ValueError(f"a mixture of {mixture.n_components} components for {k} components")
+        self.use_model = bool(use_model)
+        self.components = tuple(c for c, on in zip(COMPONENTS, (use_model, True, hmm is not None),
+                                                   strict=True) if on)
+        if mixture.n_components != len(self.components):
+            raise ValueError(f"a mixture of {mixture.n_components} components for the components "
+                             f"{self.components}")
         if hmm is not None and hmm.n_symbols != trigram.n:
             raise ValueError(f"an HMM over {hmm.n_symbols} symbols for a trigram over {trigram.n}")
 
     @property
     def n(self) -> int:
         return self.trigram.n
-
-    @property
-    def components(self) -> tuple[str, ...]:
-        return COMPONENTS[: self.mixture.n_components]
 
     # ---------------------------------------------------------------- the parts
 
@@ -139,18 +143,24 @@ class Backoff:
         return bucket_of_counts(self.trigram.context_counts(u, v))
 
     def component_probas(self, u, v, states, x, p_model) -> np.ndarray:
-        """The components' probabilities of symbols ``x`` (m,), shape (m, K). O(m · (K + log nnz))."""
-        cols = [np.asarray(p_model, dtype=np.float64), self.trigram.proba_of(u, v, x)]
+        """The components' probabilities of symbols ``x`` (m,), shape (m, K); ``p_model`` is
+        ignored (may be ``None``) when the model is not a component. O(m · (K + log nnz))."""
+        cols = [self.trigram.proba_of(u, v, x)]
+        if self.use_model:
+            cols.insert(0, np.asarray(p_model, dtype=np.float64))
         if self.hmm is not None:
             cols.append(symbol_probas(states, self.hmm.emissionprob_, x))
         return np.stack(cols, axis=1)
 
-    def rows(self, u, v, states, p_model_rows: np.ndarray, blends: np.ndarray) -> np.ndarray:
-        """Mixed predictive rows (m, n) from the model's rows, contexts, HMM states and blends.
-        O(m · n · K + trigram entries)."""
-        out = blends[:, :1] * p_model_rows + blends[:, 1:2] * self.trigram.predict_many(u, v)
+    def rows(self, u, v, states, p_model_rows, blends: np.ndarray) -> np.ndarray:
+        """Mixed predictive rows (m, n) from the model's rows (ignored when it is not a
+        component), contexts, HMM states and blends. O(m · n · K + trigram entries)."""
+        j = int(self.use_model)
+        out = blends[:, j : j + 1] * self.trigram.predict_many(u, v)
+        if self.use_model:
+            out += blends[:, :1] * p_model_rows
         if self.hmm is not None:
-            out += blends[:, 2:3] * (np.atleast_2d(states) @ self.hmm.emissionprob_)
+            out += blends[:, j + 1 : j + 2] * (np.atleast_2d(states) @ self.hmm.emissionprob_)
         return out
 
     # ---------------------------------------------------------------- reading a sequence
@@ -158,7 +168,8 @@ class Backoff:
     def walk(self, x, p_model, mixture: ExpertMixture | None = None) -> Walk:
         """Read ``x`` (indices) as the online predictor: predict each symbol, then learn from it.
 
-        ``p_model[t]`` is the model's own probability of ``x[t]``. The weights start from
+        ``p_model[t]`` is the model's own probability of ``x[t]`` (``None`` when the model is
+        not a component). The weights start from
         ``mixture`` (default: this backoff's) and are learned on a copy. O(T · (K² + E · K +
         log nnz)).
         """
@@ -196,15 +207,15 @@ class Backoff:
         trigram = KneserNeyTrigram.from_arrays(
             n, {k[len("trigram_"):]: v for k, v in arrays.items() if k.startswith("trigram_")})
         components = tuple(header["components"])
-        if components not in (COMPONENTS[:2], COMPONENTS):
+        if "trigram" not in components or not set(components) <= set(COMPONENTS):
             raise ValueError(f"unknown components {components!r}")
         mixture = ExpertMixture(len(components), resolution=int(header["resolution"]),
                                 switching=float(header["switching"]), log_weights=arrays["log_weights"])
         hmm = None
-        if len(components) == 3:
+        if "hmm" in components:
             hmm = HMMFilter(arrays["hmm_startprob"], arrays["hmm_transmat"], arrays["hmm_emissionprob"])
         held_out = {str(k): float(v) for k, v in header.get("held_out", {}).items()}
-        return cls(trigram, mixture, hmm, held_out)
+        return cls(trigram, mixture, hmm, held_out, use_model="model" in components)
 
     def __repr__(self) -> str:
         return f"Backoff({self.trigram!r}, hmm={self.hmm!r}, {self.mixture!r})"

@@ -8,8 +8,11 @@
    model (:class:`~streamspec.core.hmm_estimator.HMMEstimator`, its EM iterations bounded
    by a work budget);
 3. on the held-out counts, each context ``(x1, x2)`` (or a stream start) predicts ``x3``
-   under every component: the starting weights are the Bayes posterior of the blends on
-   those predictions (:meth:`~streamspec.core.mixture.ExpertMixture.from_held_out`);
+   under every component: the model stays a component only if the (cross-fitted) mixture
+   with it beats the mixture without it by :data:`MIN_MODEL_GAIN` nats per symbol (its
+   predictions cost O(n · d), the others' O(K² + log nnz) per observed symbol); the
+   starting weights are the Bayes posterior of the blends on those predictions
+   (:meth:`~streamspec.core.mixture.ExpertMixture.from_held_out`);
 4. the model, the trigram and the HMM again on all the counts (the HMM warm-started from
    step 2, with a quarter of the budget), with those weights.
 
@@ -37,9 +40,10 @@ from streamspec.core.trigram import START, KneserNeyTrigram
 from streamspec.core.triples import BITS, Triples
 
 __all__ = ["fit_with_backoff", "fit_hmm", "held_out_contexts", "held_out_scores", "hmm_states_for",
-           "em_sample", "EM_BUDGET", "EM_MAX_TRIPLES", "MAX_HMM_STATES"]
+           "em_sample", "EM_BUDGET", "EM_MAX_TRIPLES", "MAX_HMM_STATES", "MIN_MODEL_GAIN"]
 
 EM_BUDGET = 3e8  # EM work of the HMM's first fit: triples × (states² + 30) × iterations (~3 s)
+MIN_MODEL_GAIN = 1e-3  # held-out nats per symbol the model must add to be a component
 EM_MAX_TRIPLES = 200_000  # distinct triples EM runs on at most (threshold-sampled, unbiased)
 MAX_HMM_STATES = 16
 _MIN_EM_ITER, _MAX_EM_ITER = 5, 200
@@ -218,8 +222,8 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     >>> x = HMM.random(2, 4, random_state=0).sample(5000, random_state=1)
     >>> t = Triples.from_arrays(4, x[:-2], x[1:-1], x[2:])
     >>> model = fit_with_backoff(SpectralEstimator(rank=2, backoff=None).fit, t)
-    >>> model.backoff.components, model.backoff.hmm.n_states
-    (('model', 'trigram', 'hmm'), 2)
+    >>> model.backoff.components, model.backoff.hmm.n_states   # the model added nothing here
+    (('trigram', 'hmm'), 2)
     """
     if not 0.0 < holdout < 1.0:
         raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
@@ -230,7 +234,7 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     rng = np.random.default_rng(random_state)
     kept, held = _split_triples(triples, holdout, rng)
     kept_starts, held_starts = _split_starts(starts, holdout, rng)
-    mixture, hmm, K, scores = None, None, None, {}
+    mixture, hmm, K, scores, use_model = None, None, None, {}, True
     if kept.total > 0 and held.total > 0:
         model = fit(kept)
         K = _resolve_states(hmm_states, triples)
@@ -242,8 +246,13 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
             P.append(_hmm_probas(hmm, u, v, x))
         P = np.stack(P, axis=1)
         buckets = bucket_of_counts(trigram.context_counts(u, v))
-        mixture = ExpertMixture.from_held_out(P.shape[1], buckets, P, w)
         scores = held_out_scores(P, buckets, w, u, v, trigram.unigram()[x], model.min_proba, rng)
+        # the model is a component only where it predicts better (it costs O(n · d) a prediction)
+        use_model = scores["mixture_without_model"] - scores["mixture"] >= MIN_MODEL_GAIN
+        if not use_model:
+            P = P[:, 1:]
+            scores["mixture"] = scores["mixture_without_model"]
+        mixture = ExpertMixture.from_held_out(P.shape[1], buckets, P, w)
         del model, trigram, kept, held  # why: freed before the fits on all the counts
     model = fit(triples)
     if K is None:  # too few counts to hold any out: the HMM from all of them, uniform weights
@@ -251,7 +260,7 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         final = fit_hmm(triples, K, random_state=seed) if K else None
     else:
         final = fit_hmm(triples, K, EM_BUDGET / 4, init=hmm, random_state=seed) if hmm else None
-    return _attach(model, triples, starts, final, mixture, scores)
+    return _attach(model, triples, starts, final, mixture, scores, use_model)
 
 
 def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_states, seed: int):
@@ -263,45 +272,52 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_s
             if old is not None and K == old.n_states and old.n_symbols <= triples.n else None)
     budget = EM_BUDGET / 4 if init is not None else EM_BUDGET
     hmm = fit_hmm(triples, K, budget, init=init, random_state=seed) if K else None
-    return _attach(model, triples, starts, hmm, previous.mixture)
+    return _attach(model, triples, starts, hmm, previous.mixture, use_model=previous.use_model)
 
 
 def held_out_scores(P: np.ndarray, buckets, w, u, v, unigram: np.ndarray, min_proba: float,
                     rng: np.random.Generator) -> dict[str, float]:
     """How good the predictor is on the held-out counts: mean log loss (nats per symbol) of the
-    mixture, of each component alone and of the unigram, and the held-out weight scored.
+    mixture of all the columns of ``P`` (model, trigram[, HMM]), of the mixture without the
+    model, of each component alone and of the unigram, and the held-out weight scored.
 
-    The mixture is cross-fitted: the distinct contexts are split in two at random, the weights
-    of each half come from the other, so no symbol is scored by weights it helped choose.
-    The model alone is floored at ``min_proba`` (as without a backoff), the HMM at 1e-12.
-    O(m · E · K) for m held-out items.
+    The mixtures are cross-fitted: the distinct contexts are split in two at random, the
+    weights of each half come from the other, so no symbol is scored by weights it helped
+    choose. The model alone is floored at ``min_proba`` (as without a backoff), the HMM at
+    1e-12. O(m · E · K) for m held-out items.
     """
     ctx = (u + 2) * (1 << 22) + (v + 2)
     uniq, inv = np.unique(ctx, return_inverse=True)
     half = rng.random(uniq.size)[inv] < 0.5
-    mixed = np.empty(w.size)
-    for side in (half, ~half):
-        mix = ExpertMixture.from_held_out(P.shape[1], buckets[~side], P[~side], w[~side])
-        mixed[side] = np.einsum("mk,mk->m", mix.blends(buckets[side]), P[side])
 
     def loss(p) -> float:
         return float(-(w * np.log(np.maximum(p, 1e-300))).sum() / w.sum())
 
-    out = {"symbols": float(w.sum()), "mixture": loss(mixed), "unigram": loss(unigram),
+    def cross_fitted(Q: np.ndarray) -> float:
+        mixed = np.empty(w.size)
+        for side in (half, ~half):
+            mix = ExpertMixture.from_held_out(Q.shape[1], buckets[~side], Q[~side], w[~side])
+            mixed[side] = np.einsum("mk,mk->m", mix.blends(buckets[side]), Q[side])
+        return loss(mixed)
+
+    out = {"symbols": float(w.sum()), "mixture": cross_fitted(P),
+           "mixture_without_model": cross_fitted(P[:, 1:]), "unigram": loss(unigram),
            "model": loss(np.maximum(P[:, 0], min_proba)), "trigram": loss(P[:, 1])}
     if P.shape[1] > 2:
         out["hmm"] = loss(np.maximum(P[:, 2], 1e-12))
     return out
 
 
-def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=None):
+def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=None,
+            use_model: bool = True):
     """The model with its backoff: the weights ``mixture`` (a copy) if they fit the parts."""
-    n_components = 2 if hmm is None else 3
+    n_components = 1 + int(use_model) + int(hmm is not None)
     mixture = (mixture.copy() if mixture is not None and mixture.n_components == n_components
                else ExpertMixture(n_components))
     if hmm is not None:  # why: the backoff keeps the filter's arrays, indexed like the model
         hmm = HMMFilter.of(hmm)
-    return model.with_backoff(Backoff(KneserNeyTrigram(triples, starts), mixture, hmm, held_out=scores))
+    return model.with_backoff(Backoff(KneserNeyTrigram(triples, starts), mixture, hmm, held_out=scores,
+                                      use_model=use_model))
 
 
 def _resolve_states(hmm_states, triples: Triples) -> int | None:

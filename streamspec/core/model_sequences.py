@@ -61,14 +61,15 @@ class SequencePrediction:
         if self.backoff is None:
             raise ValueError("walk needs a model with a backoff (the plain model has no weights)")
         x = self._seq(seq)
-        return self.backoff.walk(x, self._own_probas(x), mixture)
+        own = self._own_probas(x) if self.backoff.use_model else None
+        return self.backoff.walk(x, own, mixture)
 
     # ------------------------------------------------------------------ distributions
 
     def _row_chunks(self, x: np.ndarray, walk) -> Iterator[tuple[int, int, np.ndarray]]:
         """``(start, stop, rows)``: the predictive rows of positions ``start..stop-1``, chunked."""
         for start, stop, V, _ in self._chunks(x):
-            own = self._rows(V)
+            own = self._rows(V) if walk is None or self.backoff.use_model else None
             if walk is None:
                 yield start, stop, own
                 continue
@@ -91,12 +92,14 @@ class SequencePrediction:
         [0.25, 0.75]
         """
         h = self._seq(history)
-        own = self.predict_from_state(self.state_for(h))
+        uses_own = self.backoff is None or self.backoff.use_model
+        own = self.predict_from_state(self.state_for(h)) if uses_own else None
         if self.backoff is None:
             return own
         w = self.walk(h)
         states = None if w.states is None else w.states[-1:]
-        return self.backoff.rows(w.u[-1:], w.v[-1:], states, own[None], w.blends[-1:])[0]
+        return self.backoff.rows(w.u[-1:], w.v[-1:], states, None if own is None else own[None],
+                                 w.blends[-1:])[0]
 
     def predictive_sequence(self, seq) -> np.ndarray:
         """Predictive distributions before each symbol of ``seq``: shape (t, n).
@@ -192,7 +195,8 @@ class SequencePrediction:
         for t in range(out.size):
             if self.filter == "window":
                 state = self.state_for(out[max(0, t - self.window) : t])
-            p = self.predict_from_state(state)
+            p = None if self.backoff is not None and not self.backoff.use_model else (
+                self.predict_from_state(state))
             if self.backoff is not None:
                 p = self._sample_row(out[:t], p, a)
             out[t] = min(int(np.searchsorted(np.cumsum(p), u[t], side="right")), self.n_symbols - 1)
@@ -207,4 +211,4 @@ class SequencePrediction:
         u, v = (c[-1:] for c in contexts_of(history[-2:]))  # the last two symbols are the context
         blends = self.backoff.mixture.blends(self.backoff.buckets(u, v))
         states = None if hmm_state is None else hmm_state[None]
-        return self.backoff.rows(u, v, states, own[None], blends)[0]
+        return self.backoff.rows(u, v, states, None if own is None else own[None], blends)[0]

@@ -22,7 +22,7 @@ from collections.abc import Hashable
 import numpy as np
 
 from streamspec.core.hmm_filter import filtered
-from streamspec.core.mixture import ExpertMixture, bucket_of_counts
+from streamspec.core.mixture import ExpertMixture
 from streamspec.core.trigram import START, UNKNOWN
 
 __all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS", "UNSEEN"]
@@ -30,6 +30,7 @@ __all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS", "UNSEEN"]
 ROW_CACHE_FLOATS = 1 << 22  # rows kept per model (floats: 32 MiB)
 CONTEXT_BITS = 22  # bits per symbol in a stream's context code (0: no symbol, the start)
 _DIGIT = (1 << CONTEXT_BITS) - 1
+_BUCKETS_KEPT = 1 << 18  # contexts whose bucket is remembered (then forgotten all at once)
 UNSEEN = _DIGIT - 1  # the index of a label no model knows (above every alphabet: 2²¹ symbols)
 
 
@@ -42,6 +43,7 @@ class _Rows:
         self.capacity = max(int(capacity), 4 * self.n)
         self.size = 0
         self._cache: OrderedDict = OrderedDict()
+        self._buckets: dict[tuple[int, int], int] = {}
 
     def _get(self, key, make):
         row = self._cache.get(key)
@@ -63,6 +65,24 @@ class _Rows:
     def trigram(self, u: int, v: int) -> np.ndarray:
         """The trigram's row after ``(u, v)``. O(n + entries) once."""
         return self._get(("tri", u, v), lambda: self.model.backoff.trigram.predict(u, v))
+
+    def trigram_proba(self, u: int, v: int, i: int) -> float:
+        """The trigram's probability of ``i`` after ``(u, v)``: from the cached row if there is
+        one, else one lookup, O(log nnz), without making the row."""
+        row = self._cache.get(("tri", u, v))
+        if row is not None:
+            return float(row[i])
+        return float(self.model.backoff.trigram.proba_of([u], [v], [i])[0])
+
+    def bucket(self, u: int, v: int) -> int:
+        """The weights' bucket of context ``(u, v)`` (cached: one integer each, at most
+        :data:`_BUCKETS_KEPT`). O(log nnz) once."""
+        b = self._buckets.get((u, v))
+        if b is None:
+            if len(self._buckets) >= _BUCKETS_KEPT:
+                self._buckets.clear()
+            b = self._buckets[(u, v)] = int(self.model.backoff.buckets([u], [v])[0])
+        return b
 
 
 class OnlinePredictor:
@@ -95,7 +115,7 @@ class OnlinePredictor:
     >>> online = OnlinePredictor(window=2)
     >>> online.set_model(SpectralEstimator(rank=3).fit(acc))
     >>> [round(online.observe("s", x), 2) for x in (0, 1, 2)]
-    [0.33, 0.78, 1.0]
+    [0.33, 0.67, 1.0]
     >>> int(online.row("s").argmax())
     0
     """
@@ -141,9 +161,9 @@ class OnlinePredictor:
         code = self._codes.get(key, 0)
         return [((code >> (CONTEXT_BITS * a)) & _DIGIT) - 1 for a in range(self._keep - 1, -1, -1)]
 
-    def _parts(self, key: Hashable):
-        """``(own row, trigram row, HMM state or None, bucket)`` of the stream's next symbol
-        (``(own row, None, None, 0)`` for a model without a backoff)."""
+    def _context(self, key: Hashable) -> tuple[tuple[int, ...], int, int]:
+        """The stream's context: the known symbols of the model's window (oldest first) and the
+        trigram's ``(u, v)`` (-1: the start, -2: a symbol the model does not know). O(window)."""
         digits = self._digits(key)
         n = self.model.n_symbols
         known = []
@@ -152,14 +172,12 @@ class OnlinePredictor:
                 break
             known.append(x)
         u, v = (UNKNOWN if x >= n else START if x < 0 else x for x in digits[-2:])
-        if v == START:
-            u = START
-        own = self._rows.own(tuple(reversed(known)))
-        if self.model.backoff is None:
-            return own, None, None, 0
-        tri = self._rows.trigram(u, v)
-        bucket = int(bucket_of_counts(self.model.backoff.trigram.context_counts([u], [v]))[0])
-        return own, tri, self._predictive(key), bucket
+        return tuple(reversed(known)), (START if v == START else u), v
+
+    def _own(self, window: tuple[int, ...]) -> np.ndarray | None:
+        """The model's own row after the window, when it is a component (or the whole prediction)."""
+        backoff = self.model.backoff
+        return self._rows.own(window) if backoff is None or backoff.use_model else None
 
     def _predictive(self, key: Hashable) -> np.ndarray | None:
         """The HMM's predictive state of the stream's next symbol (``None`` without an HMM). O(K²)."""
@@ -183,36 +201,44 @@ class OnlinePredictor:
         before a model). O(n · K) (plus its rows on a context's first use)."""
         if self.model is None:
             return None
-        own, tri, state, bucket = self._parts(key)
-        if tri is None:
+        window, u, v = self._context(key)
+        own, backoff = self._own(window), self.model.backoff
+        if backoff is None:
             return own
-        lam = self.mixture.blend(bucket)
-        out = lam[0] * own + lam[1] * tri
-        if state is not None:
-            out += lam[2] * (state @ self.model.backoff.hmm.emissionprob_)
-        return out
+        parts = {"model": own, "trigram": self._rows.trigram(u, v)}
+        if backoff.hmm is not None:
+            parts["hmm"] = self._predictive(key) @ backoff.hmm.emissionprob_
+        lam = self.mixture.blend(self._rows.bucket(u, v))
+        return sum(w * parts[c] for w, c in zip(lam, backoff.components, strict=True))
 
     def observe(self, key: Hashable, i: int, learn: bool = True) -> float | None:
         """Stream ``key`` showed symbol index ``i``: its prequential probability (``None`` before a
         model, or for a symbol new since the model's fit), then the weights learn from it
-        (``learn``) and the stream moves on. O(E · K + K²)."""
+        (``learn``) and the stream moves on. O(E · K + K² + log nnz), plus O(n · d) for a new
+        context when the model itself is a component."""
         p = None
         model = self.model
         if model is not None:
-            own, tri, state, bucket = self._parts(key)
-            if tri is None and 0 <= i < model.n_symbols:  # no backoff: the model alone
-                p = float(own[i])
-                self.loss -= math.log(max(p, 1e-300))
-                self.n_scored += 1
-            elif 0 <= i < model.n_symbols:
-                hmm = model.backoff.hmm
-                probs = [own[i], tri[i]] + ([] if state is None else [float(state @ hmm.emissionprob_[:, i])])
-                mix = self.mixture
-                p = mix.observe(bucket, np.array(probs)) if learn else float(mix.blend(bucket) @ probs)
+            backoff = model.backoff
+            window, u, v = self._context(key)
+            state = self._predictive(key)
+            if 0 <= i < model.n_symbols:
+                if backoff is None:  # the model alone
+                    p = float(self._own(window)[i])
+                else:
+                    probs = {"trigram": self._rows.trigram_proba(u, v, i)}
+                    if backoff.use_model:
+                        probs["model"] = self._own(window)[i]
+                    if state is not None:
+                        probs["hmm"] = float(state @ backoff.hmm.emissionprob_[:, i])
+                    P = np.array([probs[c] for c in backoff.components])
+                    bucket = self._rows.bucket(u, v)
+                    mix = self.mixture
+                    p = mix.observe(bucket, P) if learn else float(mix.blend(bucket) @ P)
                 self.loss -= math.log(max(p, 1e-300))
                 self.n_scored += 1
             if state is not None:
-                self._post[key] = filtered(state, model.backoff.hmm.emissionprob_, i)
+                self._post[key] = filtered(state, backoff.hmm.emissionprob_, i)
         self._codes[key] = ((self._codes.get(key, 0) << CONTEXT_BITS) | (i + 1)) & self._mask
         return p
 

@@ -169,12 +169,39 @@ def test_the_weights_start_from_held_out_counts_and_the_parts_are_optional():
     fit = SpectralEstimator(rank=3, backoff=None).fit
     with_hmm = fit_with_backoff(fit, t, StreamStarts.from_sequences(12, [x]))
     without = fit_with_backoff(fit, t, hmm_states=None)
-    assert with_hmm.backoff.components == ("model", "trigram", "hmm")
-    assert without.backoff.components == ("model", "trigram") and without.backoff.hmm is None
+    assert with_hmm.backoff.components[-2:] == ("trigram", "hmm")
+    assert without.backoff.hmm is None and "hmm" not in without.backoff.components
+    scores = with_hmm.backoff.held_out
+    assert scores["mixture"] <= min(scores["trigram"], scores["hmm"]) + 0.01 < scores["unigram"]
     # the busiest contexts' bucket learned from held-out data: its weights moved from uniform
-    assert not np.allclose(with_hmm.backoff.mixture.blend(5), 1 / 3)
+    k = with_hmm.backoff.mixture.n_components
+    assert not np.allclose(with_hmm.backoff.mixture.blend(5), 1 / k)
     with pytest.raises(ValueError, match="components"):
         Backoff(with_hmm.backoff.trigram, ExpertMixture(3), None)
+
+
+def test_the_model_is_a_component_only_where_it_adds_to_the_held_out_loss():
+    """Without an HMM, a rank-4 model of a 4-state HMM over 40 symbols smooths what a trigram
+    of 5,000 symbols cannot; with the HMM filter it adds nothing, and is left out (then no
+    prediction pays its O(n · d))."""
+    h = HMM.random(4, 40, random_state=1, concentration=0.1)
+    x = h.sample(5000, random_state=1)
+    t = Triples.from_arrays(40, x[:-2], x[1:-1], x[2:])
+    fit = SpectralEstimator(rank=4, backoff=None).fit
+    two = fit_with_backoff(fit, t, hmm_states=None)
+    assert two.backoff.components == ("model", "trigram")
+    gain = two.backoff.held_out["mixture_without_model"] - two.backoff.held_out["mixture"]
+    assert gain > 0.05
+    three = fit_with_backoff(fit, t)
+    held = three.backoff.held_out
+    assert (held["mixture_without_model"] - held["mixture"] >= 1e-3) == three.backoff.use_model
+    if not three.backoff.use_model:  # its predictions never ask for the model's rows
+        seq = h.sample(50, random_state=3)
+        calls = []
+        original = three._own_probas
+        three._own_probas = lambda x: calls.append(1) or original(x)
+        three.log_loss([seq])
+        assert calls == []
 
 
 def test_with_filter_keeps_factors_and_backoff():
