@@ -37,7 +37,7 @@ from typing import Any
 __all__ = [
     "RANK", "WEIGHTING", "PENALTY", "FACTORIZATION", "FORMULATION", "MAX_OUTER_PROJECTED",
     "MAX_OUTER_DENSE", "MAX_SWEEPS", "WARM_SWEEPS", "TOL", "SHRINKAGE", "RIDGE", "WINDOW",
-    "FILTER", "MIN_PROBA", "BACKOFF", "REFIT_EVERY", "ONLINE_MIN_PROBA",
+    "FILTER", "MIN_PROBA", "BACKOFF", "HMM_STATES", "REFIT_EVERY", "ONLINE_MIN_PROBA",
     "WEIGHTINGS", "FACTORIZATIONS", "FORMULATIONS", "FILTERS", "BACKOFFS",
     "HMM_N_ITER", "HMM_TOL", "HMM_INIT", "HMM_INITS",
     "check_settings", "check_setting", "check_hmm_settings",
@@ -61,6 +61,7 @@ WINDOW = 2
 MIN_PROBA = 1e-6  # floor of a batch-fitted model's probabilities
 ONLINE_MIN_PROBA = 1e-3  # SpectralHMM: online predictions meet unseen trigrams often
 BACKOFF = "auto"
+HMM_STATES: int | str = "auto"  # the backoff's HMM: the spectrum's rank, 2..16 (backoff_fit.hmm_states_for)
 REFIT_EVERY = 10_000
 # HMMEstimator (the HMM itself, docs/math.md section 8)
 HMM_N_ITER = 50  # EM iterations on the counted triples after the moment start
@@ -119,6 +120,8 @@ _RULES = {
     "max_symbols": ((lambda v: v is None or (_is_int(v) and v >= 1)),
                     "a positive integer or None"),
     "n_states": ((lambda v: v is None or (_is_int(v) and v >= 1)), "a positive integer or None"),
+    "hmm_states": ((lambda v: v is None or v == "auto" or (_is_int(v) and v >= 1)),
+                   "a positive integer, 'auto' or None"),
 }
 
 # HMMEstimator: n_states is required (None is the online model's "no HMM"), and its EM

@@ -17,10 +17,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamspec.core import defaults
-from streamspec.core.backoff import fit_with_backoff
-from streamspec.core.fit_data import triples_of
+from streamspec.core.backoff_fit import fit_with_backoff
+from streamspec.core.fit_data import starts_of, triples_of
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.params import Estimator
+from streamspec.core.rank_selection import resolve_rank
 from streamspec.core.subspace import DENSE_SVD_MAX, project_triples, top_singular
 from streamspec.core.triples import Triples
 
@@ -158,12 +159,16 @@ class SpectralEstimator(Estimator):
     filter, window, min_proba
         Passed to the fitted :class:`ObservableOperatorModel`.
     backoff
-        ``"auto"`` (default): mix the HMM's predictions with an interpolated
-        Kneser–Ney bigram of the same counts, with weights chosen on held-out counts
-        (:func:`streamspec.core.backoff.fit_with_backoff`; this fits the HMM twice).
-        ``None``: the HMM alone.
+        ``"auto"`` (default): mix the model's predictions with an interpolated
+        Kneser–Ney trigram and an HMM filter of the same counts, with weights started on
+        held-out counts and learned from every symbol read
+        (:func:`streamspec.core.backoff_fit.fit_with_backoff`; this fits the model twice).
+        ``None``: the model alone.
     random_state
         Seed of the held-out split and of the sparse SVD's start vector.
+    hmm_states
+        States of the HMM whose forward filter the backoff mixes in: ``"auto"`` (default:
+        the rank, clipped to 2..16), an integer, or ``None`` (no HMM component).
 
     Fitting costs O(nnz · k + P · k² + n · k²) time and O(n · k²) memory (nnz
     distinct triples, P distinct pairs), plus the truncated SVD of P21 above 1,000
@@ -189,49 +194,47 @@ class SpectralEstimator(Estimator):
 
     def __init__(self, *, rank: int | str = defaults.RANK, filter: str = defaults.FILTER,
                  window: int = defaults.WINDOW, min_proba: float = defaults.MIN_PROBA,
-                 backoff: str | None = defaults.BACKOFF, random_state: int = 0):
+                 backoff: str | None = defaults.BACKOFF, random_state: int = 0,
+                 hmm_states: int | str | None = defaults.HMM_STATES):
         self.rank = rank
         self.filter = filter
         self.window = window
         self.min_proba = min_proba
         self.backoff = backoff
         self.random_state = random_state
+        self.hmm_states = hmm_states
         self._validate()  # why: a bad setting is refused before anything is fitted
 
     def _validate(self) -> None:
         defaults.check_settings(rank=self.rank, filter=self.filter, window=self.window,
                                 min_proba=self.min_proba, backoff=self.backoff,
-                                random_state=self.random_state)
+                                random_state=self.random_state, hmm_states=self.hmm_states)
 
-    def _fit_hmm(self, triples: Triples, labels=None) -> ObservableOperatorModel:
-        if isinstance(self.rank, str) and self.rank == "auto":
-            k = select_rank_by_spectrum(triples.P21(), triples.total)
-        else:
-            k = check_rank(self.rank, triples.n)
-        self.rank_ = k
+    def _fit_hmm(self, triples: Triples, labels, k: int) -> ObservableOperatorModel:
+        k = check_rank(k, triples.n)
         b1, binf, B = sparse_spectral_operators(triples, k, random_state=self.random_state)
         return ObservableOperatorModel(
             b1, binf, B, filter=self.filter, window=self.window, min_proba=self.min_proba,
             symbols=labels, rank=k,
         )
 
-    def fit(self, data) -> ObservableOperatorModel:
+    def fit(self, data, init: ObservableOperatorModel | None = None) -> ObservableOperatorModel:
         """Fit on a MomentAccumulator, :class:`Triples` or dense counts ``c3[x2, x3, x1]``.
 
-        Returns the model (also kept as ``model_``; the rank used is ``rank_``).
-        Time and memory: see the class docstring.
+        ``init``: a previous model of this estimator (a refit): its rank is kept when the
+        rank is ``"auto"``, its backoff's weights are kept (they were learned from the
+        stream) and its HMM warm-starts the new one. Returns the model (also kept as
+        ``model_``; the rank used is ``rank_``, and with ``rank="auto"`` every candidate's
+        held-out loss ``rank_scores_``). Time and memory: see the class docstring.
         """
         self._validate()  # the settings may have been changed since construction
         triples, labels = triples_of(data)
+        k, scores = resolve_rank(self, triples, init)
         if self.backoff is None:
-            self.model_ = self._fit_hmm(triples, labels)
+            model = self._fit_hmm(triples, labels, k)
         else:
-            rank = self.rank
-
-            def fit(t: Triples) -> ObservableOperatorModel:
-                return self._fit_hmm(t, labels)
-
-            self.model_ = fit_with_backoff(fit, triples, random_state=self.random_state)
-            if isinstance(rank, str):  # rank_ of the final fit (on all counts)
-                self.rank_ = self.model_.dim
+            model = fit_with_backoff(lambda t: self._fit_hmm(t, labels, k), triples,
+                                     starts_of(data, triples.n), random_state=self.random_state,
+                                     hmm_states=self.hmm_states, previous=init)
+        self.model_, self.rank_, self.rank_scores_ = model, k, scores
         return self.model_

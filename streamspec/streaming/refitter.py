@@ -433,7 +433,7 @@ class Refitter:
 # settings of an estimator checked when a Refitter is built (the same rules everywhere)
 _ESTIMATOR_SETTINGS = ("rank", "penalty", "weighting", "factorization", "formulation", "max_outer",
                        "max_sweeps", "tol", "n_restarts", "shrinkage", "ridge", "filter", "window",
-                       "min_proba", "n_conditions", "backoff")
+                       "min_proba", "n_conditions", "backoff", "hmm_states")
 
 
 def refit_estimator(estimator, n: int, prev, sweeps: int) -> tuple[Any, bool]:
@@ -458,8 +458,11 @@ def refit_estimator(estimator, n: int, prev, sweeps: int) -> tuple[Any, bool]:
     est = clone(estimator, **changes)
     factors = getattr(prev, "factors", None)
     warm_start = getattr(est, "warm_start", None)
-    if factors is None or not callable(warm_start) or not _accepts(est, "init"):
+    if prev is None or not _accepts(est, "init"):
         return est, False
+    if factors is None or not callable(warm_start):
+        # no factors to start from; a previous backoff (learned weights, HMM) still carries over
+        return est, getattr(prev, "backoff", None) is not None
     if isinstance(rank, int) and factors.R.shape[2] != rank:
         return est, False  # the rank changed (a grown alphabet): start afresh
     warm = warm_start(sweeps)

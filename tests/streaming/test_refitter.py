@@ -190,12 +190,16 @@ def test_with_hmm_refits_are_warm_for_both_models(hmm_symbols):
     assert r.model.hmm.score(hmm_symbols) >= cold.score(hmm_symbols) - 1e-3 * len(hmm_symbols)
 
 
-def test_spectral_refits_are_cold():
+def test_spectral_refits_carry_the_backoff_over_and_plain_ones_are_cold():
     acc = MomentAccumulator()
     r = Refitter(SpectralEstimator(rank=2), refit_every=30)
     feed(r, acc, "abcb" * 20)
-    assert r.n_fits == 2 and not any(rec.warm for rec in r.records)
+    # the second fit starts from the first's backoff: its learned weights and its HMM
+    assert r.n_fits == 2 and [rec.warm for rec in r.records] == [False, True]
     assert all(rec.sweeps is None and rec.losses == () for rec in r.records)
+    plain = Refitter(SpectralEstimator(rank=2, backoff=None), refit_every=30)
+    feed(plain, MomentAccumulator(), "abcb" * 20)
+    assert plain.n_fits == 2 and not any(rec.warm for rec in plain.records)
 
 
 def test_failed_inline_fit_keeps_the_old_model():
