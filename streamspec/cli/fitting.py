@@ -19,6 +19,7 @@ from streamspec.cli.checkpoint_files import hmm_path, model_rank
 from streamspec.cli.errors import CommandError, cli_spelling
 from streamspec.cli.options import estimator_default
 from streamspec.cli.progress_bar import step
+from streamspec.cli.quality import quality_log
 
 __all__ = ["check_estimator_settings", "fit_and_save", "fit_and_save_hmm", "reading_metadata",
            "show_progress"]
@@ -127,7 +128,8 @@ def fit_and_save(args, acc, log: logging.Logger, final: bool = True) -> int:
     """Fit θ_M on the counts with the command's settings, save it to ``--out`` (and the HMM).
 
     Unset settings take MEstimator's own defaults; an integer rank is clamped to the
-    alphabet size. The log line gives the rank used and which estimator was kept.
+    alphabet size. The log lines give the rank used, the parts the predictions mix and
+    their held-out log loss beside the unigram's and the trigram's.
     ``final=False`` (a periodic save of ``learn --follow``): problems are logged as
     warnings, and counts that cannot be fitted yet are skipped silently; otherwise
     they raise :class:`CommandError`. Cost: that of the fit, O(nnz·k + n·k²) and up.
@@ -156,10 +158,12 @@ def fit_and_save(args, acc, log: logging.Logger, final: bool = True) -> int:
             model = est.fit(acc)
     except (ValueError, MemoryError) as exc:  # bad settings, or counts too large to fit
         return fail(explain_fit_error(exc, args))
-    kept = {"m": "theta_M", "spectral": "theta_spec"}.get(getattr(est, "choice_", None), "theta_M")
-    log.info("event=fitted rank=%d requested_rank=%s symbols=%d seconds=%.2f estimator=%s",
-             model_rank(model), rank, model.n_symbols, time.perf_counter() - t0, kept)
-    # the quality of the fit (held-out log loss, perplexity) is reported here, one line
+    parts = "+".join(model.backoff.components) if model.backoff is not None else "model"
+    log.info("event=fitted rank=%d requested_rank=%s symbols=%d seconds=%.2f predictor=%s",
+             model_rank(model), rank, model.n_symbols, time.perf_counter() - t0, parts)
+    quality = quality_log(model)
+    if quality:  # held-out log loss of the predictions, beside the unigram, trigram and parts
+        log.info("event=quality %s", quality)
     if args.out:
         model = model.replace(metadata=reading_metadata(args))
         model.save(args.out)

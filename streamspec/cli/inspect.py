@@ -16,6 +16,7 @@ import numpy as np
 from streamspec.cli.checkpoint_files import HMM_SUFFIX, load_checkpoint_file, model_rank
 from streamspec.cli.errors import CommandError, error_line
 from streamspec.cli.options import positive_int
+from streamspec.cli.quality import quality_fields, quality_lines
 
 __all__ = ["describe_checkpoint", "register"]
 
@@ -78,7 +79,9 @@ def describe_checkpoint(path: str | os.PathLike, top: int = _TOP_EMISSIONS) -> d
         out.update(symbols=_listed(m.symbols), n_symbols=m.n_symbols, rank=model_rank(m), dim=m.dim,
                    filter=m.filter, window=m.window,
                    model_mb=round(sum(a.nbytes for a in (m.b1, m.binf, m.B)) / 1e6, 3),
-                   backoff=getattr(m, "backoff", None) is not None)
+                   predictor="+".join(m.backoff.components) if m.backoff is not None else "model",
+                   hmm_states=None if m.backoff is None or m.backoff.hmm is None else m.backoff.hmm.n_states,
+                   held_out=quality_fields(m), quality=quality_lines(m))
     elif kind == "streamspec.HiddenMarkovModel":
         out.update(_describe_hmm(path, top))
     elif kind == "streamspec.MomentAccumulator":
@@ -177,6 +180,8 @@ def _inspect(args) -> int:
         else:
             print(f"{info['path']}: {info['format']} v{info['version']}")
             for key, value in info.items():
-                if key not in ("path", "format", "version"):
+                if key not in ("path", "format", "version", "held_out", "quality"):
                     print(f"  {key}: {value}")
+            for line in info.get("quality", []):
+                print(f"  {line}")
     return status

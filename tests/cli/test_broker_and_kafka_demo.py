@@ -111,8 +111,10 @@ def test_default_rank_tells_ro_from_mo_on_alice():
             out.append(tuple((acc.symbols[i], round(float(p[i]), 2)) for i in np.argsort(-p)[:3]))
         return out
 
-    assert len(set(tops(MEstimator(rank=3).fit(acc)))) == 1  # the demo's old setting
+    # the demo's old setting, the spectral model alone at rank 3, could not tell them apart
+    assert len(set(tops(MEstimator(rank=3, backoff=None).fit(acc)))) == 1
     assert len(set(tops(MEstimator().fit(acc)))) == 3  # the default it uses now
+    assert len(set(tops(MEstimator(rank=3).fit(acc)))) == 3  # and the trigram in every prediction
 
 
 def test_demo_help_and_ring_demo_unchanged(capsys):
