@@ -122,6 +122,7 @@ def step(label: str, enabled: bool) -> Iterator[None]:
             status.draw()
 
     thread = threading.Thread(target=tick, name="streamspec-status", daemon=True)
+    status.draw()  # why: a step is shown as soon as it is due, not at the first redraw only
     thread.start()
     try:
         yield

@@ -312,7 +312,9 @@ def test_every_long_step_shows_progress_and_the_fit_line_has_no_meaningless_loss
     assert re.search(r"fitting the model \(\d+ symbols, rank 2\): done in", err)
     assert re.search(r"fitting a 2-state HMM \(\d+ symbols\): done in", err)
     fitted = [r.getMessage() for r in caplog.records if "event=fitted " in r.getMessage()]
-    assert fitted and "loss=" not in fitted[0] and "estimator=theta_" in fitted[0]
+    assert fitted and "loss=" not in fitted[0] and "predictor=trigram" in fitted[0]
+    quality = [r.getMessage() for r in caplog.records if "event=quality " in r.getMessage()]
+    assert quality and all(f" {k}=" in quality[0] for k in ("log_loss", "perplexity", "unigram", "trigram"))
     assert main(["learn", str(book), "--out", str(tmp_path / "m.ckpt"), "--rank", "2",
                  "--progress", "never"]) == 0
     assert "fitting" not in capsys.readouterr().err  # no terminal, no bar: nothing drawn

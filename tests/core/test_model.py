@@ -228,7 +228,7 @@ def test_windowed_full_rank_beats_bigram_on_a_second_order_source():
     acc = MomentAccumulator(n)
     acc.learn_many(x[:50_000])
     held_out = [x[50_000:]]
-    best = select_predictor(SpectralEstimator(), acc, held_out, ranks=[n])
+    best = select_predictor(SpectralEstimator(backoff=None), acc, held_out, ranks=[n])
     bigram = NGramModel(n, order=1).fit([x[:50_000]]).log_loss(held_out)
     assert best.window >= 2 and best.log_loss < bigram - 0.05
 
