@@ -11,10 +11,14 @@ change is made under :attr:`Assignment.lock`.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from kafka import KafkaConsumer, TopicPartition
 
 from connectors.state.files import PartitionState
+
+if TYPE_CHECKING:
+    from connectors.kafka.verification import Expectation
 
 __all__ = ["Assignment"]
 
@@ -33,7 +37,8 @@ class Assignment:
     ever_failed
         Every partition failed since start, and why (the exit status).
     to_verify
-        Restored partitions whose offset is not yet checked against the log.
+        Partitions held back until their log is verified, each with its
+        :class:`~connectors.kafka.verification.Expectation`.
     dirty
         Partitions changed since their last checkpoint.
     uncommitted
@@ -45,13 +50,13 @@ class Assignment:
         self.states: dict[TopicPartition, PartitionState] = {}
         self.failed: dict[TopicPartition, str] = {}
         self.ever_failed: dict[TopicPartition, str] = {}
-        self.to_verify: set[TopicPartition] = set()
+        self.to_verify: dict[TopicPartition, Expectation] = {}
         self.dirty: set[TopicPartition] = set()
         self.uncommitted: dict[TopicPartition, int] = {}
 
     def forget(self, tp: TopicPartition) -> PartitionState | None:
         """Drop ``tp`` from every table but the failed ones; its state, if it had one."""
-        self.to_verify.discard(tp)
+        self.to_verify.pop(tp, None)
         self.dirty.discard(tp)
         self.uncommitted.pop(tp, None)
         return self.states.pop(tp, None)
@@ -71,9 +76,16 @@ class Assignment:
         return int(sum(a.memory_bytes() for a in accs))
 
     def n_symbols(self) -> int:
-        """Largest alphabet among the partitions held."""
+        """Distinct symbols over the partitions held: the alphabet their merged counts have.
+
+        The refits fit the partitions merged by label, so this is the ``symbols=`` of
+        their log lines. O(symbols of every partition).
+        """
         with self.lock:
-            return max((s.acc.n for s in self.states.values()), default=0)
+            accs = [s.acc for s in self.states.values()]
+        if len(accs) == 1:
+            return accs[0].n
+        return len(set().union(*(a.symbols for a in accs))) if accs else 0
 
     def lag(self, consumer: KafkaConsumer | None) -> int | None:
         """Messages behind the high-water marks of the partitions held.
