@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from kafka import KafkaConsumer, TopicPartition
 
+from connectors.kafka.clients import high_water
 from connectors.state.files import PartitionState
 
 if TYPE_CHECKING:
@@ -99,10 +100,7 @@ class Assignment:
         with self.lock:
             items = list(self.states.items())
         for tp, state in items:
-            try:
-                hw = consumer.highwater(tp)
-            except (KeyError, AttributeError):
-                hw = None
+            hw = high_water(consumer, tp)
             if hw is not None:
                 total += max(0, hw - state.offset)
                 known = True

@@ -19,7 +19,7 @@ from connectors.config import DEFAULT_BOOTSTRAP, DaemonConfig
 from connectors.metrics import DaemonMetrics
 
 __all__ = ["BOOTSTRAP_TIMEOUT_MS", "OFFSETS_TIMEOUT_MS", "METADATA_MAX_AGE_MS", "backoff",
-           "connect", "Committer", "BrokerProbe"]
+           "connect", "high_water", "Committer", "BrokerProbe"]
 
 log = logging.getLogger("streamspec.daemon")
 
@@ -36,6 +36,17 @@ def backoff(attempt: int, cap: float) -> float:
     [0.5, 1.0, 2.0, 3.0]
     """
     return min(0.5 * 2 ** min(attempt - 1, 10), cap)
+
+
+def high_water(consumer: KafkaConsumer, tp) -> int | None:
+    """The high-water mark of the last fetch of ``tp`` (``None``: none yet, or not assigned). O(1).
+
+    The fetch's own figure, not ``end_offsets`` (which some brokers answer inexactly).
+    """
+    try:
+        return consumer.highwater(tp)
+    except (KafkaError, KeyError, AttributeError):  # IllegalStateError: no longer assigned
+        return None
 
 
 def _consumer(cfg: DaemonConfig, client_id: str) -> KafkaConsumer:

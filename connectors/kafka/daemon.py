@@ -203,7 +203,16 @@ class ConsumerDaemon(Reporting):
         return None, errors
 
     def _rejoin(self) -> None:
-        """Join the group again (a fresh metadata request and a rebalance)."""
+        """Join the group again (a fresh metadata request and a rebalance).
+
+        Partitions still held here but no longer assigned by the group are handed back
+        first (their states made durable), as a revocation would have.
+        """
+        assigned = set(self.consumer.assignment())
+        a = self.assignment
+        stale = (set(a.states) | set(a.failed) | self.backend.pending) - assigned
+        if stale:
+            self.ownership.release(sorted(stale), True)
         self.consumer.unsubscribe()
         self.consumer.subscribe([self.config.topic], listener=self._listener)
 

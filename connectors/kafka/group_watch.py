@@ -2,8 +2,8 @@
 
 After a broker outage the group can revoke a daemon's partitions and not give them
 back: the daemon then reads nothing while looking healthy (``lag`` is unknown,
-nothing fails). :class:`GroupWatch` notices a daemon that holds no partition
-(none read, failed or being restored) for longer than a bound, ``max(5 s, 2
+nothing fails). :class:`GroupWatch` notices a daemon to which the group assigns no
+partition for longer than a bound, ``max(5 s, 2
 session timeouts)``, logs ``event=no-partitions`` (how long, how many partitions
 the topic has, or that it does not exist), shows ``unassigned=`` in the status
 line and ``streamspec_unassigned_seconds`` in the metrics, and joins the group
@@ -23,9 +23,7 @@ from collections.abc import Callable
 from kafka import KafkaConsumer
 
 from connectors.config import DaemonConfig
-from connectors.kafka.assignment import Assignment
 from connectors.metrics import DaemonMetrics
-from connectors.state.backend import StateBackend
 
 __all__ = ["GroupWatch", "REJOIN_BACKOFF_MAX"]
 
@@ -42,8 +40,6 @@ class GroupWatch:
     config
         The topic, the group, and ``session_timeout_ms`` (the bound is two of them, 5 s
         at least).
-    assignment, backend
-        What the daemon holds (partitions read, failed, or waiting for their state).
     metrics
         ``rejoins`` is counted here.
 
@@ -53,18 +49,20 @@ class GroupWatch:
         Seconds without partitions before it is reported.
     """
 
-    def __init__(self, config: DaemonConfig, assignment: Assignment, backend: StateBackend,
-                 metrics: DaemonMetrics):
-        self.config, self.assignment, self.backend, self.metrics = (
-            config, assignment, backend, metrics)
+    def __init__(self, config: DaemonConfig, metrics: DaemonMetrics):
+        self.config, self.metrics = config, metrics
         self.bound = max(5.0, 2 * config.session_timeout_ms / 1000)
         self._since: float | None = None
         self._next_try = 0.0
         self._attempts = 0
 
-    def holding(self) -> bool:
-        a = self.assignment
-        return bool(a.states or a.failed or self.backend.pending)
+    @staticmethod
+    def holding(consumer: KafkaConsumer) -> bool:
+        """Whether the group gave this member any partition (read, failed or being restored)."""
+        try:
+            return bool(consumer.assignment())
+        except Exception:  # noqa: BLE001 - only for the report: say nothing rather than stop
+            return True
 
     def unassigned_seconds(self) -> float:
         """Seconds without any partition (0 while holding some)."""
@@ -77,7 +75,7 @@ class GroupWatch:
     def check(self, consumer: KafkaConsumer, rejoin: Callable[[], None]) -> None:
         """Once per poll: report and rejoin when the bound has passed without partitions."""
         now = time.monotonic()
-        if self.holding():
+        if self.holding(consumer):
             if self._attempts:
                 log.info("event=partitions-regained after=%.1fs rejoins=%d",
                          now - self._since, self._attempts)

@@ -105,7 +105,7 @@ def wire(config: DaemonConfig, fail: Callable[..., None]) -> Wiring:
                           verifier.expect)
     return Wiring(fmt, client_id, store, metrics, assignment, probe, outputs, backend, refits,
                   checkpoints, learner, ownership, Services(config), watch, verifier,
-                  GroupWatch(config, assignment, backend, metrics))
+                  GroupWatch(config, metrics))
 
 
 def choose_state(config: DaemonConfig, store: StateStore, outputs: Outputs,

@@ -42,7 +42,7 @@ from kafka.errors import KafkaError, OffsetOutOfRangeError
 
 from connectors.config import DaemonConfig
 from connectors.kafka.assignment import Assignment
-from connectors.kafka.clients import OFFSETS_TIMEOUT_MS
+from connectors.kafka.clients import OFFSETS_TIMEOUT_MS, high_water
 from connectors.kafka.log_watch import BrokerWatch
 from connectors.metrics import DaemonMetrics
 from connectors.state.files import PartitionState
@@ -149,9 +149,10 @@ class LogVerifier:
                         "before checkpoints recorded the last record counted: only its offset "
                         "is checked against the log, here and for any other such partition; "
                         "its next checkpoint records it)", tp.topic, tp.partition, state.offset)
-        exp = Expectation(state.offset, mark, reason, self.consumer.highwater(tp))
+        exp = Expectation(state.offset, mark, reason, high_water(self.consumer, tp))
+        if not self._seek(tp, exp.fetch_offset):
+            return False
         self.assignment.to_verify[tp] = exp
-        self.consumer.seek(tp, exp.fetch_offset)
         return True
 
     def recheck_all(self, reason: str, batch: dict) -> None:
@@ -166,9 +167,9 @@ class LogVerifier:
                      if tp not in a.to_verify and self.expect(tp, state, reason)]
             for tp in batch:  # its records are dropped: fetch them again
                 if tp in a.to_verify:
-                    self.consumer.seek(tp, a.to_verify[tp].fetch_offset)
+                    self._seek(tp, a.to_verify[tp].fetch_offset)
                 elif tp in a.states:
-                    self.consumer.seek(tp, a.states[tp].offset)
+                    self._seek(tp, a.states[tp].offset)
         if again:
             log.info("event=%s topic_id=%s partitions=%s action=verify (the last record counted "
                      "of each is read again before reading on)", reason, self.watch.topic_id(),
@@ -176,7 +177,7 @@ class LogVerifier:
 
     def mark_of(self, tp: TopicPartition, message) -> RecordMark:
         """The mark of ``message``, the last record counted of ``tp`` (with the topic id, high water)."""
-        return RecordMark.of(message, self.watch.topic_id(), self.consumer.highwater(tp))
+        return RecordMark.of(message, self.watch.topic_id(), high_water(self.consumer, tp))
 
     # ------------------------------------------------------------------ the first fetch
 
@@ -246,7 +247,7 @@ class LogVerifier:
             for tp, state in a.states.items():
                 if tp in a.to_verify:
                     continue
-                hw = self.consumer.highwater(tp)
+                hw = high_water(self.consumer, tp)
                 if hw is not None and hw < state.offset:
                     self.expect(tp, state, "behind-high-water")
 
@@ -282,7 +283,7 @@ class LogVerifier:
 
     def _idle(self, tp: TopicPartition, exp: Expectation, now: float) -> None:
         """Judge a held-back partition from its high-water mark alone (nothing fetched yet)."""
-        hw = self.consumer.highwater(tp)
+        hw = high_water(self.consumer, tp)
         if hw is None:
             return
         if exp.mark is not None:
@@ -326,7 +327,7 @@ class LogVerifier:
                     if exp.mark is None or self._topic_unchanged(tp, exp):
                         self._mark_gone(tp, exp)
                         exp.high_water = None  # any answer now is about this log
-                        self.consumer.seek(tp, exp.offset)
+                        self._seek(tp, exp.offset)
                         continue  # the next fetch, at the offset, confirms it
                 elif positions[tp] < start:
                     exp.verdict = Verdict("deleted", f"the log starts at offset {start}",
@@ -398,6 +399,14 @@ class LogVerifier:
         for key in state.acc.keys:
             state.acc.end(key)
         state.offset = offset
-        self.consumer.seek(tp, offset)
+        self._seek(tp, offset)
         self.assignment.to_verify.pop(tp, None)
         self.assignment.dirty.add(tp)
+
+    def _seek(self, tp: TopicPartition, offset: int) -> bool:
+        """Seek ``tp``; False if the consumer no longer has it (revoked meanwhile)."""
+        try:
+            self.consumer.seek(tp, offset)
+        except KafkaError:  # IllegalStateError: not assigned any more
+            return False
+        return True
