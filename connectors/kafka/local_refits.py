@@ -115,13 +115,13 @@ class LocalRefits(RefitPolicy):
         if model is None or model is self.outputs.model:
             return
         record = self._record_fit()
+        version = self.outputs.version + 1
         if record is not None:
             log.info(
-                "event=refit n=%d warm=%s symbols=%d triples=%d seconds=%.3f loss=%.6g",
-                self.refitter.n_fits, record.warm, record.n_alphabet, int(record.n_triples),
-                record.seconds, record.loss,
+                "event=refit version=%d n=%d warm=%s symbols=%d triples=%d seconds=%.3f "
+                "loss=%.6g", version, self.refitter.n_fits, record.warm, record.n_alphabet,
+                int(record.n_triples), record.seconds, record.loss,
             )
-        version = self.outputs.version + 1
         self.outputs.serve(model, version)
         self.outputs.publish_model(model, version, self.metrics.records, self.metrics.last_loss)
 
