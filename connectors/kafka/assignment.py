@@ -11,15 +11,12 @@ change is made under :attr:`Assignment.lock`.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
 
 from kafka import KafkaConsumer, TopicPartition
 
 from connectors.kafka.clients import high_water
+from connectors.kafka.expectation import Expectation
 from connectors.state.files import PartitionState
-
-if TYPE_CHECKING:
-    from connectors.kafka.verification import Expectation
 
 __all__ = ["Assignment"]
 
@@ -39,7 +36,7 @@ class Assignment:
         Every partition failed since start, and why (the exit status).
     to_verify
         Partitions held back until their log is verified, each with its
-        :class:`~connectors.kafka.verification.Expectation`.
+        :class:`~connectors.kafka.expectation.Expectation`.
     dirty
         Partitions changed since their last checkpoint.
     uncommitted

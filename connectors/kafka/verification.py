@@ -12,11 +12,12 @@ below its position, and when a fetch is out of range. The first fetch then answe
 * another record at that offset, another topic id, or a log that ends before the
   mark (for a second, so that a leader's late high-water mark is not taken for a
   truncation): the log was **replaced or truncated**;
-* records only after the partition's offset (or an out-of-range fetch below the
-  log start): records were **deleted before they were read** (retention ahead of
-  the daemon), offsets and count known;
-* records only after the mark but not after the offset: the marked record alone is
-  gone; nothing unread is missing (checked by topic id only, logged).
+* records only after the mark, or an out-of-range fetch below the log start: the
+  log's start offset decides. Past the partition's offset, records were **deleted
+  before they were read** (retention ahead of the daemon), offsets and count known;
+  otherwise the marked record alone is gone (retention, compaction; or the offsets
+  after it hold control records) and nothing unread is missing (checked by topic id
+  only, logged).
 
 What happens then is ``on_offset_out_of_range``: ``fail`` stops the partition with
 an ERROR naming the topic, partition, the checkpoint's record and what the log
@@ -35,7 +36,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError, OffsetOutOfRangeError
@@ -43,64 +43,17 @@ from kafka.errors import KafkaError, OffsetOutOfRangeError
 from connectors.config import DaemonConfig
 from connectors.kafka.assignment import Assignment
 from connectors.kafka.clients import OFFSETS_TIMEOUT_MS, high_water
+from connectors.kafka.expectation import Expectation, Verdict
 from connectors.kafka.log_watch import BrokerWatch
 from connectors.metrics import DaemonMetrics
 from connectors.state.files import PartitionState
 from connectors.state.identity import RecordMark, describe_record
 
-__all__ = ["Expectation", "Verdict", "LogVerifier", "SHORT_LOG_GRACE"]
+__all__ = ["LogVerifier", "SHORT_LOG_GRACE"]
 
 log = logging.getLogger("streamspec.daemon")
 
 SHORT_LOG_GRACE = 1.0  # seconds a log must end before the mark to be called truncated
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What a partition's log turned out to be (see the module docstring).
-
-    ``kind``: ``"replaced"``, ``"truncated"`` or ``"deleted"``; ``detail`` says why,
-    ``log_now`` what the log holds now; ``first_available`` (``"deleted"``): the first
-    offset still in the log.
-    """
-
-    kind: str
-    detail: str
-    log_now: str
-    first_available: int | None = None
-
-
-@dataclass
-class Expectation:
-    """A partition held back until its log is verified.
-
-    Attributes
-    ----------
-    offset
-        The partition's next offset to read (its counts end before it).
-    mark
-        The record expected at ``mark.offset`` (``None``: only the offset is checked).
-    reason
-        Why it is verified: ``assigned``, ``reconnected``, ``topic-id-changed``,
-        ``behind-high-water``, ``out-of-range``.
-    high_water
-        The high-water mark known when the check began (a stale one proves nothing).
-    verdict
-        Set when the log is known not to be the one read (applied by the poll loop).
-    short_since
-        When the log was first seen ending before the mark.
-    """
-
-    offset: int
-    mark: RecordMark | None
-    reason: str
-    high_water: int | None = None
-    verdict: Verdict | None = None
-    short_since: float | None = None
-
-    @property
-    def fetch_offset(self) -> int:
-        return self.mark.offset if self.mark is not None else self.offset
 
 
 class LogVerifier:
@@ -188,8 +141,8 @@ class LogVerifier:
         verdict is applied (:meth:`settle`) nothing is learned.
         """
         exp = self.assignment.to_verify[tp]
-        if exp.verdict is not None:
-            return []
+        if exp.verdict is not None or exp.gap is not None:
+            return []  # decided, or being decided, by the poll loop
         messages = [m for m in messages if m.offset >= exp.fetch_offset]  # fetched before the seek
         if not messages:
             return []
@@ -201,17 +154,26 @@ class LogVerifier:
                 return []
             self._verified(tp, exp, "record")
             return messages[1:]
-        if first.offset > exp.offset:  # the records before it are not in the log
-            exp.verdict = Verdict(
-                "deleted", f"the log holds no record from offset {exp.offset} to "
-                f"{first.offset - 1}", f"starts at offset {first.offset}", first.offset)
+        if first.offset > exp.fetch_offset:
+            # a gap: deleted records, or control records and compaction in a live log;
+            # the log start tells them apart (asked in settle(), outside the lock)
+            exp.gap = first.offset
+            self._seek(tp, exp.fetch_offset)  # these records are fetched again once decided
             return []
-        if exp.mark is not None:  # the marked record is gone, but nothing unread is missing
-            if not self._topic_unchanged(tp, exp):
-                return []
-            self._mark_gone(tp, exp)
         self._verified(tp, exp, "offsets")
         return messages
+
+    def _gap(self, tp: TopicPartition, exp: Expectation, start: int) -> None:
+        """Decide a gap after the marked record (or the offset) from the log's start offset."""
+        if start > exp.offset:  # retention removed records never read
+            exp.verdict = Verdict("deleted", f"the log starts at offset {start}",
+                                  f"starts at offset {start}", start)
+            return
+        if exp.mark is not None and not self._topic_unchanged(tp, exp):
+            return
+        self._mark_gone(tp, exp)  # only the marked record is gone: nothing unread is missing
+        self._seek(tp, exp.offset)
+        self._verified(tp, exp, "offsets")
 
     @staticmethod
     def _mark_gone(tp: TopicPartition, exp: Expectation) -> None:
@@ -261,25 +223,37 @@ class LogVerifier:
             for tp in [tp for tp in a.to_verify if tp not in a.states]:
                 del a.to_verify[tp]
             for tp, exp in a.to_verify.items():
-                if exp.verdict is None:
+                if exp.verdict is None and exp.gap is None:
                     self._idle(tp, exp, time.monotonic())
-            ready = {tp: exp for tp, exp in a.to_verify.items() if exp.verdict is not None}
+            ready = {tp: exp for tp, exp in a.to_verify.items()
+                     if exp.verdict is not None or exp.gap is not None}
         if not ready:
             return
-        starts = {}
+        reset = self.config.on_offset_out_of_range == "reset"
         want = [tp for tp, exp in ready.items()
-                if exp.verdict.kind != "deleted" and self.config.on_offset_out_of_range == "reset"]
-        if want:
-            try:
-                starts = self.consumer.beginning_offsets(want, timeout_ms=OFFSETS_TIMEOUT_MS)
-            except KafkaError as exc:
-                log.warning("event=offsets-unavailable partitions=%s error=%r retry=next-poll",
-                            ",".join(str(tp.partition) for tp in want), str(exc))
-                return
+                if exp.gap is not None or (reset and exp.verdict.kind != "deleted")]
+        starts = self._starts(want)
+        if starts is None:
+            return
         with a.lock:
             for tp, exp in ready.items():
-                if a.to_verify.get(tp) is exp and tp in a.states:
+                if a.to_verify.get(tp) is not exp or tp not in a.states:
+                    continue  # revoked, or checked again meanwhile
+                if exp.verdict is None:
+                    self._gap(tp, exp, starts.get(tp) or 0)
+                if exp.verdict is not None:
                     self._apply(tp, exp, starts.get(tp))
+
+    def _starts(self, tps: list) -> dict | None:
+        """The log-start offsets of ``tps`` (a blocking request); ``None``: ask again next poll."""
+        if not tps:
+            return {}
+        try:
+            return self.consumer.beginning_offsets(tps, timeout_ms=OFFSETS_TIMEOUT_MS)
+        except KafkaError as exc:
+            log.warning("event=offsets-unavailable partitions=%s error=%r retry=next-poll",
+                        ",".join(str(tp.partition) for tp in tps), str(exc))
+            return None
 
     def _idle(self, tp: TopicPartition, exp: Expectation, now: float) -> None:
         """Judge a held-back partition from its high-water mark alone (nothing fetched yet)."""
