@@ -88,8 +88,9 @@ class Assignment:
     def lag(self, consumer: KafkaConsumer | None) -> int | None:
         """Messages behind the high-water marks of the partitions held.
 
-        ``None`` (``lag=?``) when unknown, and whenever a partition failed (it is not
-        read, so how far behind it is cannot be known from the fetches).
+        ``None`` (``lag=?``) when unknown, whenever a partition failed (it is not
+        read, so how far behind it is cannot be known from the fetches), and while a
+        partition's log ends before its position (another log: it is being verified).
         """
         if consumer is None:
             return None
@@ -99,7 +100,9 @@ class Assignment:
         for tp, state in items:
             hw = high_water(consumer, tp)
             if hw is not None:
-                total += max(0, hw - state.offset)
+                if hw < state.offset:
+                    return None  # never "lag=0" on a log shorter than what was read
+                total += hw - state.offset
                 known = True
         if self.failed:
             return None  # an unread partition's lag is unknown: never report it as caught up
