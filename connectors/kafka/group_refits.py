@@ -157,8 +157,9 @@ class GroupRefits(RefitPolicy):
             return False
         self.take_model()
         snapshots = self.backend.snapshots
-        if snapshots.generation == self._fit_generation:
-            return False  # fitted on the current view already
+        if snapshots.generation == self._fit_generation or (
+                self.refitter.model is not None and snapshots.records() == self._fit_records):
+            return False  # the last fit (perhaps the one just waited for) had every record
         self._fit_generation = snapshots.generation
         view = _GlobalView(snapshots, self)
         if view.n_triples < max(1, self.config.min_triples):

@@ -106,7 +106,9 @@ class LocalRefits(RefitPolicy):
                 log.info("event=final-refit skipped=too-few-triples min_triples=%d",
                          self.config.min_triples)
                 return False
-            self._final = (view.copy(), self.new_records)
+            # the counts, the symbols new in them, and all the symbols they hold
+            self._final = (view.copy(), self.new_records,
+                           self.refitter.n_seen + self.new_records)
         self.new_records = 0
         return True
 

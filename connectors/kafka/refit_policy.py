@@ -107,7 +107,7 @@ class RefitPolicy:
         self.label_order: list = []  # the last model's labels: refits warm-start from it
         self.fit_taken_at = time.monotonic()
         self._failures_logged = 0
-        self._final: tuple = (None, 0)  # the counts of the final refit, and the symbols new in them
+        self._final: tuple = (None, 0, 0)  # the final refit's counts, new symbols, all symbols
         _quiet_memory_failures()
 
     # hooks (template methods) --------------------------------------------------------
@@ -183,12 +183,16 @@ class RefitPolicy:
         A fit still running is waited for first. ``hurry`` set (a second signal) stops
         the waits: the saved model is then the previous one.
         """
-        data, n_new = self._final
-        self._final = (None, 0)
+        data, n_new, total = self._final
+        self._final = (None, 0, 0)
         if not self._wait(hurry):
             return
         self.take_model()
         if data is None:
+            return
+        if self.refitter.model is not None and self.refitter.fitted_on_symbols >= total:
+            log.info("event=final-refit skipped=covered (the refit that was running had every "
+                     "symbol)")
             return
         if not self.refitter.observe(n_new, data):  # observe counts the symbols; fit if not due
             self.refitter.fit_now(data)
