@@ -30,7 +30,10 @@ from typing import Any
 from connectors.malformed import parse_limit
 from streamspec.core import defaults
 
-__all__ = ["DaemonConfig", "load_toml", "mestimator_params", "ESTIMATOR_SETTINGS"]
+__all__ = ["DaemonConfig", "load_toml", "mestimator_params", "ESTIMATOR_SETTINGS",
+           "DEFAULT_BOOTSTRAP"]
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"  # used when no broker address is given
 
 ESTIMATOR_SETTINGS = {  # setting of the CLI and the daemon -> parameter of MEstimator
     "rank": "rank",
@@ -173,12 +176,16 @@ class DaemonConfig:
         The state topic of the kafka backend (default ``<topic>.state``; created
         with as many partitions as the source topic).
     on_offset_out_of_range
-        What to do with a partition whose checkpoint offset is beyond the log's
-        high-water mark, or before its log-start offset (the topic was deleted and
-        re-created, or retention removed records not yet read): ``"fail"``
-        (default: the partition is not read, an error names it, the exit status is
-        not 0) or ``"reset"`` (keep the counts, read from the log start, log what
-        was skipped).
+        What to do with a partition whose log is not the one its checkpoint was read
+        from (the last record counted is not at its offset any more, the topic id
+        changed, or the log ends before it: the topic was deleted and re-created, the
+        broker lost its log, a leader election truncated it), and with records deleted
+        before they were read (retention ahead of the daemon). ``"fail"`` (default):
+        the partition is not read, an error names it, the checkpoint's record and what
+        the log holds now, and the exit status is not 0. ``"reset"``: keep the counts
+        and read on, from the new log's start or after the deleted records, logging
+        how many records cannot be vouched for (deleted ones are counted in the
+        checkpoint). See :mod:`connectors.kafka.verification`.
 
     Examples
     --------
@@ -202,7 +209,7 @@ class DaemonConfig:
     """
 
     topic: str
-    bootstrap: str = "127.0.0.1:9092"
+    bootstrap: str = DEFAULT_BOOTSTRAP
     group: str = "streamspec"
     state_dir: str = "streamspec-state"
     client_id: str | None = None

@@ -121,11 +121,16 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
 
     Without a subcommand, prints the help and returns 2. An error the command did
     not handle itself becomes one line ``streamspec COMMAND: error: ...`` on stderr
-    and exit status 1 (130 on Ctrl-C); its traceback is logged at DEBUG level only.
+    and exit status 1 (130 on Ctrl-C, also while the commands are still being
+    imported); its traceback is logged at DEBUG level only.
     """
-    if parser is None:
-        parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        if parser is None:
+            parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C during start-up (imports): nothing was done yet
+        print("streamspec: interrupted", file=sys.stderr)
+        return 130
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

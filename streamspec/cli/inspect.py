@@ -92,9 +92,13 @@ def describe_checkpoint(path: str | os.PathLike, top: int = _TOP_EMISSIONS) -> d
         from connectors.state import PartitionState
 
         st = PartitionState.load(path)
+        mark = st.log.mark
         out.update(topic=st.topic, partition=st.partition, offset=st.offset, records=st.records,
                    dead_letters=dict(st.dead_letters), owner=st.owner,
                    written_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.written_at)),
+                   last_record=(mark.describe() if mark is not None else
+                                None if st.log.recorded else "not recorded (older checkpoint)"),
+                   deleted_unread=st.log.deleted_unread, log_resets=st.log.resets,
                    **_describe_acc(st.acc))
     elif kind == "streamspec.SourceState":
         from connectors.state import SourceState
@@ -165,6 +169,7 @@ def _inspect(args) -> int:
     if not files:
         raise CommandError(f"no checkpoint under {path}")
     status = 0
+    partitions: dict[Path, list[Path]] = {}  # folder -> its partition checkpoints
     for f in files:
         try:
             info = describe_checkpoint(f, top=args.top)
@@ -172,16 +177,45 @@ def _inspect(args) -> int:
             print(error_line("inspect", str(exc)), file=sys.stderr)  # and go on with the others
             status = 1
             continue
-        if args.json:
-            print(json.dumps(info, default=str))
-        elif info["format"] == "streamspec.HiddenMarkovModel":
-            print(f"{info['path']}: {info['format']} v{info['version']}")
-            _print_hmm(info)
-        else:
-            print(f"{info['path']}: {info['format']} v{info['version']}")
-            for key, value in info.items():
-                if key not in ("path", "format", "version", "held_out", "quality"):
-                    print(f"  {key}: {value}")
-            for line in info.get("quality", []):
-                print(f"  {line}")
+        if info["format"] == "streamspec.PartitionState":
+            partitions.setdefault(f.parent, []).append(f)
+        _print_info(info, args.json)
+    if path.is_dir():
+        for folder, paths in sorted(partitions.items()):
+            _print_info(_merged(folder, paths), args.json)
     return status
+
+
+def _merged(folder: Path, paths: list[Path]) -> dict[str, Any]:
+    """The merged counts of a state folder's partition checkpoints (what the daemon refits on).
+
+    O(size of the checkpoints): merged by symbol label, as the daemon merges them.
+    """
+    from connectors.state import PartitionState, merge_accumulators
+
+    states = sorted((PartitionState.load(p) for p in paths), key=lambda st: st.partition)
+    merged = merge_accumulators(st.acc for st in states)
+    out = {"path": str(folder), "format": "merged partition counts", "version": None,
+           "partitions": [st.partition for st in states],
+           "offsets": {st.partition: st.offset for st in states},
+           "records": sum(st.records for st in states),
+           "deleted_unread": sum(st.log.deleted_unread for st in states)}
+    out.update(_describe_acc(merged))
+    return out
+
+
+def _print_info(info: dict[str, Any], as_json: bool) -> None:
+    """One checkpoint's summary: a JSON line, or a header line and one line per field."""
+    if as_json:
+        print(json.dumps(info, default=str))
+        return
+    version = f" v{info['version']}" if info["version"] is not None else ""
+    print(f"{info['path']}: {info['format']}{version}")
+    if info["format"] == "streamspec.HiddenMarkovModel":
+        _print_hmm(info)
+        return
+    for key, value in info.items():
+        if key not in ("path", "format", "version", "held_out", "quality"):
+            print(f"  {key}: {value}")
+    for line in info.get("quality", []):
+        print(f"  {line}")
