@@ -36,8 +36,8 @@ Examples
 >>> _ = (folder / "b.txt").write_text("cadabra\\n")
 >>> acc = backfill([folder / "a.txt", folder / "b.txt"], RecordFormat("chars"),
 ...                n_workers=1, chunk_bytes=4)
->>> acc.n_triples        # 22 characters in one sequence: 20 triples
-20.0
+>>> acc.n_triples        # 22 characters and 2 line breaks (spaces), one sequence: 22 triples
+22.0
 >>> import shutil; shutil.rmtree(folder)
 """
 
@@ -112,6 +112,10 @@ def _require_distributed():
         import distributed
     except ImportError as exc:
         raise ImportError(_DASK_HINT) from exc
+    # distributed logs its cluster's start and stop at INFO (some 30 lines): below DEBUG
+    # only its warnings are ours to show
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger("distributed").setLevel(logging.WARNING)
     return distributed
 
 
@@ -123,11 +127,15 @@ def backfill_result(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     alphabet: Sequence[Hashable] | None = None,
     progress: Callable[[int, int], Any] | None = None,
+    on_chunk: Callable[[ChunkResult], Any] | None = None,
 ) -> ChunkResult:
     """Like :func:`backfill`, but the whole :class:`ChunkResult` (counts, records, errors).
 
     ``progress(done, total)`` is called with the bytes of the chunks counted so far
     and of all chunks (local runs: after every chunk; Dask: once at the end).
+    ``on_chunk(result)`` sees the results in file order (local runs: each chunk's as
+    soon as it and those before it are counted; Dask: the whole result at the end),
+    e.g. to report malformed lines; an exception it raises stops the backfill.
     """
     if not isinstance(fmt, RecordFormat):
         raise ValueError(f"fmt must be a RecordFormat, got {type(fmt).__name__}")
@@ -148,21 +156,24 @@ def backfill_result(
     chunks = file_chunks(names, chunk_bytes)
     total = sum(_chunk_size(c) for c in chunks)
     report = progress or (lambda done, total: None)
+    seen = on_chunk or (lambda result: None)
     path = "dask" if scheduler is not None else "processes"
     if not chunks:
         result = ChunkResult(new_chunk_accumulator(alphabet))
     elif scheduler is not None:
         result = _run_dask(chunks, fmt, alphabet, scheduler, n_workers)
+        seen(result)
     else:
         workers, why = pool_size(chunks, n_workers)
         if workers > 1:
             path = f"{workers} processes"
-            result = _run_pool(chunks, fmt, alphabet, workers, report, total)
+            result = _run_pool(chunks, fmt, alphabet, workers, report, total, seen)
         else:
             path = f"serial ({why})"
             results, done = [], 0
             for c in chunks:
                 results.append(count_chunk(c, fmt, alphabet))
+                seen(results[-1])
                 done += _chunk_size(c)
                 report(done, total)
             result = reduce_in_order(results)
@@ -319,19 +330,30 @@ def serial_count(paths: Sequence[str | os.PathLike], fmt: RecordFormat) -> Momen
 
 
 def _run_pool(chunks: list[Chunk], fmt: RecordFormat, alphabet, workers: int,
-              report: Callable[[int, int], Any], total: int) -> ChunkResult:
+              report: Callable[[int, int], Any], total: int,
+              seen: Callable[[ChunkResult], Any]) -> ChunkResult:
     import multiprocessing
     from concurrent.futures import as_completed
 
     # spawn: the caller may run threads (a Dask client, a daemon), which fork would copy locked
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(count_chunk, c, fmt, alphabet): c for c in chunks}
-        done = 0
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures = [pool.submit(count_chunk, c, fmt, alphabet) for c in chunks]
+        index = {f: i for i, f in enumerate(futures)}
+        done, shown = 0, 0
         for f in as_completed(futures):
             f.result()  # a failed chunk fails at once
-            done += _chunk_size(futures[f])
+            done += _chunk_size(chunks[index[f]])
             report(done, total)
+            while shown < len(futures) and futures[shown].done():  # in file order
+                seen(futures[shown].result())
+                shown += 1
         return reduce_in_order([f.result() for f in futures])
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # fail now, not after every chunk
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def _run_dask(chunks: list[Chunk], fmt: RecordFormat, alphabet, scheduler: Any,

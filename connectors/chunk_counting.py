@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from connectors.file_chunks import Chunk
-from connectors.records import MalformedRecord, RecordFormat, RecordParser
+from connectors.records import WORD_PATTERN, MalformedRecord, RecordFormat, RecordParser
 from streamspec.core.checkpoint import CheckpointError, encode_value
 from streamspec.streaming.accumulator import MomentAccumulator
 
@@ -27,6 +27,7 @@ _BLOCK = 16 << 20  # bytes of a chunk read (and counted) at a time
 _SCAN = 1 << 16  # symbols of a chars block whose distinct values are collected first
 _TOKENS_PIECE = 1 << 20  # characters of tokens text split and counted at a time
 _UNICODE_PIECE = 4 << 20  # bytes of non-ASCII chars text counted at a time
+_SAMPLES = 20  # malformed lines of a result reported one by one (the others are counted)
 
 
 
@@ -44,19 +45,32 @@ class ChunkResult:
         Number of lines read.
     errors
         Malformed lines skipped, by :attr:`~connectors.records.MalformedRecord.reason`.
+    lines_by_path
+        Lines read of each file.
+    samples
+        The first malformed lines, ``(path, line, reason, detail)``: ``line`` is
+        1-based, counted from the first line of ``path`` in this result (add the
+        lines of that file in the results before it).
     """
 
     acc: MomentAccumulator
     records: int = 0
     lines: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    lines_by_path: dict[str, int] = field(default_factory=dict)
+    samples: list[tuple[str, int, str, str]] = field(default_factory=list)
 
     def then(self, later: ChunkResult) -> ChunkResult:
         """This result followed by ``later`` (the next piece of the record sequence)."""
         errors = Counter(self.errors)
         errors.update(later.errors)
+        lines = Counter(self.lines_by_path)
+        lines.update(later.lines_by_path)
+        shift = self.lines_by_path
+        samples = self.samples + [(p, n + shift.get(p, 0), r, d) for p, n, r, d in later.samples]
         return ChunkResult(self.acc.concat(later.acc), self.records + later.records,
-                           self.lines + later.lines, dict(errors))
+                           self.lines + later.lines, dict(errors), dict(lines),
+                           samples[:_SAMPLES])
 
 
 def new_chunk_accumulator(alphabet: Sequence[Hashable] | None) -> MomentAccumulator:
@@ -103,7 +117,7 @@ def count_chunk(chunk: Chunk, fmt: RecordFormat, alphabet: Sequence[Hashable] | 
     parser = _parser_at(chunk, fmt)
     plain = not fmt.end_each_line and not fmt.int_symbols
     fast_chars = fmt.encoding == "chars" and plain and _encodable(fmt.key)
-    fast_tokens = fmt.encoding == "tokens" and plain
+    fast_tokens = fmt.encoding in ("tokens", "words") and plain
     for block in _blocks(chunk):
         if fast_chars:
             # non-ASCII text takes 4 bytes a character and more: counted in smaller pieces
@@ -126,8 +140,9 @@ def count_chunk(chunk: Chunk, fmt: RecordFormat, alphabet: Sequence[Hashable] | 
                 result.records += counted_tokens[0]
                 result.lines += counted_tokens[1]
                 continue
-        result.lines += _count_lines(block, fmt, parser, result, errors)
+        result.lines += _count_lines(block, fmt, parser, result, errors, chunk.path)
     result.errors = dict(errors)
+    result.lines_by_path = {chunk.path: result.lines}
     return result
 
 
@@ -192,21 +207,32 @@ def _blocks(chunk: Chunk) -> Iterator[bytes]:
 
 
 def _count_lines(block: bytes, fmt: RecordFormat, parser: RecordParser, result: ChunkResult,
-                 errors: Counter[str]) -> int:
+                 errors: Counter[str], path: str) -> int:
     """Count the lines of ``block`` record by record (any encoding); the number of lines."""
     acc = result.acc
     lines = block.split(b"\n")
     if lines[-1] == b"":
         lines.pop()  # the block ends with a line break: no line after it
-    single = fmt.encoding in ("chars", "tokens")
-    for line in lines:
+    single = fmt.encoding in ("chars", "tokens", "words")
+    # chars reads a line break as a space: the parser must see which lines had one
+    breaks = fmt.encoding == "chars"
+    last = len(lines) - 1 if not block.endswith(b"\n") else len(lines)
+    for number, line in enumerate(lines):
+        if breaks and number < last:
+            line += b"\n"
         if _oversized(line, fmt):
             errors["oversized"] += 1
+            if len(result.samples) < _SAMPLES:
+                size = len(line) - line.endswith(b"\n") - line.rstrip(b"\n").endswith(b"\r")
+                result.samples.append((path, result.lines + number + 1, "oversized",
+                                       f"line of {size} bytes exceeds max_bytes={fmt.max_bytes}"))
             continue
         try:
             records = parser.parse(line)
         except MalformedRecord as exc:
             errors[exc.reason] += 1
+            if len(result.samples) < _SAMPLES:
+                result.samples.append((path, result.lines + number + 1, exc.reason, exc.detail))
             continue
         if single:  # one stream, symbols then at most one end marker
             symbols = [r.symbol for r in records if r.symbol is not None]
@@ -226,16 +252,34 @@ def _count_lines(block: bytes, fmt: RecordFormat, parser: RecordParser, result: 
 
 
 def _chars_tables(fmt: RecordFormat) -> tuple[bytes, bytes]:
-    """``bytes.translate`` table and deletions turning ASCII chars input into its symbols."""
+    """``bytes.translate`` table and deletions turning ASCII chars input into its symbols.
+
+    A line break becomes a space (deleted with the spaces when ``keep`` drops them);
+    the breaks of blank lines must have been turned into "\r" first (:func:`_blank_breaks`).
+    """
     table = bytearray(range(256))
-    delete = bytearray(b"\r\n")
+    delete = bytearray(b"\r")
     for b in range(128):
         ch = chr(b)
         if fmt.lowercase:
             table[b] = ord(ch.lower())
         if ch not in "\r\n" and fmt.keep is not None and chr(table[b]) not in fmt.keep:
             delete.append(b)
+    table[10] = 32
+    if fmt.keep is not None and " " not in fmt.keep:
+        delete.append(10)
     return bytes(table), bytes(delete)
+
+
+def _blank_breaks(arr: np.ndarray, breaks: np.ndarray) -> np.ndarray:
+    """Which of the line breaks at ``breaks`` (positions in ``arr``) end a blank line.
+
+    A blank line holds nothing but "\r": its break is no space. ``arr`` holds bytes
+    (or code points); the first line's start is the block's.
+    """
+    content = np.cumsum((arr != 10) & (arr != 13))
+    before = np.concatenate(([0], content[breaks[:-1]])) if breaks.size else breaks
+    return content[breaks] - before == 0
 
 
 def _line_ends(block: bytes, fmt: RecordFormat) -> np.ndarray | None:
@@ -271,7 +315,7 @@ def _pieces(block: bytes, size: int) -> Iterator[bytes]:
 
 def _count_tokens_block(block: bytes, fmt: RecordFormat,
                         acc: MomentAccumulator) -> tuple[int, int] | None:
-    """Count a ``tokens`` block in one ``learn_many`` (symbols, lines), else None.
+    """Count a ``tokens`` (or ``words``) block in one ``learn_many`` (symbols, lines), else None.
 
     The tokens of consecutive lines continue one sequence, and a line break is
     whitespace: splitting the whole block gives the tokens of its lines in order.
@@ -282,14 +326,18 @@ def _count_tokens_block(block: bytes, fmt: RecordFormat,
     text = None if ends is None else _block_text(block)
     if text is None:
         return None
-    if fmt.lowercase:  # lower-casing per token or per block is the same: spaces separate
+    words = fmt.encoding == "words"
+    if fmt.lowercase and not words:  # per token or per block is the same: spaces separate
         text = text.lower()
     n_tokens, start = 0, 0
     while start < len(text):
         # pieces of whole lines: the tokens of a whole block at once take 10x the memory
         cut = text.find("\n", start + _TOKENS_PIECE)
         stop = len(text) if cut < 0 else cut + 1
-        tokens = text[start:stop].split()
+        piece = text[start:stop]
+        tokens = WORD_PATTERN.findall(piece) if words else piece.split()
+        if words and fmt.lowercase:  # as the parser: found first, then lower-cased
+            tokens = [t.lower() for t in tokens]
         if tokens:
             acc.learn_many(tokens, fmt.key)
         n_tokens += len(tokens)
@@ -303,8 +351,9 @@ def _count_chars_block(
     """Vectorised count of a ``chars`` block with no oversized line, else None.
 
     Gives what the parser and ``learn_one`` give: within a line "\\r" is never a
-    symbol; lines are lower-cased then filtered by ``keep``; all lines continue one
-    sequence of stream ``fmt.key``. The counts are taken with a fixed alphabet of the
+    symbol; a line break is a space except that of a blank line; lines are
+    lower-cased then filtered by ``keep``; all lines continue one sequence of stream
+    ``fmt.key``. The counts are taken with a fixed alphabet of the
     symbols present (fast), then relabelled: ``labels`` first, new characters in
     order of first appearance. ASCII blocks are mapped byte by byte; other UTF-8
     text by code point (an undecodable line or a byte-order mark: None, the parser's
@@ -316,6 +365,13 @@ def _count_chars_block(
     if not block.isascii():
         return _count_unicode_chars(block, fmt, labels, ends)
     table, delete = _chars_tables(fmt)
+    arr = np.frombuffer(block, dtype=np.uint8)
+    breaks = np.flatnonzero(arr == 10)
+    blank = breaks[_blank_breaks(arr, breaks)]
+    if blank.size:  # the breaks of blank lines add no space: make them "\r" (deleted)
+        arr = arr.copy()
+        arr[blank] = 13
+        block = arr.tobytes()
     symbols = block.translate(table, delete)
     # the characters present, in order of first appearance: those of a prefix, then the
     # others (which do not occur in the prefix, so their order in the rest is the order)
@@ -347,7 +403,10 @@ def _count_unicode_chars(
         return None  # capital sigma lower-cases by context: the parser's path, line by line
     if fmt.lowercase:
         text = text.lower()
-    cp = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    cp = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).copy()
+    breaks = np.flatnonzero(cp == 10)
+    blank = _blank_breaks(cp, breaks)
+    cp[breaks[~blank]] = 32  # a line break is a space, except that of a blank line
     mask = (cp != 10) & (cp != 13)
     if fmt.keep is not None:
         mask &= np.isin(cp, np.fromiter((ord(c) for c in fmt.keep), dtype=np.uint32))

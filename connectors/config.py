@@ -27,9 +27,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from connectors.malformed import parse_limit
 from streamspec.core import defaults
 
-__all__ = ["DaemonConfig", "load_toml", "mestimator_params", "ESTIMATOR_SETTINGS"]
+__all__ = ["DaemonConfig", "load_toml", "mestimator_params", "ESTIMATOR_SETTINGS",
+           "DEFAULT_BOOTSTRAP"]
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"  # used when no broker address is given
 
 ESTIMATOR_SETTINGS = {  # setting of the CLI and the daemon -> parameter of MEstimator
     "rank": "rank",
@@ -99,6 +103,11 @@ class DaemonConfig:
         Cap of every partition's alphabet (``None``: unbounded). Once full, new labels
         are counted as the reserved symbol ``"<other>"``, so that the counts stay
         bounded on open vocabularies (see :class:`~streamspec.MomentAccumulator`).
+    max_malformed
+        When skipping malformed messages (dead letters) becomes failure, as for files
+        (:mod:`connectors.malformed`): a count, a share ``"P%"`` or ``None``/``"none"``
+        (the default: never; a daemon's poison messages go to its dead-letter topic).
+        Past it the daemon stops cleanly (checkpoint, commit) with exit status 3.
     hmm_states
         If set, every refit also fits a hidden Markov model with this many states on
         the same counts (:class:`~streamspec.WithHMM`, warm-started from the previous
@@ -167,12 +176,16 @@ class DaemonConfig:
         The state topic of the kafka backend (default ``<topic>.state``; created
         with as many partitions as the source topic).
     on_offset_out_of_range
-        What to do with a partition whose checkpoint offset is beyond the log's
-        high-water mark, or before its log-start offset (the topic was deleted and
-        re-created, or retention removed records not yet read): ``"fail"``
-        (default: the partition is not read, an error names it, the exit status is
-        not 0) or ``"reset"`` (keep the counts, read from the log start, log what
-        was skipped).
+        What to do with a partition whose log is not the one its checkpoint was read
+        from (the last record counted is not at its offset any more, the topic id
+        changed, or the log ends before it: the topic was deleted and re-created, the
+        broker lost its log, a leader election truncated it), and with records deleted
+        before they were read (retention ahead of the daemon). ``"fail"`` (default):
+        the partition is not read, an error names it, the checkpoint's record and what
+        the log holds now, and the exit status is not 0. ``"reset"``: keep the counts
+        and read on, from the new log's start or after the deleted records, logging
+        how many records cannot be vouched for (deleted ones are counted in the
+        checkpoint). See :mod:`connectors.kafka.verification`.
 
     Examples
     --------
@@ -196,7 +209,7 @@ class DaemonConfig:
     """
 
     topic: str
-    bootstrap: str = "127.0.0.1:9092"
+    bootstrap: str = DEFAULT_BOOTSTRAP
     group: str = "streamspec"
     state_dir: str = "streamspec-state"
     client_id: str | None = None
@@ -233,6 +246,7 @@ class DaemonConfig:
     state_backend: str = "local"
     state_topic: str | None = None
     on_offset_out_of_range: str = "fail"
+    max_malformed: str | int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or not self.topic:
@@ -281,6 +295,8 @@ class DaemonConfig:
                              f"got {self.refit_interval!r}")
         if self.metrics_port is not None and _bad_int(self.metrics_port, minimum=0):
             raise ValueError(f"metrics_port must be a port number, got {self.metrics_port!r}")
+        if self.max_malformed is not None:
+            parse_limit(self.max_malformed)  # the one policy of files and Kafka
 
     @property
     def warm_sweeps(self) -> int:

@@ -55,7 +55,8 @@ def check_files(
     Looks at the first 64 KiB of every file (decompressed for ``.gz``):
 
     * a directory, or (unless ``missing_ok``) a path that does not exist;
-    * a binary file: a NUL byte, or bytes that are not UTF-8;
+    * a binary file: a NUL byte, or half the lines looked at not UTF-8 (fewer are
+      skipped as malformed lines when read, with a warning);
     * ``csv``: a header row (see ``RecordFormat.csv_header``) without the symbol
       field or one of ``fields``; a first row that holds another field's name but
       not the symbol field's (a header lacking it); a first row that is no header
@@ -131,18 +132,37 @@ def check_files(
 
 
 def _check_text(path: str, head: bytes, complete: bool) -> None:
+    """Refuse a file that is no UTF-8 text: a NUL byte, or half its first lines not UTF-8.
+
+    A few lines that are not UTF-8 among text are no reason to refuse the file: they
+    are skipped and reported as any malformed line is, wherever they are
+    (:mod:`connectors.malformed`).
+    """
     nul = head.find(b"\x00")
     if nul >= 0:
         raise InputError(f"{path}: not a text file (a NUL byte at offset {nul}"
                          f"{looks_like(head)})")
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # a character cut by the end of the block is no error
-        if complete or exc.start < len(head) - 3 or exc.reason != "unexpected end of data":
-            raise InputError(
-                f"{path}: not UTF-8 text (byte 0x{head[exc.start:exc.start + 1].hex()} at "
-                f"offset {exc.start}{looks_like(head)})") from None
+    if not complete:  # a character cut by the end of the block is no error: drop that line
+        cut = head.rfind(b"\n")
+        head = head[:cut + 1] if cut >= 0 else head[:max(0, len(head) - 3)]
+    lines = head.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    bad, first = 0, None
+    offset = 0
+    for line in lines:
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad += 1
+            if first is None:
+                first = (line[exc.start:exc.start + 1].hex(), offset + exc.start)
+        offset += len(line) + 1
+    if first is not None and (2 * bad >= len(lines) or looks_like(head)):
+        raise InputError(
+            f"{path}: not UTF-8 text (byte 0x{first[0]} at offset {first[1]}, {bad} of the "
+            f"first {len(lines)} lines{looks_like(head)}); convert it, e.g. "
+            f"iconv -f latin1 -t utf-8")
 
 
 def _first_line(head: bytes) -> bytes:

@@ -92,6 +92,8 @@ class FileSource:
         Number of malformed lines seen (skipped).
     errors_by_reason : collections.Counter
         The same, by :attr:`MalformedRecord.reason`.
+    lines : int
+        Lines read (records or not), for the share of malformed ones.
 
     Notes
     -----
@@ -170,6 +172,7 @@ class FileSource:
         self.idle_timeout = None if idle_timeout is None else float(idle_timeout)
         self.on_error = on_error
         self.errors = 0
+        self.lines = 0
         self.errors_by_reason: Counter[str] = Counter()
         self._stop = threading.Event()
         self._lock = threading.Lock()  # position() may be called from another thread
@@ -267,6 +270,7 @@ class FileSource:
             self._set_position(r.consumed_position())
             return
         skip = r.take_skip()
+        self.lines += 1
         records: list[Record] = []
         if ln.oversized:
             self._report(r, ln, MalformedRecord(

@@ -42,6 +42,12 @@ class DaemonMetrics:
     unreadable_checkpoints: int = 0
     refit_failures: int = 0
     broker_failures: int = 0
+    verifications: int = 0
+    log_mismatches: int = 0
+    log_resets: int = 0
+    records_deleted_unread: int = 0
+    rejoins: int = 0
+    reconnections: int = 0
     started: float = field(default_factory=time.monotonic)
     _last_status_time: float = field(default_factory=time.monotonic)
     _last_status_messages: int = 0
@@ -82,6 +88,16 @@ class DaemonMetrics:
             f"streamspec_broker_failures_total {self.broker_failures}",
             "# TYPE streamspec_predictions_total counter",
             f"streamspec_predictions_total {self.predictions}",
+        ]
+        lines += _counters({
+            "log_verifications_total": self.verifications,
+            "log_mismatches_total": self.log_mismatches,
+            "log_resets_total": self.log_resets,
+            "records_deleted_unread_total": self.records_deleted_unread,
+            "rejoins_total": self.rejoins,
+            "reconnections_total": self.reconnections,
+        })
+        lines += [
             "# TYPE streamspec_last_loss gauge",
             f"streamspec_last_loss {_num(self.last_loss)}",
             "# TYPE streamspec_last_fit_seconds gauge",
@@ -92,6 +108,11 @@ class DaemonMetrics:
         for name, value in sorted((gauges or {}).items()):
             lines += [f"# TYPE streamspec_{name} gauge", f"streamspec_{name} {_num(value)}"]
         return "\n".join(lines) + "\n"
+
+
+def _counters(values: dict[str, int]) -> list[str]:
+    return [line for name, v in values.items()
+            for line in (f"# TYPE streamspec_{name} counter", f"streamspec_{name} {v}")]
 
 
 def _num(x: float) -> str:

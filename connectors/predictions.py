@@ -1,15 +1,20 @@
 """Next-symbol predictions per stream, from the latest model, as JSON messages.
 
+Each record's symbol is first predicted (its prequential probability feeds the weights and
+the running log loss), then the stream's next symbol is predicted:
+:class:`~streamspec.streaming.online_predictor.OnlinePredictor` does both.
+
 Examples
 --------
->>> from streamspec import ObservableOperatorModel
->>> coin = ObservableOperatorModel([1.0], [1.0], [[[0.25]], [[0.75]]], symbols=["t", "h"])
->>> p = StreamPredictor(coin, version=1)
+>>> from streamspec import MomentAccumulator, SpectralEstimator
+>>> acc = MomentAccumulator()
+>>> acc.learn_many(list("hthhthhhth") * 30)
+>>> p = StreamPredictor(SpectralEstimator(rank=2).fit(acc), version=1)
 >>> out = p.observe("user-1", "h")
->>> out["next"], out["top"], out["model_version"]
-({'h': 0.75, 't': 0.25}, 'h', 1)
+>>> out["top"], out["model_version"], sorted(out["next"])
+('h', 1, ['h', 't'])
 >>> p.observe("user-1", "never-seen")["history"]
-['h']
+['h', 'never-seen']
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from streamspec.core.model import ObservableOperatorModel
+from streamspec.streaming.online_predictor import UNSEEN, OnlinePredictor
 
 __all__ = ["StreamPredictor"]
 
@@ -28,17 +34,24 @@ _MAX_LISTED = 20  # larger alphabets: only the most probable symbols are listed
 
 
 class StreamPredictor:
-    """Keeps the last symbols of every stream and predicts each stream's next symbol.
+    """Keeps every stream's context and hidden state and predicts each stream's next symbol.
 
     Parameters
     ----------
     model
-        The model (its ``symbols`` label the indices; without labels, indices are
-        the labels).
+        The model (its ``symbols`` label the indices; without labels, indices are the
+        labels).
     version
         Written into every prediction (the refit number).
     history
-        Symbols kept per stream (default: the model's window, at least 1).
+        Symbols listed in a prediction's ``history`` (default: the model's window, at least
+        2).
+
+    Attributes
+    ----------
+    online
+        The :class:`~streamspec.streaming.online_predictor.OnlinePredictor`: the learned
+        weights and the prequential log loss (``online.log_loss``) of the symbols seen.
     """
 
     def __init__(
@@ -46,37 +59,40 @@ class StreamPredictor:
     ):
         self.version = version
         self._histories: dict[Hashable, deque] = {}
-        self._length = history if history is not None else max(1, int(model.window))
+        self._length = history if history is not None else max(2, int(model.window))
+        self.online = OnlinePredictor(window=model.window)
         self.set_model(model, version)
 
     def set_model(self, model: ObservableOperatorModel, version: int) -> None:
-        """Switch to a new model; stream histories are kept (they are labels)."""
+        """Switch to a new model; streams keep their symbols, the weights what they learned."""
         self.model = model
         self.version = version
         labels = model.symbols if model.symbols is not None else list(range(model.n_symbols))
         self._labels = list(labels)
         self._index = {s: i for i, s in enumerate(self._labels)}
+        self.online.set_model(model)
 
     def forget(self, key: Hashable) -> None:
         """The stream's sequence ended: its next symbol starts from no history."""
         self._histories.pop(key, None)
+        self.online.end(key)
 
     def observe(self, key: Hashable, symbol: Hashable) -> dict[str, Any]:
         """Append ``symbol`` to stream ``key``; the distribution of its next symbol.
 
-        O(window · k² + n · k) for n symbols and rank k (the 20 most probable are listed).
+        O(E · K + K²) to learn from the symbol, O(n · K) for the distribution (the 20 most
+        probable are listed).
         """
         h = self._histories.get(key)
         if h is None:
             h = self._histories[key] = deque(maxlen=self._length)
         h.append(symbol)
-        idx = [self._index[s] for s in h if s in self._index]
-        p = np.asarray(self.model.predict_proba_next(np.asarray(idx, dtype=np.int64)),
-                       dtype=np.float64)
+        self.online.observe(key, self._index.get(symbol, UNSEEN))
+        p = self.online.row(key)
         order = _top(p, _MAX_LISTED)
         return {
             "key": key,
-            "history": [self._labels[i] for i in idx],
+            "history": list(h),
             "next": {_jsonable(self._labels[i]): round(float(p[i]), 6) for i in order},
             "top": self._labels[int(order[0])],
             "model_version": self.version,

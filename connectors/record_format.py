@@ -16,7 +16,7 @@ __all__ = [
     "Field", "MalformedRecord", "Record", "RecordFormat", "format_from_options",
 ]
 
-ENCODINGS = ("chars", "tokens", "csv", "jsonl")
+ENCODINGS = ("chars", "tokens", "words", "csv", "jsonl")
 """Encodings of text lines understood by :func:`parse_line`."""
 
 VALUE_FORMATS = ("text", "json")
@@ -131,7 +131,7 @@ class RecordFormat:
         Encoding of text lines: one of :data:`ENCODINGS`.
     key
         The stream key of records whose input names none (every ``chars`` and
-        ``tokens`` record; CSV/JSON rows without a key; Kafka messages without one).
+        ``tokens``/``words`` record; CSV/JSON rows without a key; Kafka messages without one).
     lowercase
         Lower-case every text symbol.
     keep
@@ -139,7 +139,7 @@ class RecordFormat:
         one-character strings); other characters are dropped. Applied after
         ``lowercase``.
     end_each_line
-        ``chars`` and ``tokens``: follow the symbols of every non-blank line by an
+        ``chars``, ``tokens`` and ``words``: follow the symbols of every non-blank line by an
         end marker, so that each line is a sequence of its own. By default all lines
         continue one sequence.
     int_symbols
@@ -178,7 +178,7 @@ class RecordFormat:
     >>> RecordFormat("xml")
     Traceback (most recent call last):
     ...
-    ValueError: unknown encoding 'xml'; expected one of chars, tokens, csv, jsonl
+    ValueError: unknown encoding 'xml'; expected one of chars, tokens, words, csv, jsonl
 
     """
 

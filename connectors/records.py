@@ -15,9 +15,17 @@ can count, log or skip bad input without ever stopping on it.
 Encodings of text lines
 -----------------------
 ``"chars"``
-    Every character of the line is one symbol; the line break is not.
+    Every character of the line is one symbol, and the line break is read as a
+    space (wrapped prose keeps its words apart), except the break of a blank line
+    (a paragraph break adds nothing) and with ``end_each_line`` or ``int_symbols``
+    (the break then ends the line's sequence, or is no integer). ``keep`` filters
+    that space like any other.
 ``"tokens"``
     Every whitespace-separated token is one symbol.
+``"words"``
+    Words and punctuation: a run of letters and digits (with inner apostrophes or
+    hyphens: ``don't``, ``well-known``) is one symbol, every other non-space
+    character one symbol of its own (:data:`WORD_PATTERN`).
 ``"csv"``
     One record per row; the key, symbol, timestamp and end-flag columns are named
     by ``key_field``, ``symbol_field``, ``time_field`` and ``end_field`` (names
@@ -33,6 +41,7 @@ The types live in :mod:`connectors.record_format` (re-exported here), CSV rows i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Iterable, Sequence
 
 from connectors.csv_records import csv_columns, csv_row, header_key, looks_like_header, record_from_row
@@ -58,10 +67,19 @@ __all__ = [
     "Record",
     "RecordFormat",
     "RecordParser",
+    "WORD_PATTERN",
     "format_from_options",
     "parse_kafka",
     "parse_line",
 ]
+
+
+WORD_PATTERN = re.compile(r"\w+(?:['’\-]\w+)*|[^\w\s]")
+"""The ``words`` encoding's tokens: words (inner ``'``, ``’``, ``-`` kept) and single punctuation marks.
+
+>>> WORD_PATTERN.findall("Don't stop, Mr. well-known--now!")
+["Don't", 'stop', ',', 'Mr', '.', 'well-known', '-', '-', 'now', '!']
+"""
 
 
 def parse_line(
@@ -94,9 +112,13 @@ def parse_line(
     Examples
     --------
     >>> [r.symbol for r in parse_line(b"ab c\\n", RecordFormat("chars"))]
+    ['a', 'b', ' ', 'c', ' ']
+    >>> [r.symbol for r in parse_line("ab c", RecordFormat("chars"))]  # no line break given
     ['a', 'b', ' ', 'c']
     >>> [r.symbol for r in parse_line("the  cat sat", RecordFormat("tokens"))]
     ['the', 'cat', 'sat']
+    >>> [r.symbol for r in parse_line("the cat, sat.", RecordFormat("words"))]
+    ['the', 'cat', ',', 'sat', '.']
     >>> parse_line('{"key": "u1", "symbol": 3, "ts": 1.5}', RecordFormat("jsonl"))
     [Record(key='u1', symbol=3, timestamp=1.5, end=False)]
     >>> parse_line("u1,x,,1", RecordFormat("csv"))
@@ -109,9 +131,11 @@ def parse_line(
     """
     text = _line_text(line, fmt.max_bytes)
     if fmt.encoding == "chars":
-        return _parse_chars(text, fmt)
+        return _parse_chars(text, fmt, _has_break(line))
     if fmt.encoding == "tokens":
         return _symbols_to_records(text.split(), fmt)
+    if fmt.encoding == "words":
+        return _symbols_to_records(WORD_PATTERN.findall(text), fmt)
     if fmt.encoding == "csv":
         row = csv_row(text, fmt.delimiter)
         if not row:
@@ -225,12 +249,20 @@ def _decode(data: bytes, what: str) -> str:
         ) from None
 
 
-def _parse_chars(text: str, fmt: RecordFormat) -> list[Record]:
+def _has_break(line: str | bytes) -> bool:
+    return line[-1:] in ("\n", b"\n")
+
+
+def _parse_chars(text: str, fmt: RecordFormat, broken: bool = False) -> list[Record]:
+    """The symbols of a chars line; ``broken``: the line ended with a line break (a space)."""
     if fmt.lowercase:
         text = text.lower()
     keep = fmt.keep
     # line breaks inside a str line are never symbols (they separate lines)
-    symbols = [c for c in text if c not in "\r\n" and (keep is None or c in keep)]
+    chars = [c for c in text if c not in "\r\n"]
+    if broken and chars and not (fmt.end_each_line or fmt.int_symbols):
+        chars.append(" ")  # wrapped prose: the break between two words is whitespace
+    symbols = chars if keep is None else [c for c in chars if c in keep]
     return _records_of(symbols, fmt, already_lower=True)
 
 

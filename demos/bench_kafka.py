@@ -12,6 +12,14 @@ each run in a fresh consumer group. A rate is measured from the first message
 received to the last (group joins are excluded), and the median of the runs is
 reported with the ratio daemon / bare.
 
+With ``--verify-cost`` it measures what verifying a restored partition's log costs
+(:mod:`connectors.kafka.verification`: the last record counted is fetched again
+and compared before the partition is read on): daemons restored from the same
+checkpoints, with new records waiting, once as they are (verified by record) and
+once with the log identity removed from the checkpoints (as written before it
+was kept: offsets only), interleaved, fresh groups; per partition, the time from
+its assignment to its first new record counted.
+
 With ``--fetch-compare`` it compares instead the daemon's fetch size before and
 after partitions were interleaved (``fetch_max_bytes`` 50 MiB, kafka-python's
 default, against the daemon's 1 MiB), with a backlog (the topic written first)
@@ -21,7 +29,11 @@ far the other partitions were read when the first one reached its end.
 Usage::
 
     python demos/bench_kafka.py [--messages 200000] [--runs 3] [--partitions 1]
-                                [--weighting exact] [--rank 2] [--fetch-compare]
+                                [--weighting W] [--rank 2] [--fetch-compare] [--verify-cost]
+                                [--quick]
+
+``--weighting`` defaults to the daemon's own default (MEstimator's); ``--quick``
+is a smoke run (20,000 messages, one run).
 """
 
 from __future__ import annotations
@@ -180,19 +192,118 @@ def fetch_compare(bootstrap: str, tmp: str, n: int, runs: int, partitions: int,
               f"{100 * statistics.median(shares[label]):>25.0f}%")
 
 
+class _Timed(ConsumerDaemon):
+    """A daemon noting when each partition is assigned, verified, and counts a new record."""
+
+    def __init__(self, cfg: DaemonConfig, restored: dict[int, int]):
+        super().__init__(cfg)
+        self.restored = restored  # partition -> checkpoint offset
+        self.assigned: dict[int, float] = {}
+        self.first_new: dict[int, float] = {}
+        acquire = self.ownership.acquire
+
+        def timed_acquire(partitions):
+            now = time.perf_counter()
+            for tp in partitions:
+                self.assigned.setdefault(tp.partition, now)
+            acquire(partitions)
+
+        self.ownership.acquire = timed_acquire
+
+    def _consume(self, tp, messages) -> None:
+        super()._consume(tp, messages)
+        state = self.states.get(tp)
+        if (state is not None and tp.partition not in self.first_new
+                and state.offset > self.restored[tp.partition]):
+            self.first_new[tp.partition] = time.perf_counter()
+
+
+def _restored_copy(src: str, dst: str, topic: str, group: str, identity: bool) -> dict[int, int]:
+    """Copy a state folder's checkpoints for ``group``; without the log identity if asked."""
+    from connectors.state import PartitionState, StateStore
+    from streamspec.core.checkpoint import write_checkpoint
+
+    store, offsets = StateStore(dst, group=group), {}
+    for st in StateStore(src).load_all(topic):
+        st.group = group
+        offsets[st.partition] = st.offset
+        if identity:
+            store.save(st)
+            continue
+        header, arrays = st.checkpoint_parts()
+        del header["log"]  # as written before identities were kept
+        path = store.path(topic, st.partition)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_checkpoint(path, "streamspec.PartitionState", 2, header, arrays)
+        assert not PartitionState.load(path).log.recorded
+    return offsets
+
+
+def verify_cost(bootstrap: str, tmp: str, n: int, runs: int, partitions: int) -> None:
+    """Assignment -> first new record counted, with and without the log verified."""
+    topic = "verify"
+    create_topic(bootstrap, topic, partitions)
+    produce(bootstrap, topic, n)
+    base = f"{tmp}/verify-base"
+    d = ConsumerDaemon(DaemonConfig(topic=topic, bootstrap=bootstrap, group="verify-base",
+                                    state_dir=base, refit_every=0, status_interval=0, **GROUP))
+    thread = threading.Thread(target=d.run)
+    thread.start()
+    while d.metrics.messages < n:
+        time.sleep(0.01)
+    d.stop()
+    thread.join()
+    labels = {"verified (last record re-read)": True, "offsets only (older checkpoint)": False}
+    delays: dict[str, list[float]] = {label: [] for label in labels}
+    for run in range(runs):
+        produce(bootstrap, topic, 200 * partitions)  # new records waiting in every partition
+        for label in (list(labels) if run % 2 == 0 else list(labels)[::-1]):
+            group = f"verify-{run}-{labels[label]}"
+            state_dir = f"{tmp}/{group}"
+            restored = _restored_copy(base, state_dir, topic, group, labels[label])
+            cfg = DaemonConfig(topic=topic, bootstrap=bootstrap, group=group, state_dir=state_dir,
+                               refit_every=0, status_interval=0, **GROUP)
+            d = _Timed(cfg, restored)
+            thread = threading.Thread(target=d.run)
+            thread.start()
+            deadline = time.monotonic() + 60
+            while len(d.first_new) < partitions and time.monotonic() < deadline:
+                time.sleep(0.002)
+            d.stop()
+            thread.join()
+            delays[label] += [d.first_new[p] - d.assigned[p] for p in d.first_new]
+        print(f"run {run + 1}: " + ", ".join(
+            f"{label} {1000 * statistics.median(v[-partitions:]):.1f} ms"
+            for label, v in delays.items()), flush=True)
+    print(f"\nassignment -> first new record counted, {partitions} partitions x {runs} runs "
+          f"(median, max):")
+    for label, v in delays.items():
+        print(f"  {label:<34} {1000 * statistics.median(v):7.1f} ms  {1000 * max(v):7.1f} ms")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=1)
-    parser.add_argument("--weighting", default="exact", help="weighting of the refits")
+    parser.add_argument("--weighting", default=None,
+                        help="weighting of the refits (default: the daemon's, MEstimator's)")
     parser.add_argument("--rank", type=int, default=2, help="rank of the refits")
     parser.add_argument("--fetch-compare", action="store_true",
                         help="compare the fetch size before/after partitions were interleaved")
+    parser.add_argument("--quick", action="store_true", help="20,000 messages, one run")
+    parser.add_argument("--verify-cost", action="store_true",
+                        help="time a restored partition's log verification (assignment -> "
+                             "first new record, with and without it)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.messages, args.runs = 20_000, 1
     logging.basicConfig(level=logging.WARNING)
     n = args.messages
     with local_broker() as bootstrap, tempfile.TemporaryDirectory() as tmp:
+        if args.verify_cost:
+            verify_cost(bootstrap, tmp, n, args.runs, args.partitions)
+            return 0
         if args.fetch_compare:
             fetch_compare(bootstrap, tmp, n, args.runs, args.partitions,
                           weighting=args.weighting, rank=args.rank)
@@ -203,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         produce(bootstrap, topic, n)
         print(f"produced {n} messages in {time.perf_counter() - t:.1f}s "
               f"({args.partitions} partition(s)); refits: rank {args.rank}, "
-              f"{args.weighting} weighting, every 20,000 symbols")
+              f"{args.weighting or 'the default'} weighting, every 20,000 symbols")
         bare_rates, daemon_rates, refits = [], [], []
         for run in range(args.runs):
             bare_rates.append(bare(bootstrap, topic, f"bare-{run}", n))

@@ -5,7 +5,7 @@
 For each data set the counts of the first 99% of the training stream are fitted once
 (``fit_with_state``: the state a refitter keeps), the last 1% is added, and then, side by
 side in one process and interleaved (best of ``--repeats``), the same estimator refits
-warm from that state (``fit_with_state(acc, init=state)``, docs/math.md section 9) and
+warm from that state (``fit_with_state(acc, init=state)``, docs/math.md section 10) and
 cold (``fit(acc)``) on the new counts. Both models are scored on held-out tokens. Cases:
 ``MEstimator`` and ``SpectralEstimator``, without the backoff and with it (the default),
 and the strict warm refit (``basis_tol=0``: the bases are always refreshed, by a subspace

@@ -187,8 +187,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sessions", type=int, default=1_000, help="interleaved sessions")
     parser.add_argument("--length", type=int, default=150, help="symbols per session")
     parser.add_argument("--refit-every", type=int, default=10_000)
-    parser.add_argument("--out", type=Path, default=HERE / "river_pipeline.png")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="PNG of the curves (default demos/river_pipeline.png; with "
+                             "--quick none: the documented figure is not overwritten)")
     args = parser.parse_args(argv)
+    if args.out is None and not args.quick:
+        args.out = HERE / "river_pipeline.png"
     if args.quick:
         args.sessions, args.length = 200, 100
         args.refit_every = min(args.refit_every, 2_000)
@@ -215,7 +219,8 @@ def main(argv: list[str] | None = None) -> None:
     title = f"{args.sessions:,} interleaved sessions × {args.length} symbols"
     report(title, results, (oracle_acc, oracle_ce))
     panels.append(("Sessions", results, (oracle_acc, oracle_ce)))
-    plot(panels, args.out)
+    if args.out is not None:
+        plot(panels, args.out)
 
 
 if __name__ == "__main__":

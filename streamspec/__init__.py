@@ -21,7 +21,7 @@ _EXPORTS = {
     "DenseTooLarge": "streamspec.core.triples",
     "HMMEstimator": "streamspec.core.hmm_estimator",
     "HiddenMarkovModel": "streamspec.core.hidden_markov_model",
-    "KneserNeyBigram": "streamspec.core.backoff",
+    "KneserNeyTrigram": "streamspec.core.trigram",
     "MEstimator": "streamspec.core.mestimator",
     "MFactors": "streamspec.core.factors",
     "MomentAccumulator": "streamspec.streaming.accumulator",
@@ -41,7 +41,7 @@ __all__ = [
     "HMM",
     "HMMEstimator",
     "HiddenMarkovModel",
-    "KneserNeyBigram",
+    "KneserNeyTrigram",
     "MEstimator",
     "MFactors",
     "MomentAccumulator",
@@ -70,7 +70,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static checkers and IDEs see the names as if imported eagerly
     from streamspec.adapters.river_model import SpectralHMM
     from streamspec.core.alphabet import Alphabet
-    from streamspec.core.backoff import Backoff, KneserNeyBigram
+    from streamspec.core.backoff import Backoff
     from streamspec.core.checkpoint import CheckpointError
     from streamspec.core.factors import MFactors
     from streamspec.core.hidden_markov_model import HiddenMarkovModel
@@ -79,6 +79,7 @@ if TYPE_CHECKING:  # static checkers and IDEs see the names as if imported eager
     from streamspec.core.mestimator import MEstimator
     from streamspec.core.model import ObservableOperatorModel
     from streamspec.core.spectral import SpectralEstimator
+    from streamspec.core.trigram import KneserNeyTrigram
     from streamspec.core.triples import DenseTooLarge, Triples
     from streamspec.streaming.accumulator import MomentAccumulator
     from streamspec.streaming.refitter import Refitter

@@ -8,6 +8,8 @@ Imported as ``kafka_helpers`` (pytest puts the ``tests`` folder, where ``conftes
 from __future__ import annotations
 
 import os
+import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -209,3 +211,245 @@ def committed(bootstrap, group: str, topic: str) -> dict[int, int]:
 
 
 # ---------------------------------------------------------------------------- tests
+
+
+# ---------------------------------------------------------------------------- faults of the log
+
+
+def topic_records(bootstrap, topic: str) -> dict[int, list]:
+    """Every record of ``topic`` on the broker, per partition, in offset order (to its high water)."""
+    from connectors.state.topic_io import read_topic
+
+    out: dict[int, list] = {}
+    read_topic(bootstrap, topic, lambda m: out.setdefault(m.partition, []).append(m),
+               client_id="test-reader")
+    return {p: sorted(ms, key=lambda m: m.offset) for p, ms in out.items()}
+
+
+def pieces_reference(*pieces) -> MomentAccumulator:
+    """The counts of several runs of messages, each one's streams ended before the next begins.
+
+    What the daemon keeps after a reset or a gap: no triple spans two pieces.
+    """
+    from connectors.state import merge_accumulators
+
+    return merge_accumulators(reference(piece) for piece in pieces)
+
+
+def event_lines(text: str, event: str) -> list[str]:
+    return [ln for ln in text.splitlines() if f"event={event} " in ln or ln.endswith(f"event={event}")]
+
+
+def field(line: str, name: str) -> str:
+    """The value of ``name=value`` in a log line (up to the next space)."""
+    return line.split(f" {name}=", 1)[1].split()[0]
+
+
+class FixedPortBroker:
+    """A Tansu broker on a given loopback port: start another on the same address after a kill.
+
+    With in-memory storage a killed broker loses everything; a new one on the same port is
+    the 'broker replaced by an empty one' of a real outage.
+    """
+
+    def __init__(self, port: int, log_path: Path):
+        self.port, self.log_path = port, log_path
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> str:
+        import socket
+
+        from connectors.broker import tansu_bin
+
+        url = f"tcp://127.0.0.1:{self.port}"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [tansu_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                 "--storage-engine", "memory://tansu/"], stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return self.bootstrap
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.proc.kill()
+                    raise RuntimeError(f"tansu failed, see {self.log_path}") from None
+                time.sleep(0.02)
+
+    def kill(self) -> None:
+        """SIGKILL: the broker and everything it held (topics, records, groups) are gone."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+class RetentionProxy:
+    """A Kafka-protocol proxy that makes a real broker answer as if retention had deleted records.
+
+    Tansu 0.6 deletes no record: its in-memory storage ignores ``retention.ms`` (its
+    ``maintain`` does nothing there) and ``DeleteRecords`` is unimplemented (the connection
+    drops). What a Kafka broker says once retention removed offsets below S is small and
+    well defined, so this proxy says it on the broker's behalf, for the partitions in
+    :attr:`log_start` (``{(topic, partition): S}``):
+
+    * ``ListOffsets`` for the earliest offset answers S;
+    * a ``Fetch`` at an offset below S answers ``OFFSET_OUT_OF_RANGE`` with no records
+      (and the log-start offset S); every other fetch is passed on unchanged;
+    * ``Metadata`` and ``FindCoordinator`` name the proxy instead of the broker, so that
+      every connection of the client goes through it; ``ApiVersions`` offers ``Fetch`` up
+      to version 6 (no fetch sessions, so each fetch names its offsets).
+
+    Everything else is relayed byte for byte: the records, the groups and the commits
+    are the broker's own.
+    """
+
+    _FETCH, _LIST_OFFSETS, _METADATA, _COORDINATOR, _VERSIONS = 1, 2, 3, 10, 18
+    _FETCH_MAX_VERSION = 6
+
+    def __init__(self, upstream: str):
+        import socket
+
+        self.upstream = upstream.rsplit(":", 1)
+        self.log_start: dict[tuple[str, int], int] = {}
+        self._server = socket.socket()
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(16)
+        self.port = self._server.getsockname()[1]
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self._closed = True
+        self._server.close()
+
+    def _accept(self) -> None:
+        import socket
+
+        while not self._closed:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            broker = socket.create_connection((self.upstream[0], int(self.upstream[1])))
+            pending: dict[int, tuple] = {}
+            threading.Thread(target=self._requests, args=(client, broker, pending),
+                             daemon=True).start()
+            threading.Thread(target=self._responses, args=(broker, client, pending),
+                             daemon=True).start()
+
+    @staticmethod
+    def _frame(sock) -> bytes | None:
+        def exactly(n):
+            data = b""
+            while len(data) < n:
+                chunk = sock.recv(n - len(data))
+                if not chunk:
+                    return None
+                data += chunk
+            return data
+
+        size = exactly(4)
+        return None if size is None else exactly(int.from_bytes(size, "big", signed=True))
+
+    def _requests(self, client, broker, pending) -> None:
+        from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+
+        decoders = {self._FETCH: FetchRequest, self._LIST_OFFSETS: ListOffsetsRequest}
+        try:
+            while (payload := self._frame(client)) is not None:
+                key, version, corr = struct.unpack(">hhi", payload[:8])
+                if key in decoders:
+                    pending[corr] = (key, version, decoders[key].decode(payload, version=version,
+                                                                        header=True))
+                elif key in (self._METADATA, self._COORDINATOR, self._VERSIONS):
+                    pending[corr] = (key, version, None)
+                broker.sendall(len(payload).to_bytes(4, "big") + payload)
+        except OSError:
+            pass
+        finally:
+            broker.close()
+
+    def _responses(self, broker, client, pending) -> None:
+        try:
+            while (payload := self._frame(broker)) is not None:
+                entry = pending.pop(struct.unpack(">i", payload[:4])[0], None)
+                if entry is not None:
+                    payload = self._rewrite(*entry, payload)
+                client.sendall(len(payload).to_bytes(4, "big") + payload)
+        except OSError:
+            pass
+        finally:
+            client.close()
+
+    def _rewrite(self, key: int, version: int, request, payload: bytes) -> bytes:
+        from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+        from kafka.protocol.metadata import (
+            ApiVersionsResponse,
+            FindCoordinatorResponse,
+            MetadataResponse,
+        )
+
+        kinds = {self._FETCH: FetchResponse, self._LIST_OFFSETS: ListOffsetsResponse,
+                 self._METADATA: MetadataResponse, self._COORDINATOR: FindCoordinatorResponse,
+                 self._VERSIONS: ApiVersionsResponse}
+        response = kinds[key].decode(payload, version=version, header=True)
+        if key == self._VERSIONS:
+            for api in response.api_keys:
+                if api.api_key == self._FETCH:
+                    api.max_version = min(api.max_version, self._FETCH_MAX_VERSION)
+        elif key == self._METADATA:
+            for broker in response.brokers:
+                broker.host, broker.port = "127.0.0.1", self.port
+        elif key == self._COORDINATOR:
+            if version >= 4:
+                for c in response.coordinators:
+                    c.host, c.port = "127.0.0.1", self.port
+            else:
+                response.host, response.port = "127.0.0.1", self.port
+        elif key == self._LIST_OFFSETS:
+            self._earliest(request, response)
+        else:
+            self._fetch(request, response)
+        return response.encode(header=True)  # the version it was decoded with
+
+    def _earliest(self, request, response) -> None:
+        asked = {(t.name, p.partition_index): p.timestamp
+                 for t in request.topics for p in t.partitions}
+        for t in response.topics:
+            for p in t.partitions:
+                start = self.log_start.get((t.name, p.partition_index))
+                if start is not None and asked.get((t.name, p.partition_index)) == -2:
+                    p.offset = max(p.offset, start)
+
+    def _fetch(self, request, response) -> None:
+        asked = {(t.topic, p.partition): p.fetch_offset
+                 for t in request.topics for p in t.partitions}
+        for t in response.responses:
+            for p in t.partitions:
+                start = self.log_start.get((t.topic, p.partition_index))
+                if start is None:
+                    continue
+                p.log_start_offset = start
+                if asked.get((t.topic, p.partition_index), start) < start:
+                    p.error_code = 1  # OFFSET_OUT_OF_RANGE
+                    p.records = None

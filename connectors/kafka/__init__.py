@@ -11,7 +11,12 @@ A partition's counts and the offset of the next message to read are written
 together, atomically, in one checkpoint file (:mod:`connectors.state.files`); offsets
 are committed to Kafka only after that file is durable. On start and on every
 partition assignment the daemon loads the partition's checkpoint and seeks to
-its offset: the checkpoint, not Kafka's committed offset, is the truth. A crash
+its offset: the checkpoint, not Kafka's committed offset, is the truth. The
+checkpoint also marks the last record counted (what identifies the log read), and
+that record is read again and compared before the partition is read on, on
+assignment and after every reconnection (:mod:`connectors.kafka.verification`): a
+replaced or truncated log, or records deleted before they were read, are never
+skipped silently (``on_offset_out_of_range``). A crash
 at any instant therefore leaves a checkpoint whose counts are exactly those of
 the messages before its offset, and the restarted daemon continues from there.
 Every checkpoint is self-consistent, so even a late write by an evicted member
@@ -53,9 +58,11 @@ the arrays ``b1``, ``binf`` and ``B`` plus a JSON header holding the format name
 filter settings and a SHA-256 checksum; never a pickle), loaded back by
 :meth:`ObservableOperatorModel.from_bytes`. The key is the daemon's client id;
 the headers are ``format`` (``streamspec.ObservableOperatorModel/1``),
-``model-version`` (the refit number of this daemon), ``records`` (symbols
+``model-version`` (the model's version: one more per refit, carried across
+restarts by the saved model's metadata ``model_version``), ``records`` (symbols
 learned so far) and ``loss`` (the fit's final training loss). The same model is
-saved to ``<state_dir>/<topic>/model.ckpt``. With ``hmm_states`` (``--states K``)
+saved to ``<state_dir>/<topic>/model.ckpt``; at shutdown one last refit covers
+every symbol learned. With ``hmm_states`` (``--states K``)
 each refit also fits a K-state HMM (:class:`~streamspec.WithHMM`), saved to
 ``<state_dir>/<topic>/model.ckpt.hmm`` and published right after its model with
 the headers ``format`` (``streamspec.HiddenMarkovModel/1``), ``model-version``,
@@ -96,7 +103,11 @@ Modules
 * :mod:`connectors.kafka.lifecycle`: the collaborators wired (the state backend chosen once);
   clients connected, closed;
 * :mod:`connectors.kafka.clients`: clients created, commits and outage probes, with backoff;
-* :mod:`connectors.kafka.rebalance`: assignment, revocation, checks of restored offsets;
+* :mod:`connectors.kafka.rebalance`: assignment, revocation, failed partitions;
+* :mod:`connectors.kafka.verification`: the log under a partition checked against its mark
+  (:mod:`connectors.kafka.expectation`: what a partition held back waits for);
+* :mod:`connectors.kafka.log_watch`: reconnections and topic id changes noticed;
+* :mod:`connectors.kafka.group_watch`: a daemon left without partitions, reported, rejoined;
 * :mod:`connectors.kafka.refit_policy`: when to refit, what both policies share;
 * :mod:`connectors.kafka.local_refits`: refits on this daemon's partitions (local state);
 * :mod:`connectors.kafka.group_refits`: one refitter for the group (state topic);

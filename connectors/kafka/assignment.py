@@ -14,6 +14,8 @@ import threading
 
 from kafka import KafkaConsumer, TopicPartition
 
+from connectors.kafka.clients import high_water
+from connectors.kafka.expectation import Expectation
 from connectors.state.files import PartitionState
 
 __all__ = ["Assignment"]
@@ -33,7 +35,8 @@ class Assignment:
     ever_failed
         Every partition failed since start, and why (the exit status).
     to_verify
-        Restored partitions whose offset is not yet checked against the log.
+        Partitions held back until their log is verified, each with its
+        :class:`~connectors.kafka.expectation.Expectation`.
     dirty
         Partitions changed since their last checkpoint.
     uncommitted
@@ -45,13 +48,13 @@ class Assignment:
         self.states: dict[TopicPartition, PartitionState] = {}
         self.failed: dict[TopicPartition, str] = {}
         self.ever_failed: dict[TopicPartition, str] = {}
-        self.to_verify: set[TopicPartition] = set()
+        self.to_verify: dict[TopicPartition, Expectation] = {}
         self.dirty: set[TopicPartition] = set()
         self.uncommitted: dict[TopicPartition, int] = {}
 
     def forget(self, tp: TopicPartition) -> PartitionState | None:
         """Drop ``tp`` from every table but the failed ones; its state, if it had one."""
-        self.to_verify.discard(tp)
+        self.to_verify.pop(tp, None)
         self.dirty.discard(tp)
         self.uncommitted.pop(tp, None)
         return self.states.pop(tp, None)
@@ -71,15 +74,23 @@ class Assignment:
         return int(sum(a.memory_bytes() for a in accs))
 
     def n_symbols(self) -> int:
-        """Largest alphabet among the partitions held."""
+        """Distinct symbols over the partitions held: the alphabet their merged counts have.
+
+        The refits fit the partitions merged by label, so this is the ``symbols=`` of
+        their log lines. O(symbols of every partition).
+        """
         with self.lock:
-            return max((s.acc.n for s in self.states.values()), default=0)
+            accs = [s.acc for s in self.states.values()]
+        if len(accs) == 1:
+            return accs[0].n
+        return len(set().union(*(a.symbols for a in accs))) if accs else 0
 
     def lag(self, consumer: KafkaConsumer | None) -> int | None:
         """Messages behind the high-water marks of the partitions held.
 
-        ``None`` (``lag=?``) when unknown, and whenever a partition failed (it is not
-        read, so how far behind it is cannot be known from the fetches).
+        ``None`` (``lag=?``) when unknown, whenever a partition failed (it is not
+        read, so how far behind it is cannot be known from the fetches), and while a
+        partition's log ends before its position (another log: it is being verified).
         """
         if consumer is None:
             return None
@@ -87,12 +98,11 @@ class Assignment:
         with self.lock:
             items = list(self.states.items())
         for tp, state in items:
-            try:
-                hw = consumer.highwater(tp)
-            except (KeyError, AttributeError):
-                hw = None
+            hw = high_water(consumer, tp)
             if hw is not None:
-                total += max(0, hw - state.offset)
+                if hw < state.offset:
+                    return None  # never "lag=0" on a log shorter than what was read
+                total += hw - state.offset
                 known = True
         if self.failed:
             return None  # an unread partition's lag is unknown: never report it as caught up

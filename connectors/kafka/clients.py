@@ -15,17 +15,18 @@ from collections.abc import Callable
 from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 
-from connectors.config import DaemonConfig
+from connectors.config import DEFAULT_BOOTSTRAP, DaemonConfig
 from connectors.metrics import DaemonMetrics
 
-__all__ = ["BOOTSTRAP_TIMEOUT_MS", "OFFSETS_TIMEOUT_MS", "backoff", "connect", "Committer",
-           "BrokerProbe"]
+__all__ = ["BOOTSTRAP_TIMEOUT_MS", "OFFSETS_TIMEOUT_MS", "METADATA_MAX_AGE_MS", "backoff",
+           "connect", "high_water", "Committer", "BrokerProbe"]
 
 log = logging.getLogger("streamspec.daemon")
 
 BOOTSTRAP_TIMEOUT_MS = 2000  # one connection attempt; then the daemon's own backoff
 OFFSETS_TIMEOUT_MS = 5000  # one look-up of a partition's log-start / high-water offsets
 _COMMIT_TIMEOUT_MS = 3000  # one offset-commit attempt; a failed one is logged, then retried
+METADATA_MAX_AGE_MS = 10_000  # the group consumer's topic metadata is refreshed this often
 
 
 def backoff(attempt: int, cap: float) -> float:
@@ -35,6 +36,17 @@ def backoff(attempt: int, cap: float) -> float:
     [0.5, 1.0, 2.0, 3.0]
     """
     return min(0.5 * 2 ** min(attempt - 1, 10), cap)
+
+
+def high_water(consumer: KafkaConsumer, tp) -> int | None:
+    """The high-water mark of the last fetch of ``tp`` (``None``: none yet, or not assigned). O(1).
+
+    The fetch's own figure, not ``end_offsets`` (which some brokers answer inexactly).
+    """
+    try:
+        return consumer.highwater(tp)
+    except (KafkaError, KeyError, AttributeError):  # IllegalStateError: no longer assigned
+        return None
 
 
 def _consumer(cfg: DaemonConfig, client_id: str) -> KafkaConsumer:
@@ -54,6 +66,10 @@ def _consumer(cfg: DaemonConfig, client_id: str) -> KafkaConsumer:
         # (see DaemonConfig.fetch_max_bytes); max_partition_fetch_bytes keeps its 1 MiB
         fetch_max_bytes=cfg.fetch_max_bytes,
         bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
+        # why: a topic that appears (created late, re-created, back after a broker
+        # outage) is noticed within seconds, and the group rebalances onto it; the
+        # default (5 minutes) left a daemon without partitions that long
+        metadata_max_age_ms=METADATA_MAX_AGE_MS,
     )
 
 
@@ -78,14 +94,22 @@ def connect(cfg: DaemonConfig, client_id: str, stop: threading.Event,
                 raise
         except (KafkaError, OSError, TimeoutError) as exc:
             log.warning(
-                "event=broker-unavailable bootstrap=%s error=%r retry_in=%.1fs",
-                cfg.bootstrap, str(exc) or type(exc).__name__, delay,
+                "event=broker-unavailable bootstrap=%s error=%r retry_in=%.1fs%s",
+                cfg.bootstrap, str(exc) or type(exc).__name__, delay, _hint(cfg),
             )
             stop.wait(delay)
             delay = min(delay * 2, cfg.retry_backoff_max)
             continue
         return consumer
     return None
+
+
+def _hint(cfg: DaemonConfig) -> str:
+    """What to do when the default address has no broker (no ``--bootstrap`` was given)."""
+    if cfg.bootstrap != DEFAULT_BOOTSTRAP:
+        return ""
+    return (f" hint='no broker answers at {DEFAULT_BOOTSTRAP}, the default address: give yours "
+            "with --bootstrap HOST:PORT (or bootstrap = \"HOST:PORT\" in --config)'")
 
 
 class Committer:

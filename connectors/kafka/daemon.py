@@ -73,10 +73,11 @@ class ConsumerDaemon(Reporting):
     -----
     :meth:`run` blocks until :meth:`stop` is called (from any thread, or by
     SIGTERM/SIGINT when ``install_signals=True``), then checkpoints, commits,
-    closes and returns 0. After a state failure (memory exhausted while learning a
-    valid record, a full alphabet, a checkpoint that cannot be written) it stops by
-    itself the same way, with the failed record's partition checkpointed before
-    that record, and returns :data:`EXIT_STATE_FAILURE`; :attr:`fatal` says why.
+    refits on everything learned (the model saved and published; a second signal
+    stops waiting for that fit), closes and returns 0. After a state failure (memory
+    exhausted while learning a valid record, a full alphabet, a checkpoint that
+    cannot be written) it stops by itself the same way, with the failed record's
+    partition checkpointed before that record, and returns :data:`EXIT_STATE_FAILURE`; :attr:`fatal` says why.
     Subclasses may override :meth:`_consume` (one partition's batch) and
     :meth:`_after_batch` (periodic work).
     """
@@ -84,14 +85,17 @@ class ConsumerDaemon(Reporting):
     def __init__(self, config: DaemonConfig):
         self.config = config
         self._stop = threading.Event()
+        self._hurry = threading.Event()  # a second signal: stop waiting for the final refit
         self.consumer: KafkaConsumer | None = None
         self.fatal: str | None = None  # why the daemon stopped on a state failure
-        w = wire(config, self._fail, self._stop)
+        w = wire(config, self._fail)
         self.fmt, self.client_id, self.store, self.metrics = w.fmt, w.client_id, w.store, w.metrics
         self.assignment, self._probe, self.outputs = w.assignment, w.probe, w.outputs
         self.backend, self.refits, self.checkpoints = w.backend, w.refits, w.checkpoints
         self.learner, self.ownership, self.services = w.learner, w.ownership, w.services
+        self.watch, self.verifier, self.group_watch = w.watch, w.verifier, w.group_watch
         self.states, self.failed = self.assignment.states, self.assignment.failed
+        self._listener: RebalanceListener | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -120,8 +124,10 @@ class ConsumerDaemon(Reporting):
             if self.consumer is None:
                 return 0
             self.ownership.consumer = self.checkpoints.consumer = self.consumer
-            self.consumer.subscribe([cfg.topic], listener=RebalanceListener(
-                self.ownership.acquire, self.ownership.release))
+            self.verifier.consumer = self.consumer
+            self._listener = RebalanceListener(self.ownership.acquire, self.ownership.release)
+            self.consumer.subscribe([cfg.topic], listener=self._listener)
+            self.watch.attach(self.consumer)
             log.info("event=connected bootstrap=%s", cfg.bootstrap)
             self._loop()
         finally:
@@ -139,6 +145,8 @@ class ConsumerDaemon(Reporting):
         return 0
 
     def _on_signal(self, signum: int) -> None:
+        if self._stop.is_set():  # a second signal: do not wait for the final refit
+            self._hurry.set()
         log.info("event=signal signal=%s", signal.Signals(signum).name)
         self.stop()
 
@@ -150,6 +158,11 @@ class ConsumerDaemon(Reporting):
             batch, errors = self._poll(errors)
             if batch is None:
                 continue
+            reason = self.watch.changed()
+            if reason is not None:  # the records of this poll may come from another log
+                self.metrics.reconnections = self.watch.reconnections
+                self.verifier.recheck_all(reason, batch)
+                batch = {}
             if batch:
                 with self.assignment.lock:
                     for tp, messages in batch.items():
@@ -161,7 +174,9 @@ class ConsumerDaemon(Reporting):
             if self.backend.pending:
                 self.ownership.restore_pending()
             if self.assignment.to_verify:
-                self.ownership.verify_offsets()
+                self.verifier.settle()
+            self.verifier.check_positions()
+            self.group_watch.check(self.consumer, self._rejoin)
             if not batch:
                 self._probe.probe(self.consumer)
             self._after_batch()
@@ -175,8 +190,8 @@ class ConsumerDaemon(Reporting):
         try:
             return self.consumer.poll(timeout_ms=self.config.poll_timeout_ms,
                                       max_records=self.config.max_poll_records), 0
-        except OffsetOutOfRangeError as exc:  # the log moved under a partition being read
-            self.ownership.out_of_range_while_reading(exc)
+        except OffsetOutOfRangeError as exc:  # records deleted, or a log shorter than read
+            self.verifier.out_of_range(exc)
         except NoOffsetForPartitionError as exc:  # a partition nobody sought: a bug
             for tp in (exc.args[0] if exc.args and isinstance(exc.args[0], Iterable) else []):
                 self.ownership.fail_partition(tp, "no-position", repr(exc))
@@ -187,6 +202,20 @@ class ConsumerDaemon(Reporting):
             self._stop.wait(delay)
         return None, errors
 
+    def _rejoin(self) -> None:
+        """Join the group again (a fresh metadata request and a rebalance).
+
+        Partitions still held here but no longer assigned by the group are handed back
+        first (their states made durable), as a revocation would have.
+        """
+        assigned = set(self.consumer.assignment())
+        a = self.assignment
+        stale = (set(a.states) | set(a.failed) | self.backend.pending) - assigned
+        if stale:
+            self.ownership.release(sorted(stale), True)
+        self.consumer.unsubscribe()
+        self.consumer.subscribe([self.config.topic], listener=self._listener)
+
     def _consume(self, tp: TopicPartition, messages: list) -> None:
         """Learn one partition's fetched messages (in offset order), under the lock."""
         self.learner.learn(tp, messages)
@@ -196,22 +225,23 @@ class ConsumerDaemon(Reporting):
         self.refits.after_batch()
         self.checkpoints.maybe_checkpoint()
 
-    def _fail(self, error: str, tp: TopicPartition | None = None, offset: int | None = None) -> None:
-        """Stop on a state failure: log it once; the shutdown checkpoints the consistent states."""
+    def _fail(self, error: str, tp: TopicPartition | None = None, offset: int | None = None,
+              reason: str = "state-failure") -> None:
+        """Stop on a state failure (or ``reason``): log it once; the shutdown checkpoints."""
         if self.fatal is None:
             self.fatal = error
             where = "" if tp is None else f" partition={tp.topic}-{tp.partition} offset={offset}"
             log.critical(
-                "event=fatal reason=state-failure%s error=%r counts_mb=%.1f action=stop "
+                "event=fatal reason=%s%s error=%r counts_mb=%.1f action=stop "
                 "(checkpoint the last consistent state, commit nothing past it, exit %d)",
-                where, error[:DETAIL_MAX], self.counts_bytes() / 1e6, EXIT_STATE_FAILURE,
+                reason, where, error[:DETAIL_MAX], self.counts_bytes() / 1e6, EXIT_STATE_FAILURE,
             )
         self.stop()
 
     def _shutdown(self) -> None:
         try:
             close_clients(self.consumer, self.refits, self.checkpoints, self.outputs,
-                          self.backend)
+                          self.backend, self._hurry if self.fatal is None else None)
         finally:
             self.services.close()
             log.info(

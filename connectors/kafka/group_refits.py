@@ -146,6 +146,32 @@ class GroupRefits(RefitPolicy):
         self._publish_fitted()
         self._serve_newest()
 
+    def start_final_refit(self, hurry) -> bool:
+        """The refitter fits the global view once more, before it hands partition 0 back.
+
+        Blocking (it publishes while it is still the refitter, so that versions never
+        collide with its successor's); ``hurry`` stops the wait. Always False: nothing is
+        left for :meth:`finish_final_refit`.
+        """
+        if not self.is_refitter or not self._wait(hurry):
+            return False
+        self.take_model()
+        snapshots = self.backend.snapshots
+        if snapshots.generation == self._fit_generation or (
+                self.refitter.model is not None and snapshots.records() == self._fit_records):
+            return False  # the last fit (perhaps the one just waited for) had every record
+        self._fit_generation = snapshots.generation
+        view = _GlobalView(snapshots, self)
+        if view.n_triples < max(1, self.config.min_triples):
+            return False
+        self._fit_records = view.records
+        self.refitter.fit_now(view)
+        log.info("event=final-refit records=%d triples=%d (a second SIGTERM or SIGINT stops "
+                 "waiting for it)", view.records, int(view.n_triples))
+        if self._wait(hurry):
+            self.take_model()
+        return False
+
     def _serve_newest(self) -> None:
         """Serve the newest model read from the model topic."""
         record = self.models.record

@@ -7,7 +7,10 @@ a symbol outside the fixed alphabet, or whose learning raised is a dead letter a
 is skipped; a valid message whose learning fails because the state cannot grow is
 a state failure: the batch stops before it (its partition's offset stays on it).
 The partition's offset moves past every message handled, so the checkpoint is
-always "the counts of every message before this offset".
+always "the counts of every message before this offset", and the last message
+handled is the partition's mark (:class:`~connectors.state.identity.RecordMark`:
+what identifies its log). A partition held back until its log is verified gives
+its batch to the verifier first (:mod:`connectors.kafka.verification`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from connectors.kafka.assignment import Assignment
 from connectors.kafka.checkpoints import Checkpointer
 from connectors.kafka.outputs import Outputs
 from connectors.kafka.refit_policy import RefitPolicy
+from connectors.kafka.verification import LogVerifier
 from connectors.metrics import DaemonMetrics
 from connectors.records import MalformedRecord, RecordFormat, parse_kafka
 from connectors.state.files import PartitionState
@@ -58,15 +62,20 @@ class BatchLearner:
     on_state_failure
         Called with the error, the partition and the offset of a valid message that
         could not be learned (the daemon stops).
+    verifier
+        Checks the first batch of a partition held back until its log is verified,
+        and marks the last record counted.
     """
 
     def __init__(self, fmt: RecordFormat, allowed: frozenset | None, assignment: Assignment,
                  outputs: Outputs, metrics: DaemonMetrics, refits: RefitPolicy,
                  checkpoints: Checkpointer,
-                 on_state_failure: Callable[[str, TopicPartition, int], None]):
+                 on_state_failure: Callable[[str, TopicPartition, int], None],
+                 verifier: LogVerifier):
         self.fmt, self.allowed, self.assignment = fmt, allowed, assignment
         self.outputs, self.metrics, self.refits = outputs, metrics, refits
         self.checkpoints, self.on_state_failure = checkpoints, on_state_failure
+        self.verifier = verifier
         # parsed records of short (key, value) pairs: streams repeat a few symbols, and
         # parsing depends on nothing else (records are immutable; timestamps are not used)
         self._cache: dict[tuple, list] = {}
@@ -76,11 +85,15 @@ class BatchLearner:
         state = self.assignment.states.get(tp)
         if state is None:  # fetched before a revocation: the new owner reads it
             return
+        if tp in self.assignment.to_verify:  # the first records say whether the log is the one read
+            messages = self.verifier.check_batch(tp, state, messages)
+            if not messages:
+                return
         acc, cache, allowed = state.acc, self._cache, self.allowed
         predicting = self.outputs.predictor is not None
-        learned = 0
+        learned, start = 0, state.offset
         if messages:
-            self.assignment.to_verify.discard(tp)  # records at its offset: it is in the log
+            self.outputs.malformed.read(len(messages))  # the base of --max-malformed's share
         for m in messages:
             if m.offset < state.offset:
                 continue  # already counted (fetched before the seek)
@@ -103,11 +116,20 @@ class BatchLearner:
             if predicting:  # outputs only: they never change what is counted
                 self.outputs.predict_all(m, records)
             state.offset = m.offset + 1
+        if state.offset > start:
+            self._mark(tp, state, messages)
         state.records += learned
         self.metrics.records += learned
         self.metrics.messages += len(messages)
         self.refits.learned(learned)
         self.checkpoints.counted(tp, len(messages))
+
+    def _mark(self, tp: TopicPartition, state: PartitionState, messages: list) -> None:
+        """Remember the last message handled (one digest per batch): the log's identity."""
+        for m in reversed(messages):  # the last one, unless a state failure stopped the batch
+            if m.offset == state.offset - 1:
+                state.log.mark = self.verifier.mark_of(tp, m)
+                return
 
     def _parse(self, state: PartitionState, m) -> list | None:
         """The records of message ``m`` (cached when short); ``None``: sent as a dead letter."""

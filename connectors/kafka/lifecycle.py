@@ -10,8 +10,9 @@
 * :class:`Services`: the metrics endpoint and the refit worker process, started
   before the consumer and stopped last;
 * :func:`close_clients`: at shutdown, the last finished model, the final
-  checkpoint and its commit, then the consumer (whose revocation checkpoints again
-  what changed), the outputs and the backend.
+  checkpoint and its commit, a final refit on everything learned, then the
+  consumer (whose revocation checkpoints again what changed), the outputs and the
+  backend.
 """
 
 from __future__ import annotations
@@ -31,11 +32,14 @@ from connectors.kafka.assignment import Assignment
 from connectors.kafka.checkpoints import Checkpointer
 from connectors.kafka.clients import BrokerProbe, Committer
 from connectors.kafka.group_refits import GroupRefits
+from connectors.kafka.group_watch import GroupWatch
 from connectors.kafka.learning import BatchLearner, new_accumulator
 from connectors.kafka.local_refits import LocalRefits
+from connectors.kafka.log_watch import BrokerWatch
 from connectors.kafka.outputs import Outputs
 from connectors.kafka.rebalance import Ownership
 from connectors.kafka.refit_policy import RefitPolicy, make_estimator
+from connectors.kafka.verification import LogVerifier
 from connectors.metrics import DaemonMetrics, MetricsServer
 from connectors.process_fit import shutdown_worker, start_worker
 from connectors.records import RecordFormat, format_from_options
@@ -66,13 +70,16 @@ class Wiring:
     learner: BatchLearner
     ownership: Ownership
     services: Services
+    watch: BrokerWatch
+    verifier: LogVerifier
+    group_watch: GroupWatch
 
 
-def wire(config: DaemonConfig, fail: Callable[..., None], stop: threading.Event) -> Wiring:
+def wire(config: DaemonConfig, fail: Callable[..., None]) -> Wiring:
     """Build the daemon's collaborators from ``config`` and wire them together.
 
     ``fail(error, tp, offset)`` stops the daemon on a state failure (from the learning
-    of a batch and from the checkpoints); ``stop`` is set when the daemon stops.
+    of a batch and from the checkpoints).
     """
     fmt = format_from_options(**config.format)
     alphabet = config.alphabet
@@ -83,16 +90,22 @@ def wire(config: DaemonConfig, fail: Callable[..., None], stop: threading.Event)
     metrics = DaemonMetrics()
     assignment = Assignment()
     probe = BrokerProbe(metrics, config.bootstrap, config.retry_backoff_max)
-    outputs = Outputs(config, metrics, client_id, fmt.max_bytes)
+    outputs = Outputs(config, metrics, client_id, fmt.max_bytes, on_limit=fail)
     backend, refits = choose_state(config, store, outputs, metrics, assignment)
     checkpoints = Checkpointer(config, assignment, backend, outputs, metrics,
                                Committer(metrics, config.retry_backoff_max), fail)
+    watch = BrokerWatch(config.topic)
+    verifier = LogVerifier(config, assignment, metrics,
+                           lambda tp, reason, error: ownership.fail_partition(tp, reason, error),
+                           watch)
     learner = BatchLearner(fmt, frozenset(alphabet) if alphabet is not None else None,
-                           assignment, outputs, metrics, refits, checkpoints, fail)
-    ownership = Ownership(config, metrics, backend, refits, assignment, stop,
-                          lambda: new_accumulator(config), checkpoints.save_released)
+                           assignment, outputs, metrics, refits, checkpoints, fail, verifier)
+    ownership = Ownership(config, metrics, backend, refits, assignment,
+                          lambda: new_accumulator(config), checkpoints.save_released,
+                          verifier.expect)
     return Wiring(fmt, client_id, store, metrics, assignment, probe, outputs, backend, refits,
-                  checkpoints, learner, ownership, Services(config))
+                  checkpoints, learner, ownership, Services(config), watch, verifier,
+                  GroupWatch(config, metrics))
 
 
 def choose_state(config: DaemonConfig, store: StateStore, outputs: Outputs,
@@ -127,17 +140,28 @@ def connect_others(outputs: Outputs, backend: StateBackend, refits: RefitPolicy,
 
 
 def close_clients(consumer: KafkaConsumer | None, refits: RefitPolicy,
-                  checkpoints: Checkpointer, outputs: Outputs, backend: StateBackend) -> None:
-    """Serve the last model, checkpoint and commit, then close the clients and the refits.
+                  checkpoints: Checkpointer, outputs: Outputs, backend: StateBackend,
+                  hurry: threading.Event | None = None) -> None:
+    """Serve the last model, checkpoint and commit, refit on everything, close the clients.
 
-    A ``KafkaError`` while closing is logged: the checkpoints written are the truth.
+    The final refit (on the symbols learned since the last one) starts on a copy of
+    the counts before the consumer hands the partitions back, and is waited for
+    after (``hurry`` set, e.g. by a second signal, stops the wait; ``None``: no final
+    refit, as after a state failure); its model is saved and published like any
+    other. A ``KafkaError`` while closing is logged: the checkpoints written are the
+    truth.
     """
     try:
         if consumer is not None:
             refits.take_model()
             checkpoints.checkpoint_and_commit(final=True)
-            # close() revokes the partitions, which checkpoints them again if changed
-            consumer.close(autocommit=False)
+            final = hurry is not None and refits.start_final_refit(hurry)
+            try:
+                # close() revokes the partitions, which checkpoints them again if changed
+                consumer.close(autocommit=False)
+            finally:
+                if final:
+                    refits.finish_final_refit(hurry)
         outputs.close()
         backend.close()
     except KafkaError as exc:

@@ -34,8 +34,11 @@ class LocalRefits(RefitPolicy):
     """Refits on this daemon's partitions; models saved beside the checkpoints.
 
     ``states`` is the daemon's live dict of partition states, read under ``lock``.
-    The saved model (``<state_dir>/<topic>/model.ckpt``, and its HMM) is loaded at
-    start, served as version 0, and warm-starts the first refit.
+    The saved model (``<state_dir>/<topic>/model.ckpt``, and its HMM) records its
+    version in its metadata (``model_version``): it is loaded at start, served as
+    that version (the next refit is the next version, so versions go on across
+    restarts), and warm-starts the first refit. At shutdown a last refit covers
+    every symbol learned (:meth:`start_final_refit`).
     """
 
     def __init__(self, config: DaemonConfig, estimator: MEstimator | WithHMM, outputs: Outputs,
@@ -47,7 +50,7 @@ class LocalRefits(RefitPolicy):
         self.new_records = 0
         model = self._load(ObservableOperatorModel, self.store.model_path(config.topic), "model")
         if model is not None:  # a restart warm-starts from the saved model's factors
-            outputs.serve(model, 0)
+            outputs.serve(model, _version_of(model))
             self.label_order = list(model.symbols or [])
             self.refitter.adopt(model)
             if self.hmm_estimator is not None:  # and from the saved HMM
@@ -65,8 +68,11 @@ class LocalRefits(RefitPolicy):
             return None
 
     def prepare(self, model: ObservableOperatorModel) -> None:
+        # the version it is about to be served as (a model read back at start keeps its own)
+        version = model.metadata.get(_VERSION_KEY) or str(self.outputs.version + 1)
         try:
-            model.save(self.store.model_path(self.config.topic))
+            model.replace(metadata={**model.metadata, _VERSION_KEY: version}).save(
+                self.store.model_path(self.config.topic))
             hmm = getattr(model, "hmm", None)
             if hmm is not None:
                 hmm.save(self.store.hmm_path(self.config.topic))
@@ -89,20 +95,48 @@ class LocalRefits(RefitPolicy):
                 log.error("event=refit-skipped error=%r counts_mb=%.1f",
                           f"MemoryError: {exc}", self.counts_bytes() / 1e6)
 
+    def start_final_refit(self, hurry) -> bool:
+        """Keep a merged copy of the partitions' counts if symbols arrived since the last fit."""
+        unfitted = self.new_records + self.refitter.n_seen - self.refitter.fitted_on_symbols
+        if not self.refits_on or unfitted <= 0:
+            return False
+        with self.lock:
+            view = _PartitionsView(self)
+            if not view.n_triples:
+                log.info("event=final-refit skipped=too-few-triples min_triples=%d",
+                         self.config.min_triples)
+                return False
+            # the counts, the symbols new in them, and all the symbols they hold
+            self._final = (view.copy(), self.new_records,
+                           self.refitter.n_seen + self.new_records)
+        self.new_records = 0
+        return True
+
     def take_model(self) -> None:
         model = self.refitter.model
         if model is None or model is self.outputs.model:
             return
         record = self._record_fit()
+        version = self.outputs.version + 1
         if record is not None:
             log.info(
-                "event=refit n=%d warm=%s symbols=%d triples=%d seconds=%.3f loss=%.6g",
-                self.refitter.n_fits, record.warm, record.n_alphabet, int(record.n_triples),
-                record.seconds, record.loss,
+                "event=refit version=%d n=%d warm=%s symbols=%d triples=%d seconds=%.3f "
+                "loss=%.6g", version, self.refitter.n_fits, record.warm, record.n_alphabet,
+                int(record.n_triples), record.seconds, record.loss,
             )
-        version = self.outputs.version + 1
         self.outputs.serve(model, version)
         self.outputs.publish_model(model, version, self.metrics.records, self.metrics.last_loss)
+
+
+_VERSION_KEY = "model_version"  # in the saved model's metadata
+
+
+def _version_of(model: ObservableOperatorModel) -> int:
+    """The version a saved model was served as (0: saved before versions were recorded)."""
+    try:
+        return max(0, int(model.metadata.get(_VERSION_KEY, 0)))
+    except ValueError:
+        return 0
 
 
 class _PartitionsView:

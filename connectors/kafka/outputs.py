@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from typing import NamedTuple
 
 from kafka import KafkaProducer
 from kafka.errors import KafkaError, MessageSizeTooLargeError
 
 from connectors.config import DaemonConfig
 from connectors.kafka.clients import BOOTSTRAP_TIMEOUT_MS
+from connectors.malformed import MalformedReport, TooManyMalformed
 from connectors.metrics import DaemonMetrics
 from connectors.model_topic import encode_hmm
 from connectors.predictions import StreamPredictor
@@ -27,7 +30,13 @@ __all__ = ["Outputs", "DETAIL_MAX", "MODEL_SNAPSHOT_HEADERS"]
 log = logging.getLogger("streamspec.daemon")
 
 DETAIL_MAX = 300  # characters of an error kept in a dead-letter header or a log line
-_LOG_EVERY_DEAD = 1000  # after the first 10 of a reason, log one dead letter in this many
+
+
+class DeadLetter(NamedTuple):
+    """Why a message is a dead letter, as :class:`~connectors.malformed.MalformedReport` reads it."""
+
+    reason: str
+    detail: str
 
 MODEL_SNAPSHOT_HEADERS = ("format", "model-version", "records", "loss")
 """Headers of every model snapshot message; the value is ``ObservableOperatorModel.to_bytes()``."""
@@ -56,9 +65,13 @@ class Outputs:
     """
 
     def __init__(self, config: DaemonConfig, metrics: DaemonMetrics, client_id: str,
-                 max_bytes: int):
+                 max_bytes: int, on_limit: Callable[..., None] | None = None):
         self.config, self.metrics, self.client_id = config, metrics, client_id
         self.max_bytes = max_bytes
+        # dead letters are reported and limited as malformed lines of files are (issue 20)
+        self.malformed = MalformedReport(config.max_malformed or "none", what="messages",
+                                         logger=log, event="dead-letter")
+        self.on_limit = on_limit
         self.producer: KafkaProducer | None = None
         self.model: ObservableOperatorModel | None = None
         self.version = 0
@@ -79,6 +92,7 @@ class Outputs:
         return self.producer
 
     def close(self) -> None:
+        self.malformed.log_summary()
         if self.producer is not None:
             self.producer.flush(timeout=10)
             self.producer.close(timeout=10)
@@ -108,12 +122,14 @@ class Outputs:
         """Count message ``m`` as a dead letter of ``reason`` and send it unchanged."""
         state.dead_letters[reason] += 1
         self.metrics.dead_letters[reason] += 1
-        n = self.metrics.dead_letters[reason]
-        if n <= 10 or n % _LOG_EVERY_DEAD == 0:
-            log.warning(
-                "event=dead-letter reason=%s partition=%s-%d offset=%d count=%d detail=%r",
-                reason, m.topic, m.partition, m.offset, n, detail[:DETAIL_MAX],
-            )
+        report = self.malformed
+        report.skipped(f"{m.topic}-{m.partition} offset {m.offset}",
+                       DeadLetter(reason, detail[:DETAIL_MAX]), counted=True, check=False)
+        if report.exceeded() and self.on_limit is not None:
+            try:
+                report.check()
+            except TooManyMalformed as exc:
+                self.on_limit(str(exc), reason="too-many-malformed")
         topic = self.config.dead_letter_topic_name
         if topic is None or self.producer is None:
             return

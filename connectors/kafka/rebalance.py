@@ -5,30 +5,28 @@
 :class:`~connectors.kafka.assignment.Assignment`); :class:`RebalanceListener`
 calls it from kafka-python's rebalance callbacks. A partition is restored from the daemon's state backend
 (at once, or paused until :meth:`Ownership.restore_pending` reads it in the
-poll loop), sought to its checkpoint offset, and checked against the log before
-it is trusted. A partition that cannot be taken over is paused and listed as
-failed (status line, metrics, exit status): never silently left unread, never
-started afresh (that would count it twice).
+poll loop), sought to its checkpoint's last record, and verified against the log
+before it is read on (:mod:`connectors.kafka.verification`). A partition that
+cannot be taken over is paused and listed as failed (status line, metrics, exit
+status): never silently left unread, never started afresh (that would count it
+twice).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.errors import KafkaError, OffsetOutOfRangeError
 
 from connectors.config import DaemonConfig
 from connectors.kafka.assignment import Assignment
-from connectors.kafka.clients import OFFSETS_TIMEOUT_MS
 from connectors.kafka.outputs import DETAIL_MAX
 from connectors.kafka.refit_policy import RefitPolicy
 from connectors.metrics import DaemonMetrics
 from connectors.state.backend import Outcome, StateBackend
-from connectors.state.files import ForeignCheckpoint, PartitionState, Restored
+from connectors.state.files import BlockedCheckpoint, ForeignCheckpoint, PartitionState, Restored
 from streamspec.core.checkpoint import CheckpointError
 from streamspec.streaming.accumulator import MomentAccumulator
 
@@ -37,8 +35,9 @@ __all__ = ["RebalanceListener", "Ownership", "EXIT_PARTITION_FAILURE"]
 log = logging.getLogger("streamspec.daemon")
 
 EXIT_PARTITION_FAILURE = 4
-"""Exit status of a daemon that left a partition unread (refused, unreadable or out-of-range
-checkpoint, a failure while taking it over): the others were consumed normally."""
+"""Exit status of a daemon that left a partition unread (refused, unreadable or blocked
+checkpoint, a log that is not the one read, records deleted unread with policy ``fail``, a
+failure while taking it over): the others were consumed normally."""
 
 
 class RebalanceListener(ConsumerRebalanceListener):
@@ -72,12 +71,13 @@ class Ownership:
         The daemon's settings, counters, state backend and refit policy.
     assignment
         The table of the partitions held (changed under its lock).
-    stop
-        The daemon's stop event (waited on after a failed offset look-up).
     new_accumulator
         The empty counts of a partition without a state.
     save_released
         Makes one revoked partition's state durable.
+    expect
+        ``expect(tp, state, reason)``: hold a restored partition back until its log is
+        verified (:meth:`connectors.kafka.verification.LogVerifier.expect`).
 
     Attributes
     ----------
@@ -86,12 +86,14 @@ class Ownership:
     """
 
     def __init__(self, config: DaemonConfig, metrics: DaemonMetrics, backend: StateBackend,
-                 refits: RefitPolicy, assignment: Assignment, stop: threading.Event,
+                 refits: RefitPolicy, assignment: Assignment,
                  new_accumulator: Callable[[], MomentAccumulator],
-                 save_released: Callable[[TopicPartition, PartitionState], None]):
+                 save_released: Callable[[TopicPartition, PartitionState], None],
+                 expect: Callable[[TopicPartition, PartitionState, str], bool]):
         self.config, self.metrics, self.backend, self.refits = config, metrics, backend, refits
-        self.assignment, self.stop = assignment, stop
+        self.assignment = assignment
         self.new_accumulator, self.save_released = new_accumulator, save_released
+        self.expect = expect
         self.consumer: KafkaConsumer | None = None
 
     def acquire(self, partitions: Iterable[TopicPartition]) -> None:
@@ -130,6 +132,9 @@ class Ownership:
             self.metrics.unreadable_checkpoints += 1
             self.fail_partition(tp, "foreign-checkpoint", str(outcome))
             return False
+        if isinstance(outcome, BlockedCheckpoint):  # once per assignment: says what to do
+            self.fail_partition(tp, "checkpoint-path-blocked", str(outcome))
+            return False
         if isinstance(outcome, CheckpointError):
             # never start such a partition afresh (that would count it twice):
             # leave it paused, unread, until the state is repaired or removed
@@ -151,12 +156,12 @@ class Ownership:
                     tp.topic, tp.partition, restored.newest_error, restored.source,
                     state.offset, state.records)
             self.consumer.seek(tp, state.offset)
-            self.assignment.to_verify.add(tp)  # checked against the log once its high-water mark is known
         self.assignment.states[tp] = state
         log.info(
             "event=assigned partition=%s-%d offset=%d from=%s records=%d",
             tp.topic, tp.partition, state.offset, restored.source, state.records,
         )
+        self.expect(tp, state, "assigned")  # re-read its last record before reading on
         return True
 
     def restore_pending(self) -> None:
@@ -208,80 +213,3 @@ class Ownership:
                     "lost" if lost else "revoked", tp.topic, tp.partition, state.offset,
                     state.records,
                 )
-
-    def verify_offsets(self) -> None:
-        """Check restored offsets against the log; apply ``on_offset_out_of_range``.
-
-        A checkpoint offset beyond the high-water mark (the topic was re-created, the
-        log truncated) or before the log-start offset (records removed unread) would
-        otherwise skip records silently. The high-water mark is the one of the first
-        fetch response (some brokers answer offset look-ups inexactly); a partition
-        whose fetch at its offset returns records needs no check.
-        """
-        with self.assignment.lock:
-            ready = []
-            for tp in sorted(self.assignment.to_verify):
-                if tp not in self.assignment.states:
-                    self.assignment.to_verify.discard(tp)
-                    continue
-                hw = self.consumer.highwater(tp)
-                if hw is not None:
-                    ready.append((tp, hw))
-        if not ready:
-            return
-        try:
-            starts = self.consumer.beginning_offsets([tp for tp, _ in ready],
-                                                      timeout_ms=OFFSETS_TIMEOUT_MS)
-        except KafkaError as exc:
-            log.warning("event=offsets-unavailable partitions=%s error=%r retry=next-poll",
-                        ",".join(str(tp.partition) for tp, _ in ready), str(exc))
-            return
-        with self.assignment.lock:
-            for tp, hw in ready:
-                if tp not in self.assignment.to_verify or tp not in self.assignment.states:
-                    continue  # revoked, or records arrived meanwhile
-                self.assignment.to_verify.discard(tp)
-                state, start = self.assignment.states[tp], starts.get(tp) or 0
-                if not start <= state.offset <= hw:
-                    self._offset_out_of_range(tp, state, start, hw)
-
-    def _offset_out_of_range(self, tp: TopicPartition, state: PartitionState, start: int,
-                             end: int | None) -> bool:
-        """Apply the policy to a partition whose offset is outside the log; True: read on."""
-        where = "beyond the high-water mark" if end is not None and state.offset > end else \
-            "before the log-start offset"
-        if self.config.on_offset_out_of_range == "reset":
-            skipped = max(0, start - state.offset) if state.offset < start else 0
-            log.warning(
-                "event=offset-reset partition=%s-%d checkpoint_offset=%d log_start=%d "
-                "high_water=%s (%s) action=read-from-log-start records_kept=%d "
-                "records_never_read=%d", tp.topic, tp.partition, state.offset, start,
-                end, where, state.records, skipped)
-            state.offset = start
-            self.consumer.seek(tp, start)
-            self.assignment.dirty.add(tp)
-            return True
-        self.fail_partition(
-            tp, "offset-out-of-range",
-            f"checkpoint offset {state.offset} of {tp.topic}-{tp.partition} is {where} "
-            f"(log start {start}, high-water mark {end}): the topic was re-created or "
-            "records were removed before they were read; restart with "
-            "--on-offset-out-of-range reset to keep the counts and read from the log start")
-        return False
-
-    def out_of_range_while_reading(self, exc: OffsetOutOfRangeError) -> None:
-        """The fetch position left the log while reading: the same policy as on restore."""
-        positions = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
-        tps = [tp for tp in positions if tp in self.assignment.states]
-        try:
-            starts = self.consumer.beginning_offsets(tps, timeout_ms=OFFSETS_TIMEOUT_MS)
-            ends = self.consumer.end_offsets(tps, timeout_ms=OFFSETS_TIMEOUT_MS)
-        except KafkaError as err:
-            log.warning("event=offsets-unavailable error=%r retry=next-poll", str(err))
-            self.stop.wait(0.5)
-            return
-        with self.assignment.lock:
-            for tp in tps:
-                state = self.assignment.states.get(tp)
-                if state is not None:
-                    self._offset_out_of_range(tp, state, starts.get(tp, 0), ends.get(tp))

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
+from concurrent.futures.process import BrokenProcessPool
 
 from connectors.config import DaemonConfig, mestimator_params
 from connectors.kafka.outputs import DETAIL_MAX, Outputs
@@ -37,6 +39,26 @@ from streamspec.streaming.with_hmm import WithHMM
 __all__ = ["RefitPolicy", "make_estimator"]
 
 log = logging.getLogger("streamspec.daemon")
+
+_MEMORY_FAILURES = (MemoryError, BrokenProcessPool)  # the worker killed: mostly for memory
+
+
+class _OneLineMemoryFailures(logging.Filter):
+    """Drops the refitter's own report (with its traceback) of a refit that ran out of memory.
+
+    The daemon reports it on one line (``event=refit-failed reason=memory``): it is a
+    resource limit, not a bug, and a traceback of the worker process helps nobody.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, _MEMORY_FAILURES)
+
+
+def _quiet_memory_failures() -> None:
+    refit_log = logging.getLogger("streamspec.refit")
+    if not any(isinstance(f, _OneLineMemoryFailures) for f in refit_log.filters):
+        refit_log.addFilter(_OneLineMemoryFailures())
 
 
 def make_estimator(config: DaemonConfig) -> MEstimator | WithHMM:
@@ -85,6 +107,8 @@ class RefitPolicy:
         self.label_order: list = []  # the last model's labels: refits warm-start from it
         self.fit_taken_at = time.monotonic()
         self._failures_logged = 0
+        self._final: tuple = (None, 0, 0)  # the final refit's counts, new symbols, all symbols
+        _quiet_memory_failures()
 
     # hooks (template methods) --------------------------------------------------------
 
@@ -116,17 +140,74 @@ class RefitPolicy:
         """Extra figures of the policy for the status line and the metrics."""
         return {}
 
+    def start_final_refit(self, hurry: threading.Event) -> bool:
+        """At shutdown, while the partitions are held: prepare a fit on everything learned.
+
+        True: :meth:`finish_final_refit` fits after the partitions are handed back.
+        """
+        return False
+
+    @property
+    def refits_on(self) -> bool:
+        """Whether refits are on at all (``refit_every`` or ``refit_interval``)."""
+        return bool(self.config.refit_every or self.config.refit_interval)
+
     # shared ---------------------------------------------------------------------------
 
     def after_batch(self) -> None:
         """After every poll: take a finished model, report failed refits, start a due one."""
         self.take_model()
-        if self.refit_failures() > self._failures_logged:
-            self._failures_logged = self.metrics.refit_failures
-            log.warning("event=refit-failed failures=%d error=%r (the previous model is kept)",
-                        self.metrics.refit_failures,
-                        str(getattr(self.refitter, "last_error", None))[:DETAIL_MAX])
+        self._report_failures()
         self.maybe_refit()
+
+    def _report_failures(self) -> None:
+        """One line per failed refit (``reason=memory`` when it ran out of memory)."""
+        if self.refit_failures() <= self._failures_logged:
+            return
+        self._failures_logged = self.metrics.refit_failures
+        error = str(getattr(self.refitter, "last_error", None))
+        memory = error.split(":", 1)[0] in {e.__name__ for e in _MEMORY_FAILURES}
+        log.warning("event=refit-failed%s failures=%d error=%r (the previous model is kept%s)",
+                    " reason=memory" if memory else "", self.metrics.refit_failures,
+                    error[:DETAIL_MAX], "; the counts are intact: give the daemon more memory, "
+                    "or bound the alphabet with --max-symbols" if memory else "")
+
+    def last_refit_error(self) -> str | None:
+        """The exception type of the last refit if it failed (``None``: it did not)."""
+        error = getattr(self.refitter, "last_error", None)
+        return None if not error else str(error).split(":", 1)[0]
+
+    def finish_final_refit(self, hurry: threading.Event) -> None:
+        """Fit on the counts :meth:`start_final_refit` kept; serve, save and publish the model.
+
+        A fit still running is waited for first. ``hurry`` set (a second signal) stops
+        the waits: the saved model is then the previous one.
+        """
+        data, n_new, total = self._final
+        self._final = (None, 0, 0)
+        if not self._wait(hurry):
+            return
+        self.take_model()
+        if data is None:
+            return
+        if self.refitter.model is not None and self.refitter.fitted_on_symbols >= total:
+            log.info("event=final-refit skipped=covered (the refit that was running had every "
+                     "symbol)")
+            return
+        if not self.refitter.observe(n_new, data):  # observe counts the symbols; fit if not due
+            self.refitter.fit_now(data)
+        log.info("event=final-refit symbols=%d triples=%d (a second SIGTERM or SIGINT stops "
+                 "waiting for it)", data.n, int(data.n_triples))
+        if self._wait(hurry):
+            self.take_model()
+            self._report_failures()
+
+    def _wait(self, hurry: threading.Event) -> bool:
+        while not self.refitter.wait(0.2):
+            if hurry.is_set():
+                log.warning("event=final-refit-abandoned (the saved model is the previous one)")
+                return False
+        return True
 
     def refit_failures(self) -> int:
         """Failed refits so far (the refitter's count; also kept in the metrics)."""

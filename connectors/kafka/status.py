@@ -10,7 +10,12 @@ One ``event=status`` line every ``status_interval`` seconds::
     model_version=… symbols=… counts_mb=… failed=- paused=- refit_failures=0 offsets=0:…,1:…
 
 followed, with the state topic, by ``refitter=`` and ``global_records=``.
-``offsets`` is the next offset to read of each assigned partition.
+``offsets`` is the next offset to read of each assigned partition. ``symbols`` is
+the alphabet of the partitions' merged counts (the one refits fit). Only when
+there is something to say: ``refit_error=`` (the exception of the last refit, if
+it failed), ``deleted_unread=`` (records deleted before they were read, since
+start), ``log_resets=`` (partitions read again from a new log's start) and
+``unassigned=`` (seconds without any partition, once reported).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Protocol
 from kafka import KafkaConsumer, TopicPartition
 
 from connectors.kafka.assignment import Assignment
+from connectors.kafka.group_watch import GroupWatch
 from connectors.kafka.lifecycle import Services
 from connectors.kafka.outputs import Outputs
 from connectors.kafka.refit_policy import RefitPolicy
@@ -56,7 +62,11 @@ class Reportable(Protocol):
 
     def extra_status(self) -> dict[str, int]: ...
 
+    def unassigned_seconds(self) -> float: ...
+
     def offsets(self) -> dict[int, int]: ...
+
+    def notes(self) -> dict[str, str]: ...
 
 
 class Reporting:
@@ -72,6 +82,7 @@ class Reporting:
     outputs: Outputs
     services: Services
     consumer: KafkaConsumer | None
+    group_watch: GroupWatch
 
     @property
     def model(self) -> ObservableOperatorModel | None:
@@ -105,7 +116,7 @@ class Reporting:
     def paused(self) -> list[TopicPartition]:
         """Partitions taken but not read yet: waiting for their state or their offset check."""
         with self.assignment.lock:
-            return sorted(self.backend.pending | self.assignment.to_verify)
+            return sorted(self.backend.pending | set(self.assignment.to_verify))
 
     def refit_failures(self) -> int:
         """Failed refits so far."""
@@ -114,6 +125,24 @@ class Reporting:
     def extra_status(self) -> dict[str, int]:
         """The refit policy's figures (with the state topic: ``refitter``, ``global_records``)."""
         return self.refits.status()
+
+    def unassigned_seconds(self) -> float:
+        """Seconds without any partition (0 while holding some)."""
+        return self.group_watch.unassigned_seconds()
+
+    def notes(self) -> dict[str, str]:
+        """The status line's fields that appear only when there is something to say."""
+        m, out = self.metrics, {}
+        error = self.refits.last_refit_error()
+        if error:
+            out["refit_error"] = error
+        if m.records_deleted_unread:
+            out["deleted_unread"] = str(m.records_deleted_unread)
+        if m.log_resets:
+            out["log_resets"] = str(m.log_resets)
+        if self.group_watch.reported():
+            out["unassigned"] = f"{self.unassigned_seconds():.0f}s"
+        return out
 
 
 def _partitions(tps) -> str:
@@ -128,6 +157,7 @@ def status_line(daemon: Reportable) -> str:
     failed = ",".join(f"{tp.partition}:{r}" for tp, r in sorted(daemon.failed.items()))
     extra = "".join(f" {k}={v}" for k, v in daemon.extra_status().items())
     offsets = ",".join(f"{p}:{o}" for p, o in sorted(daemon.offsets().items()))
+    notes = "".join(f" {k}={v}" for k, v in daemon.notes().items())
     return (
         f"rate={rate:.0f}/s records={m.records} lag={'?' if lag is None else lag} "
         f"partitions={_partitions(sorted(daemon.states))} refits={m.refits} "
@@ -135,7 +165,7 @@ def status_line(daemon: Reportable) -> str:
         f"dead_letters={sum(m.dead_letters.values())} model_version={daemon.model_version} "
         f"symbols={daemon.n_symbols()} counts_mb={daemon.counts_bytes() / 1e6:.1f} "
         f"failed={failed or '-'} paused={_partitions(daemon.paused())} "
-        f"refit_failures={daemon.refit_failures()}{extra} offsets={offsets or '-'}"
+        f"refit_failures={daemon.refit_failures()}{notes}{extra} offsets={offsets or '-'}"
     )
 
 
@@ -146,6 +176,7 @@ def render_metrics(daemon: Reportable, connected: bool) -> str:
     gauges = {"partitions": len(daemon.states), "model_version": daemon.model_version,
               "counts_bytes": daemon.counts_bytes(), "symbols": daemon.n_symbols(),
               "failed_partitions": len(daemon.failed), "paused_partitions": len(daemon.paused()),
+              "unassigned_seconds": round(daemon.unassigned_seconds(), 1),
               **daemon.extra_status()}
     if lag is not None:
         gauges["lag"] = lag

@@ -2,6 +2,8 @@
 
 * :mod:`connectors.state.files`: :class:`PartitionState`, :class:`SourceState` and
   :class:`StateStore` (one checkpoint file per partition, with a ``.prev`` fallback);
+* :mod:`connectors.state.identity`: what identifies the log a partition was read from
+  (the last record counted, records deleted before they were read);
 * :mod:`connectors.state.snapshots`: the snapshot messages of the state topic and
   their readers (Kafka needed);
 * :mod:`connectors.state.topic_io`: topics read to their end, followed in a thread,
@@ -14,6 +16,7 @@ Importing this package needs no Kafka client: ``streamspec learn`` uses the file
 """
 
 from connectors.state.files import (
+    BlockedCheckpoint,
     ForeignCheckpoint,
     PartitionState,
     Restored,
@@ -22,6 +25,8 @@ from connectors.state.files import (
     dump_verified,
     merge_accumulators,
 )
+from connectors.state.identity import LogIdentity, RecordMark
 
 __all__ = ["PartitionState", "SourceState", "StateStore", "merge_accumulators",
-           "dump_verified", "ForeignCheckpoint", "Restored"]
+           "dump_verified", "ForeignCheckpoint", "BlockedCheckpoint", "Restored", "LogIdentity",
+           "RecordMark"]

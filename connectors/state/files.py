@@ -50,6 +50,7 @@ from functools import reduce
 from pathlib import Path
 from typing import Any
 
+from connectors.state.identity import LogIdentity
 from streamspec.core.checkpoint import (
     CheckpointError,
     dump_checkpoint,
@@ -61,7 +62,7 @@ from streamspec.core.checkpoint import (
 from streamspec.streaming.accumulator import MomentAccumulator
 
 __all__ = ["PartitionState", "SourceState", "StateStore", "merge_accumulators",
-           "dump_verified", "ForeignCheckpoint", "Restored"]
+           "dump_verified", "ForeignCheckpoint", "BlockedCheckpoint", "Restored"]
 
 _PARTITION_FORMAT = "streamspec.PartitionState"
 _SOURCE_FORMAT = "streamspec.SourceState"
@@ -71,6 +72,10 @@ _PARTITION_VERSION = 2  # 2: the header names the consumer group
 
 class ForeignCheckpoint(CheckpointError):
     """A readable partition checkpoint written for another topic, partition or group."""
+
+
+class BlockedCheckpoint(CheckpointError):
+    """Something that is not a file (a folder) where a partition's checkpoint must be written."""
 
 
 def _split_acc(acc: MomentAccumulator) -> tuple[dict, dict]:
@@ -124,6 +129,10 @@ class PartitionState:
     group
         The consumer group whose checkpoint this is (``None``: read from a version-1
         file, which did not record it).
+    log
+        What identifies the log read: the last record counted, records deleted before
+        they were read (:class:`~connectors.state.identity.LogIdentity`; header entry
+        ``log``, absent from checkpoints written before it was kept).
     """
 
     topic: str
@@ -135,6 +144,7 @@ class PartitionState:
     owner: str = ""
     written_at: float = 0.0
     group: str | None = None
+    log: LogIdentity = field(default_factory=LogIdentity)
 
     def checkpoint_parts(self) -> tuple[dict, dict]:
         acc_header, arrays = _split_acc(self.acc)
@@ -147,6 +157,7 @@ class PartitionState:
             "dead_letters": dict(self.dead_letters),
             "owner": self.owner,
             "written_at": time.time(),
+            "log": self.log.to_header(),
             "accumulator": acc_header,
         }
         return header, arrays
@@ -170,6 +181,7 @@ class PartitionState:
                 owner=str(header.get("owner", "")),
                 written_at=float(header.get("written_at", 0.0)),
                 group=None if header.get("group") is None else str(header["group"]),
+                log=LogIdentity.from_header(header.get("log")),
             )
         except CheckpointError:
             raise
@@ -344,14 +356,24 @@ class StateStore:
         its counts are those of the records before its offset, and the records
         after it are read again from the log. A checkpoint of another topic,
         partition or group raises :class:`ForeignCheckpoint` (no fallback: the
-        folder was tampered with); none readable raises :class:`CheckpointError`
-        naming both errors. Stale temporary files of interrupted writes are removed.
+        folder was tampered with); a folder where either file must be written
+        raises :class:`BlockedCheckpoint` (saying what to do); none readable raises
+        :class:`CheckpointError` naming both errors. Stale temporary files of interrupted writes are removed.
         O(size of the checkpoint).
         """
         path = self.path(topic, partition)
         remove_stale_temporaries(path.parent, path.name)
         prev = self.previous_path(topic, partition)
         remove_stale_temporaries(prev.parent, prev.name)
+        for p in (path, prev):
+            if p.exists() and not p.is_file():
+                # why: it would be read around (the fallback) but never written over:
+                # every later checkpoint of the partition would fail
+                kind = "folder" if p.is_dir() else "special file"
+                raise BlockedCheckpoint(
+                    f"{p} is a {kind}, not a checkpoint file: this partition's checkpoints "
+                    f"cannot be written there. Move it away (mv '{p}' '{p}.moved') and "
+                    "restart; the partition is not read until then")
         if not path.exists() and not prev.exists():
             return Restored(None, "beginning")
         errors = []

@@ -168,7 +168,7 @@ class TopicBackend(StateBackend):
 
     def save(self, states: Iterable[PartitionState]) -> None:
         """Publish one snapshot per state; return once the broker acknowledged them all."""
-        futures = []
+        futures, sent = [], []
         for state in states:
             if self.group is not None:
                 state.group = self.group
@@ -176,5 +176,9 @@ class TopicBackend(StateBackend):
             part = state_partition(state.partition, self._n_state_partitions)
             futures.append(self.producer.send(self.state_topic, key=key, value=value,
                                               headers=headers, partition=part))
+            sent.append(Snapshot(int(state.partition), int(state.offset), int(state.records),
+                                 value, self.client_id, state.group))
         for f in futures:
             f.get(timeout=SEND_TIMEOUT)  # acknowledged by the broker (acks=all)
+        for snap in sent:  # the global view has this daemon's own latest at once
+            self.snapshots.offer(snap)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamspec.adapters.rank_selector import RANK_GRID, RankScores, RankSelector
+from streamspec.core import defaults
 from streamspec.core.mestimator import MEstimator
-from streamspec.core.params import clone
+from streamspec.core.params import clone, get_params
 from streamspec.core.spectral import SpectralEstimator
-from streamspec.streaming.with_hmm import WithHMM
 
 __all__ = ["ESTIMATORS", "check_estimator", "online_estimator"]
 
@@ -24,24 +23,25 @@ def check_estimator(est: Any) -> None:
 
 
 def online_estimator(est: Any, *, rank: int | str, window: int, min_proba: float,
-                     n_states: int | None, sweeps: int, scores: RankScores):
+                     n_states: int | None):
     """The estimator :class:`~streamspec.adapters.river_model.SpectralHMM` refits. O(1).
 
-    ``est``: ``"spectral"`` (:class:`~streamspec.SpectralEstimator`), ``"m"``
-    (:class:`~streamspec.MEstimator`), both with this ``rank``, window filter and
-    ``min_proba``, or an estimator object (cloned: the learner never edits the
-    caller's). ``rank="auto"`` wraps it in a :class:`RankSelector` sharing ``scores``;
-    ``n_states`` in a :class:`~streamspec.streaming.with_hmm.WithHMM`.
+    ``est``: ``"spectral"`` (:class:`~streamspec.SpectralEstimator`) or ``"m"``
+    (:class:`~streamspec.MEstimator`), both with this ``rank``, window filter,
+    ``min_proba`` and ``hmm_states=n_states`` (``"auto"`` when ``None``); or an estimator
+    object, cloned (the learner never edits the caller's) with its ``window`` and
+    ``hmm_states`` set where it has them.
+
+    Examples
+    --------
+    >>> online_estimator("m", rank=3, window=2, min_proba=1e-3, n_states=4).hmm_states
+    4
     """
-    auto = isinstance(rank, str) and rank == "auto"  # settings checked by SpectralHMM._validate
+    states = defaults.HMM_STATES if n_states is None else n_states
     if isinstance(est, str):
-        kwargs = {"rank": 1 if auto else rank, "filter": "window", "window": window,
-                  "min_proba": min_proba}
-        est = SpectralEstimator(**kwargs) if est == "spectral" else MEstimator(**kwargs)
-    else:
-        est = clone(est)
-    if auto:
-        est = RankSelector(est, ranks=RANK_GRID, scores=scores)
-    if n_states is not None:
-        est = WithHMM(est, n_states=n_states, sweeps=sweeps)
-    return est
+        kwargs = {"rank": rank, "filter": "window", "window": window, "min_proba": min_proba,
+                  "hmm_states": states}
+        return SpectralEstimator(**kwargs) if est == "spectral" else MEstimator(**kwargs)
+    params = get_params(est)
+    changes = {k: v for k, v in (("window", window), ("hmm_states", states)) if k in params}
+    return clone(est, **changes)

@@ -19,10 +19,13 @@ import sys
 import traceback
 from collections.abc import Callable, Iterable
 
+from streamspec.cli.errors import CommandError, error_line
+
 # (module, attribute): each is a function register(subparsers) -> None
 _COMMANDS = [
     ("streamspec.experiments.paper", "register"),
-    ("streamspec.experiments.demo", "register"),
+    ("streamspec.cli.demo", "register"),
+    ("streamspec.cli.broker", "register"),
     ("streamspec.cli.consume", "register"),
     ("streamspec.cli.learn", "register"),
     ("streamspec.cli.predict", "register"),
@@ -99,6 +102,10 @@ def configure_logging(level: str = "INFO") -> None:
     value = getattr(logging, str(level).upper(), logging.INFO)
     logging.basicConfig(stream=sys.stderr, level=value, format=_LOG_FORMAT)
     logging.getLogger().setLevel(value)
+    # the handlers too: libraries that set their own loggers' levels (distributed sets
+    # INFO) must not print below the level asked for (-q: warnings and errors only)
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(value)
     logging.getLogger("kafka").setLevel(logging.DEBUG if value <= logging.DEBUG
                                         else logging.CRITICAL)
 
@@ -114,11 +121,16 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
 
     Without a subcommand, prints the help and returns 2. An error the command did
     not handle itself becomes one line ``streamspec COMMAND: error: ...`` on stderr
-    and exit status 1 (130 on Ctrl-C); its traceback is logged at DEBUG level only.
+    and exit status 1 (130 on Ctrl-C, also while the commands are still being
+    imported); its traceback is logged at DEBUG level only.
     """
-    if parser is None:
-        parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        if parser is None:
+            parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C during start-up (imports): nothing was done yet
+        print("streamspec: interrupted", file=sys.stderr)
+        return 130
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -128,9 +140,15 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
         args.log_level = level  # for commands that set up their own logging from it
         if getattr(args, "progress", None) == "auto":
             args.progress = "never"
-    name = f"streamspec {args.command}" if getattr(args, "command", None) else "streamspec"
+    command = getattr(args, "command", None)
+    name = f"streamspec {command}" if command else "streamspec"
     try:
         return int(args.func(args) or 0)
+    except CommandError as exc:
+        if level == "DEBUG":
+            traceback.print_exc()
+        print(error_line(command, str(exc)), file=sys.stderr)
+        return exc.status
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
@@ -139,7 +157,7 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     except (ValueError, OSError, MemoryError) as exc:  # CheckpointError is a ValueError
         if level == "DEBUG":
             traceback.print_exc()
-        print(f"{name}: error: {_message(exc)}", file=sys.stderr)
+        print(error_line(command, _message(exc)), file=sys.stderr)
         return 1
     except Exception as exc:  # a bug: still one line, the traceback on request
         if level == "DEBUG":
@@ -147,7 +165,8 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
             hint = ""
         else:
             hint = " (rerun with --log-level DEBUG for the traceback)"
-        print(f"{name}: error: unexpected {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
+        print(error_line(command, f"unexpected {type(exc).__name__}: {exc}{hint}"),
+              file=sys.stderr)
         return 1
 
 

@@ -6,9 +6,9 @@ file, then the flags); both are imported only when the command runs.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
+from streamspec.cli.errors import CommandError
 from streamspec.cli.options import (
     KAFKA_FORMAT,
     add_estimator_options,
@@ -47,8 +47,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--config", metavar="FILE", help="TOML settings file (see connectors.config)")
     _add_kafka_options(p)
-    add_format_options(p, kafka=True)
-    p.add_argument_group("record format").add_argument(
+    add_format_options(p, kafka=True).add_argument(
         "--alphabet", metavar="A,B,...",
         help="fixed alphabet: other symbols go to the dead-letter topic")
     add_estimator_options(p, defaults=False)
@@ -83,10 +82,13 @@ def _add_kafka_options(p) -> None:
     g.add_argument("--state-topic", metavar="T",
                    help="state topic of the kafka backend (default T.state)")
     g.add_argument("--on-offset-out-of-range", choices=["fail", "reset"],
-                   help="a checkpoint offset beyond the log's end or before its start (topic "
-                        "re-created, records removed unread): fail (default: that partition "
-                        "is not read, an error names it, exit status 4) or reset (keep the "
-                        "counts, read from the log start, log what was skipped)")
+                   help="a log that is not the one a checkpoint was read from (topic "
+                        "re-created, broker that lost its log, truncation: its last record "
+                        "counted is re-read and compared), or records deleted before they "
+                        "were read: fail (default: that partition is not read, an error "
+                        "names it, exit status 4) or reset (keep the counts, read on from "
+                        "the new log's start or after the deleted records, log how many "
+                        "records cannot be vouched for)")
     g.add_argument("--session-timeout-ms", type=int, metavar="MS",
                    help="group session timeout (default 6000; a dead member is evicted after it)")
     g.add_argument("--heartbeat-interval-ms", type=int, metavar="MS",
@@ -134,7 +136,7 @@ _CONSUME_SETTINGS = (
     "refit_every", "refit_interval", "min_triples",
     "refit_duty", "refit_process",
     "checkpoint_every", "checkpoint_interval", "status_interval", "metrics_port",
-    "state_backend", "state_topic", "on_offset_out_of_range",
+    "state_backend", "state_topic", "on_offset_out_of_range", "max_malformed",
 )
 
 
@@ -154,14 +156,17 @@ def config_from_args(args) -> Any:
 def _consume(args) -> int:
     import signal
 
-    # why: a SIGTERM/SIGINT before the daemon's own handlers exist must still stop it
-    # cleanly (exit 0), not kill it by the default action
+    # why: a SIGTERM before the daemon's own handlers exist must still stop it cleanly
+    # (exit 0), not kill it by the default action; a SIGINT while it is still being
+    # built (imports, the saved model) ends at once, quietly, with 130 (main() says so)
     early: list = []
     daemon: list = []
 
     def latch(signum, frame) -> None:
         if daemon:
             daemon[0].stop()
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt
         else:
             early.append(signum)
 
@@ -171,8 +176,7 @@ def _consume(args) -> int:
     try:
         config = config_from_args(args)
     except ValueError as exc:
-        print(f"streamspec consume: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc), status=2) from None
     from connectors.kafka import ConsumerDaemon
 
     daemon.append(ConsumerDaemon(config))

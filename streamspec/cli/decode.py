@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from streamspec.cli.checkpoint_files import HMM_SUFFIX, load_checkpoint_file
+from streamspec.cli.errors import CommandError
 from streamspec.cli.options import FILE_FORMAT, add_format_options, check_input_files, format_from_args
 
 __all__ = ["register"]
@@ -24,6 +26,9 @@ def register(subparsers) -> None:
             "print one line per symbol, tab-separated: the symbol and the hidden state of the "
             "most likely state path (Viterbi) of its sequence; with --posterior, instead of "
             "the state, the smoothed posterior Pr(state | whole sequence) of every state. A "
+            "symbol the model does not know (a word of another text) is decoded without "
+            "evidence at its position: its state comes from its neighbours (one WARNING line "
+            "says how many). A "
             "sequence is a stream key's symbols up to its end marker (--end-each-line: a "
             "line); with --key-field the key is printed first. Lines are printed in file "
             "order. The model is an HMM checkpoint: learn --states K --out MODEL saves it "
@@ -47,15 +52,7 @@ def _cell(value: Any) -> str:
         "\r", "\\r")
 
 
-_NAME = "streamspec decode"
-
-
-class _Stop(Exception):
-    """A step of decode failed: its message is printed, the command exits with ``status``."""
-
-    def __init__(self, message: str, status: int = 1):
-        super().__init__(message)
-        self.status = status
+log = logging.getLogger("streamspec.decode")
 
 
 def _decode(args) -> int:
@@ -63,72 +60,93 @@ def _decode(args) -> int:
 
     Cost: O(T · m²) time and O(T · m) memory for T symbols and m states (every
     sequence is kept in memory until it is decoded), plus one lookup per symbol.
-    Exit status 1, with a message on stderr, for a missing or invalid model or file,
-    a symbol the model does not know, or no symbol at all; 2 for bad format options.
+    A symbol the model does not know is decoded with no evidence at its position
+    (its state comes from its neighbours; ``"<other>"`` if the model has it), and
+    one WARNING line says how many and which. Exit status 1, with one error line,
+    for a missing or invalid model or file, too many malformed lines, or no symbol
+    at all; 2 for bad format options.
     """
     from connectors.records import format_from_options
     from streamspec.core.checkpoint import CheckpointError
     from streamspec.core.hidden_markov_model import HiddenMarkovModel
 
     try:
-        try:
-            fmt = format_from_options(**format_from_args(args, FILE_FORMAT))
-        except ValueError as exc:
-            raise _Stop(str(exc), 2) from None
-        try:
-            hmm = load_checkpoint_file(args.model, HiddenMarkovModel.load, what="HMM checkpoint")
-        except (CheckpointError, OSError) as exc:
-            raise _Stop(f"{exc} (an HMM checkpoint is written by learn --states K --out MODEL "
-                        f"as MODEL{HMM_SUFFIX})") from None
-        labels = hmm.symbols if hmm.symbols is not None else list(range(hmm.n_symbols))
-        symbols, keys, sequences = _read_sequences(args, fmt, hmm, labels)
-        out = _states(args, hmm, symbols, sequences)
-    except _Stop as stop:
-        print(f"{_NAME}: {stop}", file=sys.stderr)
-        return stop.status
-    _print_lines(args, labels, symbols, keys, out)
+        fmt = format_from_options(**format_from_args(args, FILE_FORMAT))
+    except ValueError as exc:
+        raise CommandError(str(exc), status=2) from None
+    try:
+        hmm = load_checkpoint_file(args.model, HiddenMarkovModel.load, what="HMM checkpoint")
+    except (CheckpointError, OSError) as exc:
+        raise CommandError(f"{exc} (an HMM checkpoint is written by learn --states K --out MODEL "
+                           f"as MODEL{HMM_SUFFIX})") from None
+    labels = hmm.symbols if hmm.symbols is not None else list(range(hmm.n_symbols))
+    symbols, keys, sequences, names = _read_sequences(args, fmt, hmm, labels)
+    out = _states(args, hmm, symbols, sequences)
+    _print_lines(args, names, symbols, keys, out)
     return 0
 
 
-def _read_sequences(args, fmt, hmm, labels) -> tuple[list[int], list, list[list[int]]]:
-    """Every symbol (as an index of ``labels``) and key in file order, and the sequences.
+def _read_sequences(args, fmt, hmm, labels) -> tuple[list[int], list, list[list[int]], list]:
+    """Every symbol (an index of ``labels``, -1 if unknown) and key in file order, the
+    sequences, and every symbol as read (to print).
 
     A sequence is the positions (in the symbol list) of one key's symbols up to its end.
     """
     from connectors.files import FileSource
+    from connectors.malformed import MalformedReport, TooManyMalformed
+    from streamspec.core.symbol_input import OTHER, UnknownSymbols
 
     index = {s: i for i, s in enumerate(labels)}
+    other = index.get(OTHER, -1)
+    unknown: list = []
     symbols: list[int] = []  # every symbol record, in file order
+    names: list = []
     keys: list = []
     open_seq: dict[Any, list[int]] = {}  # key -> positions (in symbols) of its open sequence
     sequences: list[list[int]] = []
+    report = _report(args, MalformedReport)
+    check_input_files(args, fmt)
+    source = FileSource(args.files, fmt, on_error=lambda info, exc: report.skipped(
+        f"{info.path}, line {info.line}", exc, seen=source.lines))
     try:
-        check_input_files(args, fmt)
-        source = FileSource(args.files, fmt)
-        for rec, pos in source:
+        for rec, _ in source:
             if rec.symbol is not None:
-                if rec.symbol not in index:
-                    raise _Stop(f"{pos.path}, line {pos.line}: symbol {rec.symbol!r} is not one "
-                                f"of the model's {hmm.n_symbols} symbols (is --encoding the one "
-                                f"used by learn?)")
+                i = index.get(rec.symbol)
+                if i is None:
+                    unknown.append(rec.symbol)
+                    i = other
                 open_seq.setdefault(rec.key, []).append(len(symbols))
-                symbols.append(index[rec.symbol])
+                symbols.append(i)
+                names.append(rec.symbol)
                 keys.append(rec.key)
             if rec.end and rec.key in open_seq:
                 sequences.append(open_seq.pop(rec.key))
-    except (OSError, ValueError) as exc:
-        raise _Stop(str(exc)) from None
+        report.seen = max(report.seen, source.lines)
+        report.log_summary()
+        report.check(final=bool(report.total))
+    except TooManyMalformed as exc:
+        raise CommandError(str(exc)) from None
     sequences.extend(open_seq.values())
-    if source.errors:
-        print(f"{_NAME}: skipped {source.errors} malformed line(s): "
-              f"{dict(source.errors_by_reason)}", file=sys.stderr)
+    if unknown:
+        tally = UnknownSymbols()
+        tally.add(unknown, f"read as {OTHER!r}" if other >= 0 else
+                  "decoded without evidence at their positions", hmm.n_symbols)
+        log.warning("event=unknown-symbols %s (is --encoding the one used by learn?)",
+                    tally.message())
     if not symbols:
-        raise _Stop(f"no symbol read from {', '.join(args.files)}")
-    return symbols, keys, sequences
+        raise CommandError(f"no symbol read from {', '.join(args.files)}")
+    return symbols, keys, sequences, names
+
+
+def _report(args, cls) -> Any:
+    try:
+        return cls(args.max_malformed, what="lines")
+    except ValueError as exc:
+        raise CommandError(str(exc), status=2) from None
 
 
 def _states(args, hmm, symbols: list[int], sequences: list[list[int]]) -> np.ndarray:
-    """The Viterbi state (or, with ``--posterior``, the posteriors) of every symbol."""
+    """The Viterbi state (or, with ``--posterior``, the posteriors) of every symbol (-1: unknown)."""
     from streamspec.core.hidden_markov_model import HiddenMarkovModel
 
     x = np.asarray(symbols, dtype=np.int64)
@@ -140,18 +158,18 @@ def _states(args, hmm, symbols: list[int], sequences: list[list[int]]) -> np.nda
         try:
             out[at] = raw.predict_proba(x[at]) if args.posterior else raw.decode(x[at])[1]
         except ValueError as exc:
-            raise _Stop(str(exc)) from None
+            raise CommandError(str(exc)) from None
     return out
 
 
-def _print_lines(args, labels, symbols: list[int], keys: list, out: np.ndarray) -> None:
-    """One tab-separated line per symbol, in blocks; a closed pipe ends the output quietly."""
+def _print_lines(args, names: list, symbols: list[int], keys: list, out: np.ndarray) -> None:
+    """One tab-separated line per symbol (as read), in blocks; a closed pipe ends quietly."""
     with_key = args.key_field is not None
     lines = []
     try:
-        for t, i in enumerate(symbols):
+        for t in range(len(symbols)):
             cells = [_cell(keys[t])] if with_key else []
-            cells.append(_cell(labels[i]))
+            cells.append(_cell(names[t]))
             if args.posterior:
                 cells.extend(f"{v:.6f}" for v in out[t])
             else:

@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from streamspec.cli.checkpoint_files import HMM_SUFFIX, load_checkpoint_file, model_rank
+from streamspec.cli.errors import CommandError, error_line
 from streamspec.cli.options import positive_int
+from streamspec.cli.quality import quality_fields, quality_lines
 
 __all__ = ["describe_checkpoint", "register"]
 
@@ -77,7 +79,9 @@ def describe_checkpoint(path: str | os.PathLike, top: int = _TOP_EMISSIONS) -> d
         out.update(symbols=_listed(m.symbols), n_symbols=m.n_symbols, rank=model_rank(m), dim=m.dim,
                    filter=m.filter, window=m.window,
                    model_mb=round(sum(a.nbytes for a in (m.b1, m.binf, m.B)) / 1e6, 3),
-                   backoff=getattr(m, "backoff", None) is not None)
+                   predictor="+".join(m.backoff.components) if m.backoff is not None else "model",
+                   hmm_states=None if m.backoff is None or m.backoff.hmm is None else m.backoff.hmm.n_states,
+                   held_out=quality_fields(m), quality=quality_lines(m))
     elif kind == "streamspec.HiddenMarkovModel":
         out.update(_describe_hmm(path, top))
     elif kind == "streamspec.MomentAccumulator":
@@ -88,9 +92,13 @@ def describe_checkpoint(path: str | os.PathLike, top: int = _TOP_EMISSIONS) -> d
         from connectors.state import PartitionState
 
         st = PartitionState.load(path)
+        mark = st.log.mark
         out.update(topic=st.topic, partition=st.partition, offset=st.offset, records=st.records,
                    dead_letters=dict(st.dead_letters), owner=st.owner,
                    written_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.written_at)),
+                   last_record=(mark.describe() if mark is not None else
+                                None if st.log.recorded else "not recorded (older checkpoint)"),
+                   deleted_unread=st.log.deleted_unread, log_resets=st.log.resets,
                    **_describe_acc(st.acc))
     elif kind == "streamspec.SourceState":
         from connectors.state import SourceState
@@ -159,24 +167,55 @@ def _inspect(args) -> int:
     path = Path(args.path)
     files = sorted([*path.rglob("*.ckpt"), *path.rglob("*" + HMM_SUFFIX)]) if path.is_dir() else [path]
     if not files:
-        print(f"streamspec inspect: no checkpoint under {path}", file=sys.stderr)
-        return 1
+        raise CommandError(f"no checkpoint under {path}")
     status = 0
+    partitions: dict[Path, list[Path]] = {}  # folder -> its partition checkpoints
     for f in files:
         try:
             info = describe_checkpoint(f, top=args.top)
         except CheckpointError as exc:
-            print(f"streamspec inspect: {exc}", file=sys.stderr)
+            print(error_line("inspect", str(exc)), file=sys.stderr)  # and go on with the others
             status = 1
             continue
-        if args.json:
-            print(json.dumps(info, default=str))
-        elif info["format"] == "streamspec.HiddenMarkovModel":
-            print(f"{info['path']}: {info['format']} v{info['version']}")
-            _print_hmm(info)
-        else:
-            print(f"{info['path']}: {info['format']} v{info['version']}")
-            for key, value in info.items():
-                if key not in ("path", "format", "version"):
-                    print(f"  {key}: {value}")
+        if info["format"] == "streamspec.PartitionState":
+            partitions.setdefault(f.parent, []).append(f)
+        _print_info(info, args.json)
+    if path.is_dir():
+        for folder, paths in sorted(partitions.items()):
+            _print_info(_merged(folder, paths), args.json)
     return status
+
+
+def _merged(folder: Path, paths: list[Path]) -> dict[str, Any]:
+    """The merged counts of a state folder's partition checkpoints (what the daemon refits on).
+
+    O(size of the checkpoints): merged by symbol label, as the daemon merges them.
+    """
+    from connectors.state import PartitionState, merge_accumulators
+
+    states = sorted((PartitionState.load(p) for p in paths), key=lambda st: st.partition)
+    merged = merge_accumulators(st.acc for st in states)
+    out = {"path": str(folder), "format": "merged partition counts", "version": None,
+           "partitions": [st.partition for st in states],
+           "offsets": {st.partition: st.offset for st in states},
+           "records": sum(st.records for st in states),
+           "deleted_unread": sum(st.log.deleted_unread for st in states)}
+    out.update(_describe_acc(merged))
+    return out
+
+
+def _print_info(info: dict[str, Any], as_json: bool) -> None:
+    """One checkpoint's summary: a JSON line, or a header line and one line per field."""
+    if as_json:
+        print(json.dumps(info, default=str))
+        return
+    version = f" v{info['version']}" if info["version"] is not None else ""
+    print(f"{info['path']}: {info['format']}{version}")
+    if info["format"] == "streamspec.HiddenMarkovModel":
+        _print_hmm(info)
+        return
+    for key, value in info.items():
+        if key not in ("path", "format", "version", "held_out", "quality"):
+            print(f"  {key}: {value}")
+    for line in info.get("quality", []):
+        print(f"  {line}")

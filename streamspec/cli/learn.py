@@ -9,16 +9,14 @@ read record by record (:mod:`connectors.files`) by the ingest loop of
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
-import sys
-import time
+from collections import Counter
 from typing import Any
 
-import numpy as np
-
-from streamspec.cli.checkpoint_files import hmm_path, load_checkpoint_file, model_rank
+from streamspec.cli.checkpoint_files import HMM_SUFFIX, load_checkpoint_file
+from streamspec.cli.errors import CommandError
+from streamspec.cli.fitting import check_estimator_settings, fit_and_save, show_progress
 from streamspec.cli.options import (
     FILE_FORMAT,
     add_backfill_options,
@@ -27,12 +25,12 @@ from streamspec.cli.options import (
     apply_toml,
     backfill_result_from_args,
     check_input_files,
-    estimator_default,
     format_from_args,
     positive_float,
     positive_int,
     wants_backfill,
 )
+from streamspec.cli.progress_bar import CountingBar
 
 __all__ = ["register"]
 
@@ -65,7 +63,9 @@ def register(subparsers) -> None:
     add_format_options(p, kafka=False)
     add_estimator_options(p, defaults=True)
     g = p.add_argument_group("output")
-    g.add_argument("--out", metavar="MODEL", help="save the fitted model here")
+    g.add_argument("--out", metavar="MODEL",
+                   help="save the fitted model here (without it, learn only counts into "
+                        "--counts/--state, and refuses to run when nothing would be saved)")
     g.add_argument("--states", type=positive_int, metavar="K",
                    help="also fit a hidden Markov model with K hidden states on the same counts "
                         "(method of moments + EM) and save it as MODEL.hmm next to --out "
@@ -103,7 +103,24 @@ def _one_pass(args) -> bool:
 
 
 def _check_outputs(args) -> None:
-    """Refuse output paths that cannot be written, before hours of counting are lost."""
+    """Refuse a run whose work would be thrown away, or outputs that cannot be written.
+
+    Without ``--out`` no fitted model could be kept: with ``--counts`` or ``--state``
+    ``learn`` only counts (as ``--no-fit``), else it refuses before counting, as it
+    does ``--states`` without ``--out``. ``--no-fit`` alone counts and reports.
+    """
+    if not args.out and not args.no_fit:
+        if args.states:
+            raise CommandError(f"--states {args.states} fits an HMM saved beside the model: give "
+                               f"--out MODEL (the HMM goes to MODEL{HMM_SUFFIX})", status=2)
+        if not (args.counts or args.state):
+            raise CommandError("nothing would be saved: give --out MODEL to keep the fitted "
+                               "model (e.g. --out model.ckpt), or --counts FILE, --state FILE "
+                               "or --no-fit to only count", status=2)
+        logging.getLogger("streamspec.learn").info(
+            "event=count-only reason=no --out (the counts go to --counts/--state, nothing is "
+            "fitted)")
+        args.no_fit = True
     for flag in ("out", "counts", "state"):
         path = getattr(args, flag, None)
         if path and os.path.isdir(path):
@@ -111,109 +128,98 @@ def _check_outputs(args) -> None:
                                     f"e.g. {os.path.join(path, 'model.ckpt')}")
 
 
-class _Progress:
-    """A one-line progress bar on stderr: bytes read of the files, records, rate."""
-
-    def __init__(self, paths: list[str], enabled: bool, follow: bool):
-        self.enabled = enabled
-        self.follow = follow
-        self.total = sum(os.path.getsize(p) for p in paths if os.path.exists(p))
-        self.start = time.monotonic()
-        self.last = 0.0
-
-    def update(self, records: int, positions: dict, final: bool = False) -> None:
-        now = time.monotonic()
-        if not self.enabled or (not final and now - self.last < 0.2):
-            return
-        self.last = now
-        rate = records / max(now - self.start, 1e-9)
-        if self.follow or not self.total:
-            line = f"\r{records:,} records  {rate:,.0f}/s"
-        else:
-            done = sum(int(pos.get("offset", 0)) for pos in positions.values())
-            frac = min(1.0, done / self.total)
-            bar = "#" * int(30 * frac)
-            line = f"\r[{bar:<30}] {100 * frac:5.1f}%  {records:,} records  {rate:,.0f}/s"
-        sys.stderr.write(line + ("\n" if final else ""))
-        sys.stderr.flush()
-
-    def bytes_done(self, done: int, total: int) -> None:
-        """The bar of a backfill: ``done`` of ``total`` bytes counted (chunk by chunk)."""
-        now = time.monotonic()
-        final = done >= total
-        if not self.enabled or (not final and now - self.last < 0.2):
-            return
-        self.last = now
-        frac = done / total if total else 1.0
-        rate = done / max(now - self.start, 1e-9) / 2**20
-        sys.stderr.write(f"\r[{'#' * int(30 * frac):<30}] {100 * frac:5.1f}%  "
-                         f"{done / 2**20:,.1f} MiB  {rate:,.1f} MiB/s" + ("\n" if final else ""))
-        sys.stderr.flush()
-
-
-
 _NAME = "streamspec learn"
 
 
 def _learn(args) -> int:
     """Count the files' records (chunked, or record by record with resume/follow) and fit."""
-    fmt, status = _record_format(args)
-    if fmt is None:
-        return status
-    # refuse bad input before anything is counted (or a state or model overwritten)
-    check_input_files(args, fmt)
+    fmt = _record_format(args)
+    # refuse what would be thrown away, contradictions and bad input before anything is
+    # counted (or a state or model overwritten)
     _check_outputs(args)
+    if not args.no_fit:
+        check_estimator_settings(args)
+    check_input_files(args, fmt)
     if not wants_backfill(args) and _one_pass(args):
         # nothing to follow or resume: counting by chunks gives the same counts as reading
         # record by record, 10 to 50 times faster (docs/benchmarks.md, "learn --workers")
         args.workers = 1
+    report = _malformed_report(args)
     if wants_backfill(args):  # chunks counted in this process, parallel processes or on Dask
-        return _learn_by_chunks(args, fmt)
-    return _learn_by_records(args, fmt)
+        return _learn_by_chunks(args, fmt, report)
+    return _learn_by_records(args, fmt, report)
 
 
-def _record_format(args) -> tuple[Any, int]:
-    """The record format of the TOML file and flags, or ``(None, exit status)`` after a message."""
+def _malformed_report(args) -> Any:
+    from connectors.malformed import MalformedReport
+
+    try:
+        return MalformedReport(args.max_malformed, what="lines")
+    except ValueError as exc:
+        raise CommandError(str(exc), status=2) from None
+
+
+def _record_format(args) -> Any:
+    """The record format of the TOML file and flags (:class:`CommandError`, status 2, if bad)."""
     if args.config:
         try:
             apply_toml(args, args._parser, "learn")
         except (OSError, ValueError) as exc:
-            print(f"{_NAME}: {exc}", file=sys.stderr)
-            return None, 2
+            raise CommandError(str(exc), status=2) from None
     from connectors.records import format_from_options
 
     try:
-        return format_from_options(**format_from_args(args, FILE_FORMAT)), 0
+        return format_from_options(**format_from_args(args, FILE_FORMAT))
     except ValueError as exc:
-        print(f"{_NAME}: {exc}", file=sys.stderr)
-        return None, 2
+        raise CommandError(str(exc), status=2) from None
 
 
-def _show_progress(args) -> bool:
-    return args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
-
-
-def _learn_by_chunks(args, fmt) -> int:
+def _learn_by_chunks(args, fmt, report) -> int:
     """Count the files in chunks (here, in processes or on Dask), save the counts, fit."""
-    bar = _Progress(list(args.files), _show_progress(args), follow=False)
+    from connectors.malformed import TooManyMalformed
+
+    bar = CountingBar(list(args.files), show_progress(args), follow=False)
+    lines_before: Counter = Counter()  # lines of each file in the chunks reported so far
+
+    def on_chunk(res) -> None:  # the chunks' malformed lines, in file order
+        samples = [(f"{p}, line {n + lines_before[p]}", r, d) for p, n, r, d in res.samples]
+        lines_before.update(res.lines_by_path)
+        report.add_counts(res.errors, res.lines, samples)
+
     try:
-        result = backfill_result_from_args(args, fmt, progress=bar.bytes_done)
-    except (ValueError, ImportError, OSError) as exc:
-        print(f"{_NAME}: {exc}", file=sys.stderr)
-        return 2
-    acc = result.acc
+        result = backfill_result_from_args(args, fmt, progress=bar.bytes_done, on_chunk=on_chunk)
+    except TooManyMalformed as exc:
+        bar.bytes_done(1, 1)
+        raise CommandError(str(exc)) from None
+    except (ValueError, ImportError) as exc:
+        raise CommandError(str(exc), status=2) from None
+    return _counted(args, result.acc, result.records, report)
+
+
+def _counted(args, acc, records: int, report, fit: bool = True) -> int:
+    """After counting: the log line, the malformed summary and limit, the counts, the fit.
+
+    ``fit=False``: a read stopped before its end (it resumes from ``--state``): the
+    counts are saved, nothing is fitted or judged.
+    """
+    from connectors.malformed import TooManyMalformed
+
     log = logging.getLogger("streamspec.learn")
-    # (which path counted, processes or this one, is in the event=backfilled line)
     log.info("event=counted records=%d triples=%d symbols=%d malformed=%d counts_mb=%.1f",
-             result.records, int(acc.n_triples), acc.n, sum(result.errors.values()),
-             acc.memory_bytes() / 1e6)
+             records, int(acc.n_triples), acc.n, report.total, acc.memory_bytes() / 1e6)
+    report.log_summary()
+    if fit:
+        try:
+            report.check(final=True)
+        except TooManyMalformed as exc:
+            raise CommandError(str(exc)) from None
     if args.counts:
         acc.save(args.counts)
-    return 0 if args.no_fit else _fit_and_save(args, acc, log)
+    return 0 if args.no_fit or not fit else fit_and_save(args, acc, log)
 
 
 def _load_state(args) -> Any:
-    """The ``--state`` to resume (a new one if there is none), or ``None`` after a message."""
+    """The ``--state`` to resume (a new one if there is none); :class:`CommandError` if unreadable."""
     from connectors.state import SourceState
     from streamspec.core.checkpoint import CheckpointError
 
@@ -223,8 +229,7 @@ def _load_state(args) -> Any:
         state = load_checkpoint_file(args.state, SourceState.load,
                                      what="learn state checkpoint (--state)")
     except CheckpointError as exc:
-        print(f"{_NAME}: {exc}", file=sys.stderr)
-        return None
+        raise CommandError(str(exc)) from None
     log = logging.getLogger("streamspec.learn")
     log.info("event=resume state=%s records=%d", args.state, state.records)
     if getattr(state.acc, "max_symbols", None) != args.max_symbols:
@@ -233,38 +238,39 @@ def _load_state(args) -> Any:
     return state
 
 
-def _learn_by_records(args, fmt) -> int:
+def _learn_by_records(args, fmt, report) -> int:
     """Read the files record by record (resuming ``--state``, following), save the counts, fit."""
     from connectors.files import FileSource
+    from connectors.malformed import TooManyMalformed
 
     state = _load_state(args)
-    if state is None:
-        return 1
+    sources: list = []
+
+    def on_error(info, exc) -> None:  # in the reader thread: raising stops the reading
+        report.skipped(f"{info.path}, line {info.line}", exc, seen=sources[0].lines)
+
     try:
         source = FileSource(
             args.files, fmt, follow=args.follow, poll_interval=args.poll_interval,
-            start=state.positions or None, idle_timeout=args.idle_timeout,
+            start=state.positions or None, idle_timeout=args.idle_timeout, on_error=on_error,
         )
-    except (OSError, ValueError) as exc:
-        print(f"{_NAME}: {exc}", file=sys.stderr)
-        return 1
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    sources.append(source)
     log = logging.getLogger("streamspec.learn")
     log.info("event=%s files=%s", "following" if args.follow else "reading", ",".join(args.files))
-    signum = _ingest(args, state, source, log)
-    acc = state.acc
-    log.info("event=counted records=%d triples=%d symbols=%d malformed=%d counts_mb=%.1f",
-             state.records, int(acc.n_triples), acc.n, source.errors, acc.memory_bytes() / 1e6)
-    if args.counts:
-        acc.save(args.counts)
+    try:
+        signum = _ingest(args, state, source, log)
+    except TooManyMalformed as exc:
+        raise CommandError(str(exc)) from None
+    report.seen = max(report.seen, source.lines)
     if signum is not None:
         log.info("event=stopped signal=%s", signal.Signals(signum).name)
         if not args.follow or args.no_fit or not args.out:
             # a one-pass read stopped early resumes from --state: no model of part of the files
-            return 0
+            return _counted(args, state.acc, state.records, report, fit=False)
         # following has no end: stopping is how it ends, so the model of everything is saved
-    if args.no_fit:
-        return 0
-    return _fit_and_save(args, acc, log)
+    return _counted(args, state.acc, state.records, report)
 
 
 def _ingest(args, state, source, log: logging.Logger) -> int | None:
@@ -275,7 +281,7 @@ def _ingest(args, state, source, log: logging.Logger) -> int | None:
     """
     from connectors.ingest_loop import IngestLoop
 
-    progress = _Progress(list(args.files), _show_progress(args), args.follow)
+    progress = CountingBar(list(args.files), show_progress(args), args.follow)
 
     def checkpoint(final_positions: dict | None = None) -> None:
         state.records = loop.records
@@ -291,7 +297,7 @@ def _ingest(args, state, source, log: logging.Logger) -> int | None:
         source, state.acc, records=state.records, positions=state.positions, errors=state.errors,
         checkpoint=checkpoint if args.state else None, checkpoint_every=args.checkpoint_every,
         checkpoint_interval=args.checkpoint_interval,
-        save=(lambda: _fit_and_save(args, state.acc, log, final=False)) if periodic else None,
+        save=(lambda: fit_and_save(args, state.acc, log, final=False)) if periodic else None,
         save_interval=args.save_interval, progress=progress.update)
     stop: list[int] = []
 
@@ -318,94 +324,3 @@ def _new_accumulator(args):
     if getattr(args, "max_symbols", None) is None:
         return MomentAccumulator(mode=args.mode)
     return MomentAccumulator(mode=args.mode, max_symbols=args.max_symbols)
-
-
-def _fit_and_save(args, acc, log: logging.Logger, final: bool = True) -> int:
-    """Fit θ_M on the counts with the command's settings and save it if asked.
-
-    Unset settings take MEstimator's own defaults (:func:`connectors.config.mestimator_params`);
-    an integer rank is clamped to the alphabet size (below it for large alphabets,
-    where the sparse SVD needs k < n). The log line gives the rank actually used.
-    ``final=False`` (a periodic save of ``learn --follow``): problems are logged as
-    warnings, and counts that cannot be fitted yet are skipped silently.
-    """
-    def fail(message: str) -> int:
-        if final:
-            print(f"streamspec learn: {message}", file=sys.stderr)
-        else:
-            log.warning("event=save-skipped reason=%r", message)
-        return 1
-
-    if not acc.n_triples:
-        if not final:
-            return 1
-        return fail("no triple counted (every stream needs 3 symbols)")
-    states = getattr(args, "states", None)
-    if states is not None and states > acc.n:
-        if not final:
-            return 1
-        return fail(f"--states {states} is more than the {acc.n} symbols counted: "
-                    "the hidden states of a discrete HMM cannot be told apart from fewer symbols")
-    from connectors.config import mestimator_params
-    from streamspec.core.mestimator import MEstimator
-    from streamspec.core.subspace import DENSE_SVD_MAX
-
-    rank = args.rank if args.rank is not None else estimator_default("rank")
-    if isinstance(rank, int):
-        rank = max(1, min(rank, acc.n if acc.n <= DENSE_SVD_MAX else acc.n - 1))
-    params = mestimator_params(rank=rank, penalty=args.penalty, weighting=args.weighting,
-                               sweeps=args.sweeps, formulation=getattr(args, "formulation", None))
-    t0 = time.perf_counter()
-    try:
-        model = MEstimator(**params).fit(acc)
-    except (ValueError, MemoryError) as exc:  # bad settings, or counts too large to fit
-        return fail(f"cannot fit: {type(exc).__name__}: {exc}")
-    loss = getattr(getattr(model, "factors", None), "loss", math.nan)
-    log.info("event=fitted rank=%d requested_rank=%s symbols=%d seconds=%.2f loss=%.6g",
-             model_rank(model), rank, model.n_symbols, time.perf_counter() - t0, loss)
-    if args.out:
-        model = model.replace(metadata=reading_metadata(args))
-        model.save(args.out)
-        log.info("event=saved model=%s triples=%d", args.out, int(acc.n_triples))
-    if getattr(args, "states", None):
-        return _fit_and_save_hmm(args, acc, log)
-    return 0
-
-
-
-def reading_metadata(args) -> dict[str, str]:
-    """How the files' symbols were read, saved with the model so that ``predict`` reads alike.
-
-    >>> import argparse
-    >>> reading_metadata(argparse.Namespace(encoding=None, lowercase=True))
-    {'encoding': 'chars', 'lowercase': 'true'}
-    """
-    meta = {"encoding": getattr(args, "encoding", None) or "chars"}
-    if getattr(args, "lowercase", None):
-        meta["lowercase"] = "true"
-    return meta
-
-
-def _fit_and_save_hmm(args, acc, log: logging.Logger) -> int:
-    """``learn --states K``: fit an :class:`~streamspec.HMMEstimator` on the counts, save ``MODEL.hmm``.
-
-    Cost: the top-K SVD of the sparse P31 plus O(nnz · K²) per EM iteration (50 at
-    most) for nnz distinct triples; nothing depends on the length of the files.
-    """
-    from streamspec.core.hmm_estimator import HMMEstimator
-
-    t0 = time.perf_counter()
-    try:
-        est = HMMEstimator(n_states=args.states, random_state=0)
-        hmm = est.fit(acc)
-    except (ValueError, np.linalg.LinAlgError, MemoryError) as exc:
-        print(f"streamspec learn: cannot fit a {args.states}-state HMM: {exc}", file=sys.stderr)
-        return 1
-    log.info("event=fitted-hmm states=%d symbols=%d seconds=%.2f iterations=%d "
-             "triple_loglik=%.6g", hmm.n_states, hmm.n_symbols, time.perf_counter() - t0,
-             est.n_iter_, est.log_likelihood_history_[-1])
-    if args.out:
-        path = hmm_path(args.out)
-        hmm.save(path)
-        log.info("event=saved hmm=%s", path)
-    return 0

@@ -15,17 +15,25 @@ from typing import Any
 __all__ = [
     "CHUNK_MB", "FILE_FORMAT", "KAFKA_FORMAT", "PARALLEL_MIN_MB", "add_backfill_options",
     "add_estimator_options", "add_format_options", "apply_toml", "check_input_files",
+    "malformed_limit",
     "backfill_result_from_args", "estimator_default", "format_from_args", "parse_rank",
     "positive_float", "positive_int", "wants_backfill",
 ]
 
 
-def add_format_options(p: argparse.ArgumentParser, kafka: bool) -> None:
-    """Add the record format group: file encodings (``kafka=False``) or message values."""
+def add_format_options(p: argparse.ArgumentParser, kafka: bool) -> argparse._ArgumentGroup:
+    """Add the record format group: file encodings (``kafka=False``) or message values.
+
+    Returns the group, for a command's own format options (one "record format" group).
+    """
     g = p.add_argument_group("record format")
     if not kafka:
-        g.add_argument("--encoding", choices=["chars", "tokens", "csv", "jsonl"],
-                       help="how lines hold symbols (default chars: every character)")
+        g.add_argument("--encoding", choices=["chars", "tokens", "words", "csv", "jsonl"],
+                       help="how lines hold symbols: chars (default: every character; a line "
+                            "break is read as a space, so that wrapped prose keeps its words "
+                            "apart, a blank line as nothing), tokens (whitespace-separated), "
+                            "words (words and punctuation marks, each a symbol: 'Alice, "
+                            "don't!' is Alice , don't !), csv, jsonl (one record a line)")
         g.add_argument("--keep", metavar="CHARS",
                        help="chars only: keep these characters, drop the others")
         g.add_argument("--end-each-line", action="store_const", const=True,
@@ -42,6 +50,31 @@ def add_format_options(p: argparse.ArgumentParser, kafka: bool) -> None:
     g.add_argument("--int-symbols", action="store_const", const=True,
                    help="symbols are integers")
     g.add_argument("--max-bytes", type=int, help="longest accepted line/value (default 1 MiB)")
+    what = "message" if kafka else "line"
+    g.add_argument("--max-malformed", type=malformed_limit, metavar="LIMIT",
+                   help=f"a {what} that cannot be read (not UTF-8, too long, not JSON, ...) is "
+                        f"skipped with a WARNING naming where and why; more than LIMIT of them "
+                        f"is an error: a count N, or a share P%% of the {what}s read (counted "
+                        f"over at least 100), or none. Default: "
+                        + ("none (they go to the dead-letter topic); past the limit the daemon "
+                           "checkpoints, commits and exits with status 3" if kafka else
+                           "1%%; a file whose every line is malformed fails too"))
+    return g
+
+
+def malformed_limit(text: str) -> str:
+    """An argparse type: a ``--max-malformed`` value (a count, a share ``P%`` or ``none``).
+
+    >>> malformed_limit("5%")
+    '5%'
+    """
+    from connectors.malformed import parse_limit  # when parsing only: --help imports nothing
+
+    try:
+        parse_limit(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def format_from_args(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
@@ -217,10 +250,12 @@ def wants_backfill(args: argparse.Namespace) -> bool:
 
 
 def backfill_result_from_args(args: argparse.Namespace, fmt: Any,
-                              progress: Callable[[int, int], Any] | None = None) -> Any:
+                              progress: Callable[[int, int], Any] | None = None,
+                              on_chunk: Callable[[Any], Any] | None = None) -> Any:
     """Run :func:`connectors.backfill.backfill_result` for parsed ``learn`` arguments.
 
-    ``fmt`` is the record format; ``progress(done, total)`` gets the bytes counted so far.
+    ``fmt`` is the record format; ``progress(done, total)`` gets the bytes counted so
+    far, ``on_chunk(result)`` the chunk results in file order.
     Returns the backfill's ``ChunkResult`` (counts, records, errors).
 
     Raises
@@ -260,4 +295,5 @@ def backfill_result_from_args(args: argparse.Namespace, fmt: Any,
     from connectors.backfill import backfill_result  # lazily: the CLI's parser needs no connectors
 
     return backfill_result(args.files, fmt, scheduler=getattr(args, "dask", None),
-                           n_workers=workers, chunk_bytes=chunk_mb << 20, progress=progress)
+                           n_workers=workers, chunk_bytes=chunk_mb << 20, progress=progress,
+                           on_chunk=on_chunk)

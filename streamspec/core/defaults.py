@@ -37,8 +37,8 @@ from typing import Any
 __all__ = [
     "RANK", "WEIGHTING", "PENALTY", "FACTORIZATION", "FORMULATION", "MAX_OUTER_PROJECTED",
     "MAX_OUTER_DENSE", "MAX_SWEEPS", "WARM_SWEEPS", "TOL", "SHRINKAGE", "RIDGE", "WINDOW",
-    "FILTER", "MIN_PROBA", "BACKOFF", "REFIT_EVERY", "ONLINE_MIN_PROBA", "BASIS_TOL",
-    "WEIGHTING_RTOL",
+    "FILTER", "MIN_PROBA", "BACKOFF", "HMM_STATES", "REFIT_EVERY", "ONLINE_MIN_PROBA",
+    "BASIS_TOL", "WEIGHTING_RTOL",
     "WEIGHTINGS", "FACTORIZATIONS", "FORMULATIONS", "FILTERS", "BACKOFFS",
     "HMM_N_ITER", "HMM_TOL", "HMM_INIT", "HMM_INITS",
     "check_settings", "check_setting", "check_hmm_settings",
@@ -62,8 +62,9 @@ WINDOW = 2
 MIN_PROBA = 1e-6  # floor of a batch-fitted model's probabilities
 ONLINE_MIN_PROBA = 1e-3  # SpectralHMM: online predictions meet unseen trigrams often
 BACKOFF = "auto"
+HMM_STATES: int | str = "auto"  # the backoff's HMM: the spectrum's rank, 2..16 (backoff_fit.hmm_states_for)
 REFIT_EVERY = 10_000
-# warm refits (docs/math.md section 9, docs/benchmarks.md "Warm refits"): keep the previous
+# warm refits (docs/math.md section 10, docs/benchmarks.md "Warm refits"): keep the previous
 # bases while their backward error on the new counts is at most this many N^(-1/2) ...
 BASIS_TOL = 0.1
 # ... and a symbol's weighting block while its count changed by at most this (relative)
@@ -125,6 +126,8 @@ _RULES = {
     "max_symbols": ((lambda v: v is None or (_is_int(v) and v >= 1)),
                     "a positive integer or None"),
     "n_states": ((lambda v: v is None or (_is_int(v) and v >= 1)), "a positive integer or None"),
+    "hmm_states": ((lambda v: v is None or v == "auto" or (_is_int(v) and v >= 1)),
+                   "a positive integer, 'auto' or None"),
     "basis_tol": ((lambda v: _is_real(v) and 0 <= v < float("inf")), "a finite number >= 0"),
     "weighting_rtol": ((lambda v: _is_real(v) and 0 <= v < float("inf")), "a finite number >= 0"),
 }

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from streamspec.core import defaults
+from streamspec.core.symbol_input import to_indices
 
 __all__ = ["FILTERS", "symbol_indices", "safe_norm", "clip_normalise", "floor_normalise", "update_state",
            "window_states", "extend_states", "filter_chunks"]
@@ -24,19 +25,8 @@ FILTERS = defaults.FILTERS  # the names, defined once with the other allowed val
 
 
 def symbol_indices(seq, n: int) -> np.ndarray:
-    """``seq`` as int64 symbol indices in 0..n-1 (a 1-D sequence), else ValueError. O(t)."""
-    arr = np.asarray(seq)
-    if arr.size == 0:
-        return np.empty(0, dtype=np.int64)
-    if arr.ndim != 1:
-        raise ValueError(f"a sequence must be 1-D, got shape {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        raise ValueError(f"symbols must be integer indices 0..{n - 1}, got {arr.dtype}")
-    lo, hi = int(arr.min()), int(arr.max())
-    if lo < 0 or hi >= n:
-        bad = lo if lo < 0 else hi
-        raise ValueError(f"unknown symbol {bad}: the model has symbols 0..{n - 1}")
-    return arr.astype(np.int64, copy=False)
+    """``seq`` as int64 symbol indices in 0..n-1, else ValueError (:func:`symbol_input.to_indices`). O(t)."""
+    return to_indices(seq, n)
 
 
 def safe_norm(z, fallback):

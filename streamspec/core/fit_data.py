@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.triples import Triples
 
-__all__ = ["EMPTY_COUNTS", "alphabet_size", "counts_of", "triples_of"]
+__all__ = ["EMPTY_COUNTS", "alphabet_size", "counts_of", "triples_of", "starts_of"]
 
 EMPTY_COUNTS = ("cannot fit on an empty accumulator (empty counts): no triple counted yet "
                 "(each stream needs 3 symbols)")
@@ -102,3 +103,16 @@ def triples_of(data) -> tuple[Triples, list | None]:
     if not triples.total > 0:
         raise ValueError(EMPTY_COUNTS)
     return triples, labels
+
+
+def starts_of(data, n: int) -> StreamStarts:
+    """The stream starts of ``data`` over ``n`` symbols: an accumulator's (``data.starts()``), or
+    none for counts that do not keep them (:class:`Triples`, dense ``c3``). O(starts).
+
+    Examples
+    --------
+    >>> starts_of(np.zeros((2, 2, 2)), 2)
+    StreamStarts(n=2, streams=0, first=0, pairs=0)
+    """
+    starts = data.starts() if hasattr(data, "starts") and hasattr(data, "symbols") else None
+    return StreamStarts.empty(n) if starts is None else starts.with_alphabet(n)

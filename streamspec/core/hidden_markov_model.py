@@ -36,6 +36,8 @@ from streamspec.core.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
+from streamspec.core.hmm_sampling import sample_sequences
+from streamspec.core.symbol_input import split_lengths, to_indices
 
 __all__ = ["HiddenMarkovModel"]
 
@@ -132,49 +134,21 @@ class HiddenMarkovModel:
     # ------------------------------------------------------------------ symbols
 
     def encode(self, seq) -> np.ndarray:
-        """Symbol indices of a sequence of labels (or of indices, for a model without labels). O(T).
+        """Symbol indices of a sequence: indices, labels or hmmlearn's (T, 1) array. O(T).
 
-        Raises ValueError naming the first unknown label or out-of-range index.
+        As every method reads its input (:mod:`streamspec.core.symbol_input`): integers
+        are indices, other values labels; an unknown label is ``-1`` (no evidence at
+        its position, also as an index; ``"<other>"`` if the model has it), with an
+        :class:`~streamspec.core.symbol_input.UnknownSymbolsWarning`. A model whose
+        labels are integers encodes them with ``symbol_input.encode_labels``.
 
         Examples
         --------
         >>> hmm = HiddenMarkovModel([1.0], [[1.0]], [[0.5, 0.5]], symbols=["x", "y"])
-        >>> hmm.encode(["y", "x"]).tolist()
-        [1, 0]
-        >>> hmm.encode(["z"])
-        Traceback (most recent call last):
-        ...
-        ValueError: unknown symbol 'z' (at position 0): the model knows 2 symbols
+        >>> hmm.encode(["y", "x"]).tolist(), hmm.encode([1, 0]).tolist()
+        ([1, 0], [1, 0])
         """
-        if self._index is not None:
-            index = self._index
-            out = np.empty(len(seq), dtype=np.int64)
-            for t, s in enumerate(seq.tolist() if isinstance(seq, np.ndarray) else seq):
-                i = index.get(s)
-                if i is None:
-                    raise ValueError(
-                        f"unknown symbol {s!r} (at position {t}): the model knows {self.n_symbols} symbols"
-                    )
-                out[t] = i
-            return out
-        a = np.asarray(seq)
-        if a.size == 0:
-            return np.empty(0, dtype=np.int64)
-        if a.ndim == 2 and a.shape[1] == 1:  # hmmlearn's (T, 1) layout
-            a = a[:, 0]
-        if a.ndim != 1 or a.dtype.kind not in "iu":
-            raise ValueError(
-                "this model has no symbol labels: a sequence must be a 1-D sequence of integer "
-                f"indices 0..{self.n_symbols - 1}"
-            )
-        bad = np.flatnonzero((a < 0) | (a >= self.n_symbols))
-        if bad.size:
-            t = int(bad[0])
-            raise ValueError(
-                f"unknown symbol {a[t].item()!r} (at position {t}): indices must be in "
-                f"0..{self.n_symbols - 1}"
-            )
-        return a.astype(np.int64)
+        return to_indices(seq, self.n_symbols, self.symbols, unknown="mark")
 
     def decode_symbols(self, indices) -> list | np.ndarray:
         """Labels of symbol indices (a list), or the indices themselves for a model without labels."""
@@ -186,8 +160,11 @@ class HiddenMarkovModel:
     # ------------------------------------------------------------------ recursions
 
     def _likelihoods(self, x: np.ndarray) -> np.ndarray:
-        """``L[t, h] = Pr(x_t | h_t = h)``, shape (T, m)."""
-        return self.emissionprob_[:, x].T
+        """``L[t, h] = Pr(x_t | h_t = h)``, shape (T, m); 1 where ``x_t`` is unobserved (-1)."""
+        L = self.emissionprob_[:, x].T
+        if x.size and x.min() < 0:
+            L[x < 0] = 1.0
+        return L
 
     def _forward(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Normalised forward vectors (T, m) and the scale of each step (T,)."""
@@ -196,7 +173,7 @@ class HiddenMarkovModel:
         alpha = np.empty((Tn, m))
         scale = np.empty(Tn)
         A = self.transmat_
-        a = self.startprob_ * L[0]
+        a = self.startprob_ * L[0] if Tn else self.startprob_
         for t in range(Tn):
             if t:
                 a = (alpha[t - 1] @ A) * L[t]
@@ -213,39 +190,44 @@ class HiddenMarkovModel:
         L = self._likelihoods(x)
         Tn, m = L.shape
         beta = np.empty((Tn, m))
-        beta[-1] = 1.0
+        beta[-1:] = 1.0
         A = self.transmat_
         for t in range(Tn - 2, -1, -1):
             beta[t] = (A @ (L[t + 1] * beta[t + 1])) / scale[t + 1]
         return beta
 
-    def _checked(self, seq) -> np.ndarray:
-        x = self.encode(seq)
-        if x.size == 0:
-            raise ValueError("the sequence is empty")
-        return x
+    def _pieces(self, X, lengths) -> list[np.ndarray]:
+        """The index arrays of hmmlearn's ``(X, lengths)`` (``lengths=None``: one sequence)."""
+        return [self.encode(seq) for seq in split_lengths(X, lengths)]
 
     def _impossible(self, scale: np.ndarray) -> None:
         if not (scale > 0).all():
             t = int(np.flatnonzero(~(scale > 0))[0])
             raise ValueError(f"the sequence has probability 0 under the model (first impossible at {t})")
 
-    def score(self, seq) -> float:
+    def score(self, X, lengths: Sequence[int] | None = None) -> float:
         """Log-likelihood ``log Pr(x_1..x_T)`` (natural log), by the scaled forward algorithm.
 
-        O(T · m²) time, O(T · m) memory. ``-inf`` if the sequence is impossible.
+        ``X``: labels or indices, or hmmlearn's ``(X, lengths)`` (the sum over the
+        sequences). An empty sequence scores 0. O(T · m²) time, O(T · m) memory;
+        ``-inf`` if the sequence is impossible.
 
         Examples
         --------
         >>> hmm = HiddenMarkovModel([1.0, 0.0], [[0.5, 0.5], [0.5, 0.5]], [[1.0, 0.0], [0.0, 1.0]])
-        >>> float(np.exp(hmm.score([0, 1, 1])))
-        0.25
+        >>> float(np.exp(hmm.score([0, 1, 1]))), hmm.score([])
+        (0.25, 0.0)
+        >>> float(np.exp(hmm.score(np.array([[0], [1], [0]]), lengths=[2, 1])))
+        0.5
         """
-        _, scale = self._forward(self._checked(seq))
-        with np.errstate(divide="ignore"):
-            return float(np.log(scale).sum())
+        total = 0.0
+        for x in self._pieces(X, lengths):
+            _, scale = self._forward(x)
+            with np.errstate(divide="ignore"):
+                total += float(np.log(scale).sum())
+        return total
 
-    def filter(self, seq) -> np.ndarray:
+    def filter(self, X, lengths: Sequence[int] | None = None) -> np.ndarray:
         """Filtered posteriors ``Pr(h_t = h | x_1..x_t)``, shape (T, m). O(T · m²).
 
         Examples
@@ -254,12 +236,17 @@ class HiddenMarkovModel:
         >>> hmm.filter([0, 0, 1]).round(3).tolist()
         [[0.818, 0.182], [0.933, 0.067], [0.407, 0.593]]
         """
-        alpha, scale = self._forward(self._checked(seq))
-        self._impossible(scale)
-        return alpha
+        out = []
+        for x in self._pieces(X, lengths):
+            alpha, scale = self._forward(x)
+            self._impossible(scale)
+            out.append(alpha)
+        return np.concatenate(out) if out else np.empty((0, self.n_states))
 
-    def predict_proba(self, seq) -> np.ndarray:
+    def predict_proba(self, X, lengths: Sequence[int] | None = None) -> np.ndarray:
         """Smoothed posteriors ``Pr(h_t = h | x_1..x_T)``, shape (T, m) (forward-backward). O(T · m²).
+
+        With ``lengths``, each sequence on its own, rows concatenated (as hmmlearn).
 
         Examples
         --------
@@ -267,16 +254,19 @@ class HiddenMarkovModel:
         >>> hmm.predict_proba([0, 0, 1]).round(3).tolist()
         [[0.824, 0.176], [0.763, 0.237], [0.407, 0.593]]
         """
-        x = self._checked(seq)
-        alpha, scale = self._forward(x)
-        self._impossible(scale)
-        gamma = alpha * self._backward(x, scale)
-        return gamma / gamma.sum(axis=1, keepdims=True)
+        out = []
+        for x in self._pieces(X, lengths):
+            alpha, scale = self._forward(x)
+            self._impossible(scale)
+            gamma = alpha * self._backward(x, scale)
+            out.append(gamma / gamma.sum(axis=1, keepdims=True))
+        return np.concatenate(out) if out else np.empty((0, self.n_states))
 
-    def decode(self, seq) -> tuple[float, np.ndarray]:
+    def decode(self, X, lengths: Sequence[int] | None = None) -> tuple[float, np.ndarray]:
         """``(log_prob, states)``: the most likely state path (Viterbi) and its joint log-probability.
 
-        As hmmlearn's ``decode(X, algorithm="viterbi")``. O(T · m²) time, O(T · m) memory.
+        As hmmlearn's ``decode(X, lengths, algorithm="viterbi")`` (with ``lengths``, the
+        paths concatenated and the log-probabilities summed). O(T · m²) time, O(T · m) memory.
 
         Examples
         --------
@@ -285,7 +275,16 @@ class HiddenMarkovModel:
         >>> round(logp, 4), path.tolist()
         (-3.8635, [0, 0, 1, 1])
         """
-        x = self._checked(seq)
+        total, paths = 0.0, []
+        for x in self._pieces(X, lengths):
+            logp, path = self._viterbi(x)
+            total += logp
+            paths.append(path)
+        return total, np.concatenate(paths) if paths else np.empty(0, dtype=np.int64)
+
+    def _viterbi(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        if x.size == 0:
+            return 0.0, np.empty(0, dtype=np.int64)
         with np.errstate(divide="ignore"):
             logA = np.log(self.transmat_)
             logL = np.log(self._likelihoods(x))
@@ -302,9 +301,9 @@ class HiddenMarkovModel:
             path[t - 1] = back[t, path[t]]
         return float(delta.max()), path
 
-    def predict(self, seq) -> np.ndarray:
-        """The Viterbi state path (as hmmlearn's ``predict``). O(T · m²)."""
-        return self.decode(seq)[1]
+    def predict(self, X, lengths: Sequence[int] | None = None) -> np.ndarray:
+        """The Viterbi state path (as hmmlearn's ``predict(X, lengths)``). O(T · m²)."""
+        return self.decode(X, lengths)[1]
 
     def predict_proba_next(self, history=()) -> np.ndarray:
         """``Pr(x_{T+1} = x | x_1..x_T)`` for every symbol, shape (n,). O(T · m² + m · n).
@@ -333,11 +332,14 @@ class HiddenMarkovModel:
         p = np.abs(np.real(v[:, np.argmin(np.abs(w - 1.0))]))
         return p / p.sum()
 
-    def sample(self, length: int, random_state=None) -> tuple[list | np.ndarray, np.ndarray]:
-        """``(symbols, states)``: one sequence of ``length`` symbols and its hidden states.
+    def sample(self, n_samples: int = 1, random_state=None, *,
+               lengths: Sequence[int] | None = None) -> tuple[list | np.ndarray, np.ndarray]:
+        """``(symbols, states)``: ``n_samples`` symbols and their hidden states (hmmlearn's call).
 
-        Symbols are labels (a list) for a model with labels, an int array of indices
-        otherwise, so that they can be passed back to :meth:`score`. Seeded. O(length · m).
+        With ``lengths``, independent sequences of those lengths, concatenated, so that
+        ``score(symbols, lengths)`` reads them back. Symbols are labels (a list) for a
+        model with labels, an int array of indices otherwise (hmmlearn's (T, 1):
+        ``encode(symbols).reshape(-1, 1)``). Seeded. O(T · log m + m · n).
 
         Examples
         --------
@@ -345,28 +347,15 @@ class HiddenMarkovModel:
         ...                         symbols=["a", "b"])
         >>> hmm.sample(4, random_state=0)
         (['a', 'b', 'a', 'b'], array([0, 1, 0, 1]))
+        >>> hmm.sample(random_state=0, lengths=[1, 2])[0]
+        ['a', 'a', 'b']
         """
-        length = int(length)
-        if length < 0:
-            raise ValueError(f"length must be non-negative, got {length}")
-        rng = np.random.default_rng(random_state)
-        m = self.n_states
-        cumA = np.cumsum(self.transmat_, axis=1).tolist()
-        u = rng.random(length).tolist()
-        states = np.empty(length, dtype=np.int64)
-        if length:
-            from bisect import bisect_right
-
-            h = min(int(np.searchsorted(np.cumsum(self.startprob_), rng.random(), side="right")), m - 1)
-            for t in range(length):
-                states[t] = h
-                h = min(bisect_right(cumA[h], u[t]), m - 1)
-        cumE = np.cumsum(self.emissionprob_, axis=1)
-        v = rng.random(length)
-        out = np.empty(length, dtype=np.int64)
-        for h in range(m):
-            at = states == h
-            out[at] = np.minimum(np.searchsorted(cumE[h], v[at], side="right"), self.n_symbols - 1)
+        if lengths is None:
+            if int(n_samples) < 0:
+                raise ValueError(f"n_samples must be non-negative, got {n_samples}")
+            lengths = [int(n_samples)]
+        out, states = sample_sequences(self.startprob_, self.transmat_, self.emissionprob_, lengths,
+                                       np.random.default_rng(random_state))
         return self.decode_symbols(out), states
 
     # ------------------------------------------------------------------ conversions

@@ -38,6 +38,7 @@ from streamspec.core import defaults
 from streamspec.core.fit_data import triples_of
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.params import Estimator
+from streamspec.core.progress import Progress
 from streamspec.core.subspace import top_singular
 from streamspec.core.triples import Triples
 
@@ -234,12 +235,10 @@ def _estep(triples: Triples, pi, T, O, stats: bool = True):
         s_pi += g1.sum(axis=0)
         s_T += T * (((e2 * b3) * r[:, None]).T @ a1)  # ξ12[h2, h1]
         s_T += T * ((e3 * r[:, None]).T @ f2)  # ξ23[h3, h2]
-        for h in range(m):
-            s_O[:, h] += (
-                np.bincount(x1, weights=g1[:, h], minlength=n)
-                + np.bincount(x2, weights=g2[:, h], minlength=n)
-                + np.bincount(x3, weights=g3[:, h], minlength=n)
-            )
+        # one bincount over (symbol, state) cells for all three positions (3m would cost ~3x)
+        cells = (np.concatenate([x1, x2, x3])[:, None] * m + np.arange(m)).ravel()
+        s_O += np.bincount(cells, weights=np.concatenate([g1, g2, g3]).ravel(),
+                           minlength=n * m).reshape(n, m)
     return ll, (s_pi, s_T, s_O)
 
 
@@ -271,7 +270,8 @@ def refine(triples: Triples, pi, T, O, n_iter: int, tol: float):
     ll, st = _estep(triples, pi, T, O)
     history = [ll]
     converged = False
-    for _ in range(int(n_iter)):
+    progress = Progress("hmm-em", O.shape[0], O.shape[1])  # a long fit says where it is
+    for it in range(int(n_iter)):
         s_pi, s_T, s_O = st
         pi = s_pi / s_pi.sum()
         colT = s_T.sum(axis=0, keepdims=True)
@@ -280,6 +280,7 @@ def refine(triples: Triples, pi, T, O, n_iter: int, tol: float):
         O = np.where(colO > 0, s_O / np.where(colO > 0, colO, 1.0), O)
         ll, st = _estep(triples, pi, T, O)
         history.append(ll)
+        progress.line(f"iteration={it + 1}/{int(n_iter)}", -ll)
         if ll - history[-2] < tol:
             converged = True
             break

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from streamspec.core import defaults
-from streamspec.core.backoff import select_with_backoff
+from streamspec.core.backoff_fit import fit_with_backoff
 from streamspec.core.dense import DENSE_MEMORY_LIMIT, DenseFit
 from streamspec.core.factors import MFactors
-from streamspec.core.fit_data import triples_of
+from streamspec.core.fit_data import starts_of, triples_of
 from streamspec.core.fit_steps import FitSteps
 from streamspec.core.mestimator_refits import StatefulFits
 from streamspec.core.model import ObservableOperatorModel
@@ -24,10 +24,8 @@ FACTORIZATIONS = defaults.FACTORIZATIONS
 FORMULATIONS = defaults.FORMULATIONS
 _SETTINGS = ("rank", "penalty", "weighting", "factorization", "max_outer", "max_sweeps", "tol",
              "n_restarts", "random_state", "smoothing", "shrinkage", "ridge", "filter", "window",
-             "min_proba", "formulation", "n_conditions", "backoff", "basis_tol", "weighting_rtol")
-_FITTED = ("factors_", "weighting_", "loss_history_", "rejected_", "rejected_sweeps_", "rank_",
-           "n_conditions_",
-           "basis_", "formulation_", "refit_", "state_")
+             "min_proba", "formulation", "n_conditions", "backoff", "hmm_states", "basis_tol",
+             "weighting_rtol")
 
 
 class MEstimator(StatefulFits, Estimator):
@@ -139,25 +137,20 @@ class MEstimator(StatefulFits, Estimator):
     ridge
         Relative ridge on the diagonal of the second moments (both formulations).
     backoff
-        ``"auto"`` (default, as :class:`~streamspec.SpectralEstimator`): fit through
-        :func:`streamspec.core.backoff.fit_with_backoff`: the model is fitted on 90% of
-        the counts, mixing weights with a Kneser–Ney bigram are chosen on the
-        held-out 10%, then it is refitted on all the counts (so it fits twice; the
-        fitted attributes are those of the last fit). θ_spec
-        is fitted on the same 90% and scored on the same held-out contexts; when it
-        predicts better there, θ_spec is refitted and returned instead
-        (``choice_ == "spectral"``; :func:`streamspec.core.backoff.select_with_backoff`),
-        so that the default MEstimator is never worse than SpectralEstimator on
-        held-out counts. θ_spec is fitted as the identity weighting in the same
-        formulation: in the projected one that is θ_spec exactly, with factors (warm
-        starts keep working); in the dense one it is the dense identity-weighted
-        estimate. ``None``: the plain model (always θ_M).
-        Its effect on held-out log loss is in ``Notes`` (with and without it, by
-        ``python tests/core/test_mestimator_projected.py --bench``).
+        ``"auto"`` (default, as :class:`~streamspec.SpectralEstimator`): the model's
+        predictions mix it with the Kneser–Ney trigram and an HMM filter of the same
+        counts (:mod:`streamspec.core.backoff`), by weights started on held-out counts and
+        learned from every symbol read
+        (:func:`streamspec.core.backoff_fit.fit_with_backoff`: the model is fitted on 90%
+        of the counts to score it, then on all of them, so it fits twice; the fitted
+        attributes are those of the last fit). ``None``: the plain model.
+    hmm_states
+        States of the backoff's HMM: ``"auto"`` (default: the rank, clipped to 2..16), an
+        integer, or ``None`` (no HMM component).
     filter, window, min_proba
         Passed to the fitted :class:`ObservableOperatorModel`.
     basis_tol, weighting_rtol
-        Warm refits (``fit(data, init=state)``, docs/math.md section 9): the previous
+        Warm refits (``fit(data, init=state)``, docs/math.md section 10): the previous
         bases are kept while their backward error on the new counts is at most
         ``basis_tol`` times the sampling noise ``N^(-1/2)`` (0: never kept, the refit is
         then the cold fit to rounding); a symbol's weighting block is reused while its
@@ -201,11 +194,6 @@ class MEstimator(StatefulFits, Estimator):
         :class:`~streamspec.core.projected_state.RefitInfo`: cold, warm, rebased or
         fallback, and why) and, after :meth:`fit_with_state`, what the next warm refit
         reuses.
-    choice_, backoff_scores_
-        With ``backoff="auto"``: ``"m"`` or ``"spectral"``, the estimator whose model
-        was returned, and the held-out scores of both (mean log-likelihood per
-        held-out triple of the mixed model, θ_M first). The other fitted attributes
-        are those of the model returned.
 
     Notes
     -----
@@ -236,18 +224,16 @@ class MEstimator(StatefulFits, Estimator):
       seconds                    5.2        –          –          14.4       18.0
     ===========================  =========  =========  =========  =========  =========
 
-    With the Kneser–Ney backoff (both estimators' default), SpectralEstimator() /
-    MEstimator(): Alice 2.3836 / 2.3824; random HMM 3.1604 / 3.1604; Zipf n = 1,000:
-    4.8688 / 4.8691 (10⁴), 4.7617 / 4.7619 (10⁵); Zipf n = 20,000: 6.7241 / 6.7239
-    (10⁴), 6.5545 / 6.5564 (10⁵), in 1.5–3.8 s / 14–18 s.
+    With the backoff (the default), the model is one component of a mixture with the
+    Kneser–Ney trigram and an HMM filter; its measured contribution, beside the trigram and
+    EM, is in docs/benchmarks.md ("Predictions", ``python demos/bench_predict.py``).
 
     (θ_spec above 26 symbols is the projected identity weighting, equal to it to
     1e-10; the dense formulation cannot run there.) The projected ``"per_symbol"``
     weighting was never worse than θ_spec as a plain model and is the default;
     its k' = 2k default beat k' = 3k at 10⁴ symbols. Behind the backoff the
     difference shrank to ±0.002 nats and was not always in θ_M's favour on large
-    alphabets: hence ``backoff="auto"`` keeps θ_spec when it scores better on the
-    held-out counts (``choice_``). ``"diagonal"`` equals θ_spec *exactly* in this basis: with
+    alphabets. ``"diagonal"`` equals θ_spec *exactly* in this basis: with
     ``M = [Σ_k, 0]`` a diagonal ``Σ_x`` cannot couple the extra conditions to
     the first k, so only a full ``Σ_x`` can use them; it is kept for completeness.
     The dense per-symbol weighting (the old default) was the best at n = 26 on
@@ -305,6 +291,7 @@ class MEstimator(StatefulFits, Estimator):
         formulation: str = defaults.FORMULATION,
         n_conditions: int | None = None,
         backoff: str | None = defaults.BACKOFF,
+        hmm_states: int | str | None = defaults.HMM_STATES,
         basis_tol: float = defaults.BASIS_TOL,
         weighting_rtol: float = defaults.WEIGHTING_RTOL,
     ):
@@ -326,6 +313,7 @@ class MEstimator(StatefulFits, Estimator):
         self.formulation = formulation
         self.n_conditions = n_conditions
         self.backoff = backoff
+        self.hmm_states = hmm_states
         self.basis_tol = basis_tol
         self.weighting_rtol = weighting_rtol
         self._validate()  # why: a bad setting is refused before anything is fitted
@@ -379,15 +367,16 @@ class MEstimator(StatefulFits, Estimator):
 
         ``init`` warm-starts from a previous solution. The state of an earlier projected
         fit (:meth:`fit_with_state`, or a fitted estimator's ``state_``) gives a refit
-        proportional to the change (docs/math.md section 9; ``refit_`` says which path it
+        proportional to the change (docs/math.md section 10; ``refit_`` says which path it
         took): bases kept while their backward error is at most ``basis_tol`` noise levels,
         moments updated from the changed triples, weighting blocks reused for symbols whose
-        counts changed by at most ``weighting_rtol``, the backoff's weights and choice kept.
-        A model returned by an earlier ``fit`` (it carries its factors), an
-        :class:`MFactors` or a fitted MEstimator: W is re-estimated at the previous
-        operators (projected: in the new basis, ``B̃ ← U_newᵀ U_old B̃_old U_oldᵀ U_new``)
-        before the first step, instead of starting from W = I; a grown alphabet is padded
-        with zeros; factors of another formulation, rank or factorization are ignored.
+        counts changed by at most ``weighting_rtol``. A model returned by an earlier
+        ``fit`` (it carries its factors), an :class:`MFactors` or a fitted MEstimator: W is
+        re-estimated at the previous operators (projected: in the new basis,
+        ``B̃ ← U_newᵀ U_old B̃_old U_oldᵀ U_new``) before the first step, instead of
+        starting from W = I; a grown alphabet is padded with zeros; factors of another
+        formulation, rank or factorization are ignored. Either way a refit keeps the
+        previous rank under ``rank="auto"`` and the previous backoff's weights.
         """
         return self._fit(data, init, keep_state=False)[0]
 
@@ -429,45 +418,38 @@ class MEstimator(StatefulFits, Estimator):
             return self._fit_projected(triples, labels, init, keep_state=keep_state)
         return self._fit_dense(data, init)
 
-    def _fit_with_backoff(self, data, init, formulation: str, keep_state: bool = False,
-                          bases: dict | None = None, info=None, labels=None):
-        triples, found = triples_of(data)
-        labels = found if labels is None else labels
-        if init is self:  # its fitted attributes are dropped below: keep what the warm start needs
-            init = self.factors_
-        # why: θ_M and θ_spec of the same counts share one truncated SVD
-        bases = {} if bases is None else bases
+    def _fit_with_backoff(self, data, init, formulation: str, keep_state: bool = False):
+        triples, labels = triples_of(data)
+        if isinstance(init, MEstimator):  # its fitted attributes may be dropped below
+            init = _model_of(init)
+        bases: dict = {}  # why: the truncated SVD of each set of counts is computed once
 
-        def fit_with(est: MEstimator, t: Triples, start) -> ObservableOperatorModel:
-            # why: the candidates' earlier fits were scored already; their operators (n·k²
-            # floats each) are freed before this fit allocates its own
-            for e in (self, twin):
-                for name in ("model_", "factors_", "weighting_"):
-                    e.__dict__.pop(name, None)
-            est.formulation_ = formulation
+        def fit(t: Triples) -> ObservableOperatorModel:
+            # why: the fit on the kept counts was scored already; its operators (n·k² floats)
+            # are freed before this fit allocates its own
+            for name in ("model_", "factors_", "weighting_"):
+                self.__dict__.pop(name, None)
+            self.formulation_ = formulation
             if formulation == "projected":
-                whole = t is triples
-                return est._fit_projected(t, labels, start, bases, scored_only=not whole,
-                                          keep_state=keep_state and whole,
-                                          info=info if whole else None)
-            model = est._fit_dense(t, start)
+                return self._fit_projected(t, labels, init, bases, scored_only=t is not triples,
+                                           keep_state=keep_state and t is triples)
+            model = self._fit_dense(t, init)
             model.symbols = None if labels is None else list(labels)
             return model
 
-        # the candidate θ_spec: the identity weighting in the same formulation (projected:
-        # exactly θ_spec, in the same basis) and with factors, so refits can warm-start
-        twin = self.clone(weighting="identity", backoff=None)
         seed = 0 if self.random_state is None else self.random_state
-        index, self.model_, scores = select_with_backoff(
-            [lambda t: fit_with(self, t, init), lambda t: fit_with(twin, t, None)],
-            triples, holdout=0.1, random_state=seed)
-        self.choice_ = ("m", "spectral")[index]
-        self.backoff_scores_ = scores
-        if index == 1:  # the fitted attributes of the model returned
-            for name in _FITTED:
-                if hasattr(twin, name):
-                    setattr(self, name, getattr(twin, name))
+        previous = init if isinstance(init, ObservableOperatorModel) else None
+        self.model_ = fit_with_backoff(fit, triples, starts_of(data, triples.n), random_state=seed,
+                                       hmm_states=self.hmm_states, previous=previous)
         state = getattr(self, "state_", None)
-        if state is not None:  # a warm refit keeps the backoff and the choice
-            state.backoff, state.choice = self.model_.backoff, self.choice_
+        if state is not None:  # the next refit starts from this model, backoff and all
+            state.model = self.model_
         return self.model_
+
+
+def _model_of(init):
+    """The previous model behind a warm start's ``init`` (a model, a fitted MEstimator, or
+    :class:`MFactors`, which has none)."""
+    if isinstance(init, MEstimator):
+        return getattr(init, "model_", None) or getattr(init, "factors_", None)
+    return init

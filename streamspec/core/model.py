@@ -8,7 +8,7 @@ under ~2²² floats (32 MiB), whatever n.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -17,6 +17,8 @@ from streamspec.core.checkpoint import check_metadata
 from streamspec.core.factors import MFactors
 from streamspec.core.filters import FILTERS, clip_normalise
 from streamspec.core.model_io import ModelIO
+from streamspec.core.model_sequences import SequencePrediction
+from streamspec.core.symbol_input import to_indices
 
 __all__ = ["ObservableOperatorModel", "FILTERS"]
 
@@ -24,7 +26,7 @@ _CHUNK = 4096  # positions filtered at once by the vectorised window filter (sma
 _SCRATCH = 1 << 22  # floats of scratch a chunk may take: chunks shrink as n (or d²) grows
 
 
-class ObservableOperatorModel(ModelIO):
+class ObservableOperatorModel(SequencePrediction, ModelIO):
     """An HMM in observable-operator form: ``Pr(x_1..x_t) = b∞ᵀ B_{x_t} … B_{x_1} b1``.
 
     Parameters
@@ -49,14 +51,16 @@ class ObservableOperatorModel(ModelIO):
         floored at ``min_proba`` and renormalised again, so every prediction is a
         valid distribution and every log loss is finite.
     symbols
-        Optional labels of the symbol indices (informational; methods take indices).
+        Optional labels: methods take indices or these labels (unknown ones skipped: symbol_input).
     backoff
-        Optional :class:`~streamspec.core.backoff.Backoff`: predictions become
-        ``λ_b · p_hmm(·|window) + (1 − λ_b) · p_kn(·|last)`` where ``p_hmm`` is the
-        HMM's prediction clipped at 0 and renormalised (not floored: the bigram
-        keeps every symbol possible) and ``last`` the last symbol of the history.
-        :meth:`without_backoff` gives the HMM alone, ``model.backoff`` the backoff
-        alone.
+        Optional :class:`~streamspec.core.backoff.Backoff` (every estimator's default):
+        predictions become the online mixture of this model's own prediction (clipped at
+        0 and renormalised, not floored: the trigram keeps every symbol possible), an
+        interpolated Kneser–Ney trigram of the same counts (stream starts included) and
+        the forward filter of an HMM of the same counts, with weights per bucket of the
+        trigram context's count that learn from every symbol read
+        (:mod:`streamspec.core.model_sequences`). :meth:`without_backoff` gives the
+        model alone.
     rank
         The rank k the estimator used (an int; ``None``: the dimension d). It differs
         from d for the dense M-estimator, whose n × n operators have rank k, and it
@@ -80,8 +84,8 @@ class ObservableOperatorModel(ModelIO):
         the counts were. Kept by :meth:`with_filter` / :meth:`replace` and saved (JSON);
         ``{}`` when not given and for checkpoints written before it was kept.
 
-    Memory: O(n · d²) for the operators, plus O(P + n) for a backoff with P
-    distinct pairs.
+    Memory: O(n · d²) for the operators, plus O(nnz + n · K) for a backoff over nnz
+    distinct triples with a K-state HMM.
 
     Notes
     -----
@@ -232,7 +236,7 @@ class ObservableOperatorModel(ModelIO):
         return max(1, min(_CHUNK, _SCRATCH // max(self.n_symbols, self.dim * self.dim, 1)))
 
     def _seq(self, seq) -> np.ndarray:  # input checks
-        return filters.symbol_indices(seq, self.n_symbols)
+        return to_indices(seq, self.n_symbols, self.symbols)
 
     # ------------------------------------------------------------------ filtering
 
@@ -244,13 +248,14 @@ class ObservableOperatorModel(ModelIO):
         """The state after observing symbol index ``x``. O(d²) time, O(d) memory."""
         return filters.update_state(self.B, self.binf, state, x)
 
-    def predict_from_state(self, state: np.ndarray, last=None) -> np.ndarray:
-        """Next-symbol distribution from a state (d,), or from each row of states (c, d).
+    def predict_from_state(self, state: np.ndarray) -> np.ndarray:
+        """The model's own next-symbol distribution from a state (d,), or from each row of (c, d).
 
-        Clipped, renormalised and floored (without a backoff), or mixed with the
-        backoff's prediction from ``last`` (the last symbol: an int, ``None`` for an
-        empty context, or an array of c of them with -1 for none). Time O(n · d) per
-        state; scratch in chunks of ≤ ~2²² floats besides the (c, n) result.
+        Clipped at 0, renormalised and floored at ``min_proba`` without a backoff; with one,
+        clipped and renormalised only (the backoff's trigram keeps every symbol possible),
+        as the ``"model"`` component of the mixture. The mixed prediction of a history is
+        :meth:`predict_proba_next`. Time O(n · d) per state; scratch in chunks of ≤ ~2²²
+        floats besides the (c, n) result.
 
         Examples
         --------
@@ -259,33 +264,25 @@ class ObservableOperatorModel(ModelIO):
         [0.25, 0.75]
         """
         S = np.asarray(state, dtype=np.float64)
-        single = S.ndim == 1
-        S = np.atleast_2d(S)
-        if last is None:
-            lasts = np.full(S.shape[0], -1, dtype=np.int64)
-        else:
-            lasts = np.broadcast_to(np.asarray(last, dtype=np.int64), (S.shape[0],))
-        out = self._rows(S, lasts)
-        return out[0] if single else out
+        out = self._rows(np.atleast_2d(S))
+        return out[0] if S.ndim == 1 else out
 
-    def _rows(self, V: np.ndarray, lasts: np.ndarray) -> np.ndarray:
-        """Predictive rows (c, n) from states (c, d) and last symbols (c,), chunked."""
+    def _rows(self, V: np.ndarray) -> np.ndarray:
+        """The model's own rows (c, n) from states (c, d), chunked."""
         c, step = V.shape[0], self._chunk()
         if c <= step:
-            return self._rows_chunk(V, lasts)
+            return self._rows_chunk(V)
         out = np.empty((c, self.n_symbols))
         for lo in range(0, c, step):
-            out[lo : lo + step] = self._rows_chunk(V[lo : lo + step], lasts[lo : lo + step])
+            out[lo : lo + step] = self._rows_chunk(V[lo : lo + step])
         return out
 
-    def _rows_chunk(self, V: np.ndarray, lasts: np.ndarray) -> np.ndarray:
+    def _rows_chunk(self, V: np.ndarray) -> np.ndarray:
         q = V @ self._C.T
-        if self.backoff is None:
-            return self._normalise(q)
-        return self.backoff.mix(clip_normalise(q), lasts)
+        return clip_normalise(q) if self.backoff is not None else self._normalise(q)
 
     def clipped_row_sums(self, states: np.ndarray) -> np.ndarray:
-        """``Σ_x max(C[x] · s, 0)`` for each state s (rows of (c, d)): the HMM's normalisers. O(c · n · d)."""
+        """``Σ_x max(C[x] · s, 0)`` for each state s (rows of (c, d)): the normalisers. O(c · n · d)."""
         S = np.atleast_2d(np.asarray(states, dtype=np.float64))
         out = np.empty(S.shape[0])
         step = self._chunk()
@@ -297,6 +294,18 @@ class ObservableOperatorModel(ModelIO):
         """``max(C[x_i] · s_i, 0)`` for paired symbols and states (m, d), no whole rows. O(m·d)."""
         C = self._C[np.asarray(symbols, dtype=np.int64)]
         return np.clip(np.einsum("md,md->m", C, np.atleast_2d(states)), 0.0, None)
+
+    def clipped_probas(self, symbols: np.ndarray, states: np.ndarray, which=None) -> np.ndarray:
+        """The clipped, renormalised probability of ``symbols[i]`` from ``states[which[i]]`` (uniform
+        where nothing is left): the ``"model"`` component for those symbols. ``which``
+        (default: ``i``) lets many symbols share a state, whose normaliser is computed once.
+        O(c · n · d + m · d) for c states and m symbols."""
+        which = np.arange(len(symbols)) if which is None else np.asarray(which, dtype=np.int64)
+        states = np.atleast_2d(states)
+        denom = self.clipped_row_sums(states)[which]
+        num = self.clipped_entries(symbols, states[which])
+        ok = denom > 0
+        return np.where(ok, num / np.where(ok, denom, 1.0), 1.0 / self.n_symbols)
 
     def window_states(self, contexts) -> np.ndarray:
         """States after each row of ``contexts`` (m, w) from ``b1``, shape (m, d). O(m · w · d²).
@@ -328,16 +337,6 @@ class ObservableOperatorModel(ModelIO):
             state = self.update_state(state, x)
         return state
 
-    def predict_proba_next(self, history) -> np.ndarray:
-        """Distribution of the next symbol given ``history`` (indices), shape (n,).
-
-        Always a valid distribution: non-negative, sums to 1. The backoff, if any,
-        sees the last symbol of the history. Time O(w · d² + n · d) for the window
-        filter (O(t · d²) recursive), memory O(n).
-        """
-        h = self._seq(history)
-        return self.predict_from_state(self.state_for(h), None if h.size == 0 else int(h[-1]))
-
     def _normalise(self, q: np.ndarray) -> np.ndarray:
         return filters.floor_normalise(q, self.min_proba)
 
@@ -345,75 +344,6 @@ class ObservableOperatorModel(ModelIO):
         """``(start, stop, V, lasts)``: the states predicting ``x[start:stop]`` and the symbols before."""
         return filters.filter_chunks(self.b1, self.binf, self.B, x, self.filter, self.window,
                                      self._chunk())
-
-    def predictive_sequence(self, seq) -> np.ndarray:
-        """Predictive distributions before each symbol of ``seq``: shape (t, n).
-
-        Row t is the prediction of ``seq[t]`` from ``seq[:t]`` by this model's filter
-        (and the backoff from ``seq[t-1]``). Time O(t · (w · d² + n · d)); memory: the
-        (t, n) result plus chunked scratch of ≤ ~2²² floats. To score a sequence
-        without the (t, n) result use :meth:`proba_sequence`.
-        """
-        x = self._seq(seq)
-        out = np.empty((len(x), self.n_symbols))
-        for start, stop, V, lasts in self._chunks(x):
-            out[start:stop] = self._rows(V, lasts)
-        return out
-
-    def proba_sequence(self, seq) -> np.ndarray:
-        """``Pr(seq[t] | seq[:t])`` for each t, shape (t,), without the (t, n) table.
-
-        Time O(t · (w · d² + n · d)), memory O(t) plus chunked scratch of ≤ ~2²² floats.
-
-        Examples
-        --------
-        >>> m = ObservableOperatorModel([1.0], [1.0], [[[0.25]], [[0.75]]])
-        >>> m.proba_sequence([0, 1]).tolist()
-        [0.25, 0.75]
-        """
-        x = self._seq(seq)
-        out = np.empty(len(x))
-        for start, stop, V, lasts in self._chunks(x):
-            out[start:stop] = self._proba_of(V, lasts, x[start:stop])
-        return out
-
-    def _proba_of(self, V: np.ndarray, lasts: np.ndarray, nexts: np.ndarray) -> np.ndarray:
-        """The predictive probability of ``nexts[i]`` from state ``V[i]`` (and ``lasts[i]``), (c,).
-
-        Only the row sums of the (c, n) products are needed, not the rows: three passes
-        over a (c, n) scratch that :meth:`_chunks` keeps ≤ ~2²² floats.
-        """
-        q = V @ self._C.T
-        np.clip(q, 0.0, None, out=q)
-        s = q.sum(axis=1)
-        num = q[np.arange(q.shape[0]), nexts]
-        n = self.n_symbols
-        ok = s > 0
-        a = np.where(ok, num / np.where(ok, s, 1.0), 1.0 / n)  # clipped and renormalised
-        if self.backoff is not None:
-            lam = self.backoff.lambda_of(lasts)
-            return lam * a + (1.0 - lam) * self.backoff.proba_of(lasts, nexts)
-        if self.min_proba > 0:
-            # floor at min_proba, renormalise: Σ_x max(q_x / s, m) = Σ_x max(q_x, m s) / s
-            sf = np.where(ok, s, 1.0)
-            np.maximum(q, (self.min_proba * sf)[:, None], out=q)
-            f = np.where(ok, q.sum(axis=1) / sf, 1.0)  # uniform rows: n · max(1/n, m) = 1 as m < 1/n
-            a = np.maximum(a, self.min_proba) / f
-        return a
-
-    # ------------------------------------------------------------------ probabilities
-
-    def log_proba(self, seq) -> float:
-        """``log Pr(x_1..x_t)`` by the chain rule over the predictive distributions.
-
-        Never underflows: a sum of log conditionals, each at least ``log(min_proba)``
-        (or positive by the backoff's floor). Time O(t · (w · d² + n · d)), memory O(t)
-        plus chunked scratch.
-        """
-        x = self._seq(seq)
-        if x.size == 0:
-            return 0.0
-        return float(np.log(self.proba_sequence(x)).sum())
 
     def joint_proba(self, seq) -> float:
         """The raw operator product ``b∞ᵀ B_{x_t} … B_{x_1} b1`` (may be negative; the HMM
@@ -446,49 +376,6 @@ class ObservableOperatorModel(ModelIO):
         for t in range(X.shape[1]):
             V = np.einsum("mde,me->md", self.B[X[:, t]], V)
         return V @ self.binf
-
-    def log_loss(self, sequences: Iterable) -> float:
-        """Mean negative log-likelihood per symbol (nats) over held-out sequences.
-
-        With a backoff, of the mixture; compare ``without_backoff().log_loss`` and
-        ``backoff.log_loss``. Time O(T · n · d) for T symbols, memory chunked.
-        """
-        total, count = 0.0, 0
-        for seq in sequences:
-            x = self._seq(seq)
-            total -= self.log_proba(x)
-            count += x.size
-        if count == 0:
-            raise ValueError("log_loss needs at least one symbol")
-        return total / count
-
-    def accuracy(self, sequences: Iterable) -> float:
-        """Fraction of symbols equal to the argmax of their predictive distribution. O(T · n · d)."""
-        hits, count = 0, 0
-        for seq in sequences:
-            x = self._seq(seq)
-            for start, stop, V, lasts in self._chunks(x):
-                hits += int((self._rows(V, lasts).argmax(axis=1) == x[start:stop]).sum())
-            count += x.size
-        if count == 0:
-            raise ValueError("accuracy needs at least one symbol")
-        return hits / count
-
-    def sample(self, length: int, random_state: int | np.random.Generator | None = None) -> np.ndarray:
-        """Draw a sequence of ``length`` symbol indices from the model's predictions (with the
-        backoff, if any). O(length · n · d) time, O(n) memory."""
-        rng = np.random.default_rng(random_state)
-        out = np.empty(int(length), dtype=np.int64)
-        u = rng.random(out.size)
-        state = self.initial_state()
-        for t in range(out.size):
-            if self.filter == "window":
-                state = self.state_for(out[max(0, t - self.window) : t])
-            p = self.predict_from_state(state, int(out[t - 1]) if t else None)
-            out[t] = min(int(np.searchsorted(np.cumsum(p), u[t], side="right")), self.n_symbols - 1)
-            if self.filter == "recursive":
-                state = self.update_state(state, out[t])
-        return out
 
     def __repr__(self) -> str:
         return (

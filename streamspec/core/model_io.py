@@ -4,9 +4,11 @@
 :class:`~streamspec.core.model.ObservableOperatorModel` (a mixin, as
 :class:`~streamspec.streaming.accumulator_io.AccumulatorIO` is the accumulator's).
 What is saved: the operators, the filter settings, the rank, the symbols' labels, the
-factors (for warm starts), the backoff (as sparse arrays) and the metadata (JSON).
-Versions: 1 without a backoff, 2 with one; metadata, when there is any, is one more
-header entry that older readers ignore, and checkpoints without it load with ``{}``.
+factors (for warm starts), the backoff (its trigram's counts, the HMM and the weights,
+as arrays) and the metadata (JSON). Versions: 1 without a backoff, 2 with the bigram
+backoff of streamspec 0.2 (refused on reading, with what to do: its predictions cannot
+be rebuilt without the triple counts), 3 with today's backoff; metadata, when there is
+any, is one more header entry, and checkpoints without it load with ``{}``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class ModelIO:
     """
 
     _FORMAT = "streamspec.ObservableOperatorModel"
-    _VERSION = 2  # version 2 adds the backoff; models without one are still written as version 1
+    _VERSION = 3  # 2: the old bigram backoff; 3: today's; models without one are written as version 1
 
     def _header_arrays(self) -> tuple[dict, dict]:
         header = {
@@ -61,32 +63,32 @@ class ModelIO:
         return header, arrays
 
     def _version(self) -> int:
-        return 1 if self.backoff is None else 2
+        return 1 if self.backoff is None else 3
 
     def to_bytes(self) -> bytes:
         """The model as a checkpoint in bytes (npz + JSON header, checksummed; no pickle).
 
-        Version 1 without a backoff, version 2 with one (its pair counts and weights as
-        arrays). Time and memory O(n · d² + P).
+        Version 1 without a backoff, version 3 with one (its counts, HMM and weights as
+        arrays). Time and memory O(n · d² + nnz).
         """
         return dump_checkpoint(self._FORMAT, self._version(), *self._header_arrays())
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the model as a checkpoint file (atomic; the backoff included, as sparse arrays).
 
-        O(n · d² + P).
+        O(n · d² + nnz).
         """
         write_checkpoint(path, self._FORMAT, self._version(), *self._header_arrays())
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str = "model"):
-        """The model of :meth:`to_bytes` (versions 1 and 2). O(n · d² + P)."""
+        """The model of :meth:`to_bytes` (versions 1 and 3). O(n · d² + nnz log nnz)."""
         header, arrays = load_checkpoint_bytes(data, cls._FORMAT, cls._VERSION, source)
         return cls._from_parts(header, arrays, source)
 
     @classmethod
     def load(cls, path: str | os.PathLike):
-        """The model saved by :meth:`save` (versions 1 and 2). O(n · d² + P)."""
+        """The model saved by :meth:`save` (versions 1 and 3). O(n · d² + nnz log nnz)."""
         header, arrays = read_checkpoint(path, cls._FORMAT, cls._VERSION)
         return cls._from_parts(header, arrays, str(path))
 
@@ -96,10 +98,14 @@ class ModelIO:
             symbols = header["symbols"]
             backoff = None
             if header.get("backoff") is not None:
-                prefix = "backoff_"
-                backoff = Backoff.from_parts(
-                    header["backoff"], {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
-                )
+                if "components" not in header["backoff"]:
+                    raise CheckpointError(
+                        f"{source}: a model saved by streamspec 0.2 with a bigram backoff; its "
+                        "predictions now mix a trigram of the triple counts, which this file does "
+                        "not hold: refit it from its counts (streamspec learn, or the daemon's "
+                        "counts checkpoint)")
+                parts = {k[len("backoff_"):]: v for k, v in arrays.items() if k.startswith("backoff_")}
+                backoff = Backoff.from_parts(header["backoff"], parts, int(arrays["B"].shape[0]))
             model = cls(
                 arrays["b1"],
                 arrays["binf"],
@@ -115,5 +121,7 @@ class ModelIO:
                 metadata=header.get("metadata"),  # absent before it was kept: {}
             )
             return model
+        except CheckpointError:
+            raise
         except (KeyError, ValueError, TypeError) as exc:
             raise CheckpointError(f"{source}: malformed model checkpoint ({exc})") from None

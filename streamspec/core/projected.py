@@ -200,7 +200,6 @@ class ProjectedFit(FitSteps):
         self.last_weighting: ProjectedWeighting = ProjectedIdentityWeighting()
         self.blocks: list | None = None
         self.info = RefitInfo()
-        self.backoff = None  # attached to the model when set (a warm refit keeps the previous one)
 
     # ------------------------------------------------------------------ prepare
 
@@ -377,8 +376,9 @@ class ProjectedFit(FitSteps):
         model_factors = None if est.per_rank == 1 else factors
         model = ObservableOperatorModel(
             self.b1, self.binf, ops, filter=est.filter, window=est.window, min_proba=est.min_proba,
-            symbols=self.labels, rank=self.k, factors=model_factors, backoff=self.backoff,
+            symbols=self.labels, rank=self.k, factors=model_factors,
         )
+        self.model = model
         fitted = {
             "factors_": factors, "weighting_": self.last_weighting, "loss_history_": history,
             "rejected_": self.rejected, "rejected_sweeps_": self.rejected_sweeps,
@@ -402,4 +402,5 @@ class ProjectedFit(FitSteps):
         return ProjectedState(settings=self.est, triples=Triples(t.n, t.codes, t.weights),
                               c1=self.c1, U=self.U_full, Q=self.Q, s=self.s, k=self.k, Y=self.Y,
                               X=X, active=self.active, A=A_raw, ops=ops, n_middle=self.n_middle,
-                              blocks=blocks, block_counts=counts, tau_x=tau_x, info=self.info)
+                              blocks=blocks, block_counts=counts, tau_x=tau_x, info=self.info,
+                              model=self.model)

@@ -7,7 +7,7 @@ its estimator; :class:`ProjectedState` is what a warm refit
 in the counts (kept unnormalised, so that new counts are added to them), the
 weighting blocks of the last GLS step, and the counts themselves, which key the
 change: the next refit diffs them against its own (:func:`~streamspec.core.triples_change.triples_change`)
-to know which triples, hence which symbols, changed. docs/math.md section 9.
+to know which triples, hence which symbols, changed. docs/math.md section 10.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class ProjectedSettings:
     ``per_rank``: k' = ``per_rank`` · k when ``n_conditions`` is None (θ_M: 2, θ_spec: 1).
     ``auto_cap``: the largest rank ``rank="auto"`` may choose above 1,000 symbols.
     ``basis_tol`` and ``weighting_rtol``: the warm refit's tolerances (docs/math.md
-    section 9). The other names are the estimators' parameters.
+    section 10). The other names are the estimators' parameters.
     """
 
     rank: int | str = defaults.RANK
@@ -127,9 +127,9 @@ class ProjectedState:
         The weighting blocks of the last GLS step, ``[(symbols, SigmaInverse), ...]``
         (None: no weighted step), with ``block_counts`` the ``n_middle`` of each symbol
         when its block was built and ``tau_x`` its scale.
-    backoff
-        The fitted model's backoff (None without), and ``choice`` the estimator behind
-        the model (``"m"`` or ``"spectral"``): a warm refit keeps both.
+    model
+        The fitted model (its operators are ``ops``; with the backoff, the refit keeps its
+        weights and warm-starts its HMM).
     info
         How this state's fit was made.
 
@@ -154,8 +154,7 @@ class ProjectedState:
     blocks: list | None = None
     block_counts: np.ndarray | None = None
     tau_x: np.ndarray | None = None
-    backoff: Any = None
-    choice: str = "m"
+    model: Any = None
     info: RefitInfo = field(default_factory=RefitInfo)
 
     @property

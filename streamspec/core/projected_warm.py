@@ -2,7 +2,7 @@
 
 :func:`plan_refit` decides, from a previous fit's
 :class:`~streamspec.core.projected_state.ProjectedState` and the new counts, how the
-refit goes (docs/math.md section 9):
+refit goes (docs/math.md section 10):
 
 1. the change of the counts, ``new = f · old + Δ``
    (:func:`~streamspec.core.triples_change.triples_change`);

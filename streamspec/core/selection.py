@@ -21,8 +21,9 @@ import numpy as np
 from streamspec.core.fit_data import alphabet_size
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.params import clone
+from streamspec.core.rank_selection import MODEL_FLOATS_MAX, max_rank, rank_candidates
 
-__all__ = ["PredictorSelection", "select_predictor", "rank_grid", "DEFAULT_WINDOWS"]
+__all__ = ["PredictorSelection", "select_predictor", "DEFAULT_WINDOWS"]
 
 DEFAULT_WINDOWS = (1, 2, 3, 4)
 
@@ -51,12 +52,6 @@ class PredictorSelection:
     table: list[dict] = field(default_factory=list)
 
 
-def rank_grid(n: int, size: int = 6) -> list[int]:
-    """About ``size`` ranks spread geometrically over 1..n, always including n."""
-    grid = np.unique(np.round(np.geomspace(1, n, num=min(size, n))).astype(int))
-    return [int(k) for k in grid]
-
-
 def select_predictor(
     estimator,
     train,
@@ -77,14 +72,18 @@ def select_predictor(
     validation
         Held-out sequences of symbol indices.
     ranks
-        Ranks to try; by default :func:`rank_grid` over 1..n.
+        Ranks to try; by default :func:`~streamspec.core.rank_selection.rank_candidates` up to
+        :func:`~streamspec.core.rank_selection.max_rank` (a model of rank k holds n·k²
+        floats: at most 2²⁵). A rank above that bound is refused, naming the memory it
+        would take.
     windows
         Windows of the window filter to try.
     recursive
         Also try the recursive filter.
 
-    Costs one fit per rank plus, per (rank, filter, window), a pass over the validation
-    symbols: O(T · (window · k² + n · k)) for T of them.
+    Costs one fit per rank (each linear in n and in the distinct triples) plus, per (rank,
+    filter, window), a pass over the validation symbols: O(T · (window · k² + n · k)) for
+    T of them; memory O(n · k²) for one model at a time, k ≤ ``max_rank(n)``.
 
     Examples
     --------
@@ -97,11 +96,20 @@ def select_predictor(
     True
     >>> len(best.table), best.model.rank == best.rank
     (20, True)
+    >>> select_predictor(SpectralEstimator(), acc, [[0, 1]], ranks=[4000])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: rank 4000 on 4 symbols: ...
     """
     n = alphabet_size(train)
-    ranks = list(ranks) if ranks is not None else rank_grid(n)
+    ranks = list(ranks) if ranks is not None else rank_candidates(max_rank(n))
     if not ranks:
         raise ValueError("no rank to try")
+    too_big = [k for k in ranks if n * k * k > MODEL_FLOATS_MAX]
+    if too_big:
+        k = max(too_big)
+        raise ValueError(f"rank {k} on {n} symbols: its model would hold {n * k * k * 8 / 1e9:.1f} GB "
+                         f"of operators; try ranks up to {max_rank(n)}")
     validation = [np.asarray(v) for v in validation]
     if not sum(v.size for v in validation):
         raise ValueError("the validation data holds no symbol")

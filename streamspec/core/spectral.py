@@ -16,15 +16,16 @@ from __future__ import annotations
 import numpy as np
 
 from streamspec.core import defaults
-from streamspec.core.fit_data import triples_of
+from streamspec.core.fit_data import starts_of, triples_of
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.pair_index import PairIndex
 from streamspec.core.params import Estimator
 from streamspec.core.projected_state import ProjectedState, settings_of
+from streamspec.core.rank_selection import resolve_rank
 from streamspec.core.spectral_basis import MAX_AUTO_RANK, check_rank, select_rank_by_spectrum
 from streamspec.core.subspace import project_triples, top_singular
 from streamspec.core.triples import Triples
-from streamspec.core.warm_fit import fit_projected
+from streamspec.core.warm_fit import fit_projected, previous_model
 
 __all__ = [
     "SpectralEstimator",
@@ -124,12 +125,21 @@ class SpectralEstimator(Estimator):
     filter, window, min_proba
         Passed to the fitted :class:`ObservableOperatorModel`.
     backoff
-        ``"auto"`` (default): mix the HMM's predictions with an interpolated
-        Kneser–Ney bigram of the same counts, with weights chosen on held-out counts
-        (:func:`streamspec.core.backoff.fit_with_backoff`; this fits the HMM twice).
-        ``None``: the HMM alone.
+        ``"auto"`` (default): mix the model's predictions with an interpolated
+        Kneser–Ney trigram and an HMM filter of the same counts, with weights started on
+        held-out counts and learned from every symbol read
+        (:func:`streamspec.core.backoff_fit.fit_with_backoff`; this fits the model twice).
+        ``None``: the model alone.
     random_state
         Seed of the held-out split and of the sparse SVD's start vector.
+    hmm_states
+        States of the HMM whose forward filter the backoff mixes in: ``"auto"`` (default:
+        the rank, clipped to 2..16), an integer, or ``None`` (no HMM component).
+    basis_tol
+        Warm refits (``fit(data, init=state)``, docs/math.md section 10): the previous
+        bases are kept while their backward error on the new counts is at most this many
+        sampling noise levels ``N^(-1/2)`` (0: never kept; the refit is then the cold fit
+        to rounding).
 
     Fitting costs O(nnz · k + P · k² + n · k²) time and O(n · k²) memory (nnz
     distinct triples, P distinct pairs), plus the truncated SVD of P21 above 1,000
@@ -156,6 +166,7 @@ class SpectralEstimator(Estimator):
     def __init__(self, *, rank: int | str = defaults.RANK, filter: str = defaults.FILTER,
                  window: int = defaults.WINDOW, min_proba: float = defaults.MIN_PROBA,
                  backoff: str | None = defaults.BACKOFF, random_state: int = 0,
+                 hmm_states: int | str | None = defaults.HMM_STATES,
                  basis_tol: float = defaults.BASIS_TOL):
         self.rank = rank
         self.filter = filter
@@ -163,24 +174,29 @@ class SpectralEstimator(Estimator):
         self.min_proba = min_proba
         self.backoff = backoff
         self.random_state = random_state
+        self.hmm_states = hmm_states
         self.basis_tol = basis_tol
         self._validate()  # why: a bad setting is refused before anything is fitted
 
     def _validate(self) -> None:
         defaults.check_settings(rank=self.rank, filter=self.filter, window=self.window,
                                 min_proba=self.min_proba, backoff=self.backoff,
-                                random_state=self.random_state, basis_tol=self.basis_tol)
+                                random_state=self.random_state, hmm_states=self.hmm_states,
+                                basis_tol=self.basis_tol)
 
     def fit(self, data, init=None) -> ObservableOperatorModel:
         """Fit on a MomentAccumulator, :class:`Triples` or dense counts ``c3[x2, x3, x1]``.
 
-        ``init``: None (a cold fit), or the state of an earlier fit (a
-        :class:`~streamspec.core.projected_state.ProjectedState`, from
+        ``init``: None (a cold fit); the state of an earlier fit (a
+        :class:`~streamspec.core.projected_state.ProjectedState` from
         :meth:`fit_with_state`, or a fitted estimator holding one in ``state_``) for a warm
         refit, which reuses its bases and updates its moments from the triples that
-        changed (docs/math.md section 9); ``refit_`` says which path was taken. Returns the
-        model (also ``model_``; the rank used is ``rank_``). Time and memory: see the
-        class docstring.
+        changed (docs/math.md section 10; ``refit_`` says which path it took); or a previous
+        model of this estimator. Either way a refit keeps the previous rank when the rank
+        is ``"auto"``, and the previous backoff's weights (they were learned from the
+        stream; its HMM warm-starts the new one). Returns the model (also ``model_``; the
+        rank used is ``rank_``, and with ``rank="auto"`` every candidate's held-out loss
+        ``rank_scores_``). Time and memory: see the class docstring.
         """
         return self._fit(data, init, keep_state=False)[0]
 
@@ -193,12 +209,17 @@ class SpectralEstimator(Estimator):
     def _fit(self, data, init, keep_state: bool):
         self._validate()  # the settings may have been changed since construction
         triples, labels = triples_of(data)
-        settings = settings_of(self, weighting="identity", per_rank=1, auto_cap=MAX_AUTO_RANK)
         state = getattr(init, "state_", init)
         state = state if isinstance(state, ProjectedState) else None
+        previous = previous_model(init, state)
+        k, scores = resolve_rank(self, triples, previous)
+        settings = settings_of(self, rank=k, weighting="identity", per_rank=1,
+                               auto_cap=MAX_AUTO_RANK)
         fit = fit_projected(settings, 1, triples, labels, state, keep_state=keep_state,
-                            backoff=self.backoff, random_state=self.random_state)
+                            backoff=self.backoff, random_state=self.random_state,
+                            starts=starts_of(data, triples.n) if self.backoff else None,
+                            hmm_states=self.hmm_states, previous=previous)
         for name, value in fit.fitted.items():
             setattr(self, name, value)
-        self.model_ = fit.model
+        self.model_, self.rank_, self.rank_scores_ = fit.model, k, scores
         return fit.model, fit.fitted.get("state_")

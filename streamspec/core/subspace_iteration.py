@@ -4,7 +4,7 @@ A refit on slightly changed counts needs the top singular subspaces of a slightl
 changed P21. :func:`refine_subspace` grows a block Krylov space from the previous right
 basis instead of a random start, with a Rayleigh–Ritz step each round, and stops when
 the principal angles between the Ritz subspaces of two successive rounds are below a
-tolerance (:func:`principal_sines`), docs/math.md section 9. Pure functions on (sparse)
+tolerance (:func:`principal_sines`), docs/math.md section 10. Pure functions on (sparse)
 matrices and arrays.
 """
 
@@ -123,7 +123,7 @@ def refine_subspace(P, PT, U0: np.ndarray, Q0: np.ndarray, k: int, tol: float = 
     angles: it converges when the largest sine between the top-k left subspaces, and
     between the top-k' right subspaces, of two successive rounds is at most ``tol``.
     From bases a few percent of data old, this converged in 2–3 rounds where a block
-    subspace iteration needed 7 (books as words: docs/math.md section 9).
+    subspace iteration needed 7 (books as words: docs/math.md section 10).
 
     Costs per round: two sparse products, O(nnz · k'), and O(n · (r k')²) for the
     orthonormalisation and the Rayleigh–Ritz step in round r; memory O(n · r · k').

@@ -8,7 +8,7 @@ alphabet size. :func:`triples_change` recovers f and Δ from two sorted
 :class:`~streamspec.core.triples.Triples` snapshots in one merge of their codes, so
 that a warm refit (:mod:`streamspec.core.projected_warm`) can update what is linear in
 the counts from Δ alone: the decomposition is exact for any f, and f is chosen to make
-Δ as sparse as the counts allow (docs/math.md section 9).
+Δ as sparse as the counts allow (docs/math.md section 10).
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ Both :class:`~streamspec.SpectralEstimator` and the projected
 refit's path (:func:`~streamspec.core.projected_warm.plan_refit`); ``"warm"`` runs
 :class:`~streamspec.core.projected_warm.WarmProjectedFit`, the others a cold
 :class:`~streamspec.core.projected.ProjectedFit` (``"rebased"`` with the new bases
-given, so without an SVD). A warm refit with the backoff keeps the previous model's
-mixing weights and rebuilds only the Kneser–Ney bigram of the new counts (its pairs are
-the index's, no sort): choosing the weights again needs two more fits on held-out
-counts, which a cold fit does (docs/math.md section 9).
+given, so without an SVD). With the backoff, the fit goes through
+:func:`~streamspec.core.backoff_fit.fit_with_backoff`: a refit (a previous model with a
+backoff) fits the model once, on all the counts, and keeps the previous weights; a
+first fit also fits it on 90% of the counts to score it (docs/math.md section 10).
 """
 
 from __future__ import annotations
@@ -17,18 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from streamspec.core.backoff import Backoff, KneserNeyBigram, fit_with_backoff
+from streamspec.core.backoff_fit import fit_with_backoff
 from streamspec.core.model import ObservableOperatorModel
-from streamspec.core.pair_index import PairIndex
 from streamspec.core.projected import ProjectedFit
 from streamspec.core.projected_state import ProjectedSettings, ProjectedState, RefitInfo
 from streamspec.core.projected_warm import WarmPlan, WarmProjectedFit, plan_refit
 from streamspec.core.triples import Triples
 
-__all__ = ["FitResult", "state_of", "plan_for", "run_steps", "cold_fit", "warm_fit",
-           "rebased_bases", "fit_projected", "bigram_of"]
+__all__ = ["FitResult", "state_of", "previous_model", "plan_for", "run_steps", "cold_fit",
+           "rebased_bases", "fit_projected"]
 
 
 @dataclass
@@ -43,6 +40,17 @@ def state_of(init: Any) -> ProjectedState | None:
     """The warm state in ``init``: a :class:`ProjectedState`, or a fitted estimator's ``state_``."""
     state = getattr(init, "state_", init)
     return state if isinstance(state, ProjectedState) else None
+
+
+def previous_model(init: Any, state: ProjectedState | None = None) -> ObservableOperatorModel | None:
+    """The previous model behind a refit's ``init``: the state's, the model itself, or a fitted
+    estimator's ``model_`` (None for a cold fit)."""
+    if state is not None:
+        return state.model
+    if isinstance(init, ObservableOperatorModel):
+        return init
+    found = getattr(init, "model_", None)
+    return found if isinstance(found, ObservableOperatorModel) else None
 
 
 def plan_for(state: ProjectedState | None, triples: Triples, settings: ProjectedSettings
@@ -80,60 +88,41 @@ def cold_fit(settings: ProjectedSettings, max_outer: int, triples: Triples, labe
     return run_steps(steps, init)
 
 
-def bigram_of(triples: Triples, index: PairIndex | None = None) -> KneserNeyBigram:
-    """The interpolated Kneser–Ney bigram of the pairs (x2, x3) of the counts: the pairs of
-    the index are already sorted and distinct, so this is O(nnz), without a sort."""
-    idx = index if index is not None else PairIndex(triples)
-    counts = np.add.reduceat(idx.weights, idx.pair_starts[:-1]) if idx.nnz else np.zeros(0)
-    pairs = idx.px2.astype(np.int64) * idx.n + idx.px3
-    keep = counts > 0
-    return KneserNeyBigram(idx.n, pairs[keep], counts[keep])
-
-
-def warm_fit(settings: ProjectedSettings, max_outer: int, triples: Triples, labels,
-             state: ProjectedState, plan: WarmPlan, *, keep_state: bool = False,
-             backoff: str | None = None) -> FitResult:
-    """The kept-bases refit; with ``backoff="auto"`` the previous mixing weights and the
-    bigram of the new counts are attached (when the previous model had a backoff)."""
-    steps = WarmProjectedFit(settings, max_outer, triples, labels, state, plan, keep_state)
-    if backoff == "auto" and state.backoff is not None:
-        steps.backoff = Backoff(bigram_of(triples), state.backoff.lambdas)
-    result = run_steps(steps)
-    new_state = result.fitted.get("state_")
-    if new_state is not None:
-        new_state.backoff, new_state.choice = result.model.backoff, state.choice
-    return result
-
-
 def fit_projected(settings: ProjectedSettings, max_outer: int, triples: Triples, labels,
                   state: ProjectedState | None = None, *, keep_state: bool = False,
-                  backoff: str | None = None, random_state: int | None = 0) -> FitResult:
-    """θ_spec's fit (one candidate): warm from ``state`` when its plan says so, else cold,
-    with the backoff chosen on held-out counts when ``backoff="auto"``
-    (:func:`~streamspec.core.backoff.fit_with_backoff`, which fits twice)."""
+                  backoff: str | None = None, random_state: int | None = 0, starts=None,
+                  hmm_states: int | str | None = "auto", previous=None, init: Any = None
+                  ) -> FitResult:
+    """A projected fit of ``triples``: warm from ``state`` when its plan says so, else cold
+    (with the plan's bases when it rebased, and its reason); with ``backoff="auto"``
+    through :func:`~streamspec.core.backoff_fit.fit_with_backoff` (``starts``,
+    ``hmm_states``, ``previous``: its arguments). ``init``: factors a cold fit starts its
+    weighting from (θ_M). Returns the model and the fitted attributes; ``state_`` (with
+    ``keep_state``) is that of the fit on all the counts."""
     plan = plan_for(state, triples, settings)
-    if plan is not None and plan.info.path == "warm":
-        return warm_fit(settings, max_outer, triples, labels, state, plan, keep_state=keep_state,
-                        backoff=backoff)
     bases = rebased_bases(plan, triples, settings, state.k if state is not None else 0)
-    info = plan.info if plan is not None else None
-    if backoff is None:
-        return cold_fit(settings, max_outer, triples, labels, bases=bases, keep_state=keep_state,
-                        info=info)
     final: dict[str, FitResult] = {}
 
     def fit(t: Triples) -> ObservableOperatorModel:
         whole = t is triples
-        res = cold_fit(settings, max_outer, t, labels, bases=bases if whole else None,
-                       scored_only=not whole, keep_state=keep_state and whole,
-                       info=info if whole else None)
+        if whole and plan is not None and plan.info.path == "warm":
+            result = run_steps(WarmProjectedFit(settings, max_outer, t, labels, state, plan,
+                                                keep_state))
+        else:
+            result = cold_fit(settings, max_outer, t, labels, bases=bases if whole else None,
+                              scored_only=not whole, keep_state=keep_state and whole,
+                              info=plan.info if whole and plan is not None else None, init=init)
         if whole:
-            final["result"] = res
-        return res.model
+            final["result"] = result
+        return result.model
 
-    model = fit_with_backoff(fit, triples, random_state=random_state)
+    if backoff is None:
+        fit(triples)
+        return final["result"]
+    model = fit_with_backoff(fit, triples, starts, random_state=random_state,
+                             hmm_states=hmm_states, previous=previous)
     result = final["result"]
     result.model = model
-    if "state_" in result.fitted:
-        result.fitted["state_"].backoff, result.fitted["state_"].choice = model.backoff, "spectral"
+    if "state_" in result.fitted:  # the next refit starts from this model, backoff and all
+        result.fitted["state_"].model = model
     return result

@@ -9,7 +9,7 @@ weighting then follows the symbols that changed, not the alphabet. A reused bloc
 the weighting estimated at the previous fit's operators and counts, which Algorithm 1
 allows (W is always estimated at the previous iterate); it enters the GLS solution
 only through the residual ``G_x``, whose weighting it changes by the relative change
-of the counts (docs/math.md section 9).
+of the counts (docs/math.md section 10).
 """
 
 from __future__ import annotations

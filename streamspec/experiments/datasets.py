@@ -85,11 +85,22 @@ def default_data_path() -> Path | None:
 
 
 def _missing(expected: str, where: Path | None) -> FileNotFoundError:
-    where_text = "no data folder was found" if where is None else f"in {where}"
+    """The error of a data file not found: one sentence, where it was looked for and what to do.
+
+    >>> print(_missing("x.txt", None))  # doctest: +NORMALIZE_WHITESPACE
+    the data file x.txt is needed, but no data folder was found: set the STREAMSPEC_DATA
+    environment variable to the folder holding it (or pass path=...)
+    >>> print(_missing("x.txt", Path("/data")))  # doctest: +NORMALIZE_WHITESPACE
+    the data file x.txt is needed, but it is not in /data: put it there, or point to its
+    folder with path=... or the STREAMSPEC_DATA environment variable
+    """
+    if where is None:
+        return FileNotFoundError(
+            f"the data file {expected} is needed, but no data folder was found: set the "
+            f"{ENV_VAR} environment variable to the folder holding it (or pass path=...)")
     return FileNotFoundError(
-        f"expected the data file {expected} {where_text}; put the data there, or point to "
-        f"its folder with path=... or the {ENV_VAR} environment variable"
-    )
+        f"the data file {expected} is needed, but it is not in {where}: put it there, or point "
+        f"to its folder with path=... or the {ENV_VAR} environment variable")
 
 
 def _dataset_dir(path: str | os.PathLike[str] | None, folder: str) -> Path | None:

@@ -104,12 +104,14 @@ def _format_row(row: dict) -> str:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "demo",
-        help="learn a built-in HMM from its own stream and print the progress",
+        help="learn a built-in HMM from its own stream and print the progress "
+             "(--kafka: broker, consumer daemon and producer, live)",
         description="Stream symbols from a built-in HMM (the paper's ring) into an accumulator, "
         "refit θ_spec and θ_M after each block, and print held-out log loss beside the true "
         "model's. Needs no data and no services.",
     )
-    p.add_argument("--rank", type=int, default=3, help="model rank, 1 to 5 (default 3)")
+    p.add_argument("--rank", type=int, default=None,
+                   help="model rank, 1 to 5 (default 3; with --kafka: the estimator's default)")
     p.add_argument("--blocks", type=int, default=8, help="refits (default 8)")
     p.add_argument("--block-size", type=int, default=5000, help="symbols per block (default 5000)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -117,6 +119,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    if args.rank is None:
+        args.rank = 3
     if not 1 <= args.rank <= 5 or args.blocks < 1 or args.block_size < 3:
         raise SystemExit("demo: need 1 <= --rank <= 5, --blocks >= 1 and --block-size >= 3")
     run_demo(ring_hmm(), args.rank, args.blocks, args.block_size, random_state=args.seed)

@@ -20,6 +20,7 @@ from streamspec.streaming.accumulator_io import AccumulatorIO
 from streamspec.streaming.accumulator_merge import AccumulatorMerge
 from streamspec.streaming.accumulator_views import AccumulatorViews
 from streamspec.streaming.count_buffer import FLUSH_AT, CountBuffer
+from streamspec.streaming.start_counts import StartCounting
 from streamspec.streaming.stream_tails import DONE, NEW
 
 __all__ = ["MomentAccumulator", "OTHER"]
@@ -28,7 +29,7 @@ _MODES = ("sliding", "sequences")
 assert MAX_LABELS == MAX_SYMBOLS
 
 
-class MomentAccumulator(CountBuffer, AccumulatorViews, AccumulatorMerge, AccumulatorIO):
+class MomentAccumulator(CountBuffer, StartCounting, AccumulatorViews, AccumulatorMerge, AccumulatorIO):
     """Counts of symbol triples (x1, x2, x3), kept one symbol at a time, sparse.
 
     The counts ``c3[x2, x3, x1]`` are all the state: ``c21`` and ``c1`` are their
@@ -184,6 +185,7 @@ class MomentAccumulator(CountBuffer, AccumulatorViews, AccumulatorMerge, Accumul
         self._heads: dict[Hashable, tuple[tuple[int, ...], bool]] = {}
         self._weight = 1.0  # forgetting: weight of the next triple in stored units
         self._total = 0.0  # stored units, like _w (without the plain `_pending` list)
+        self._init_starts()  # the first symbol and pair of every stream (start_counts.py)
 
     def _validate(self) -> None:
         if self.track_heads and (self.mode != "sliding" or self.forgetting != 1.0):
@@ -259,6 +261,7 @@ class MomentAccumulator(CountBuffer, AccumulatorViews, AccumulatorMerge, Accumul
                         self._alphabet.truncate(n0)
                     raise
             return i
+        self._fold_starts_if_long()
         snap = self._snapshot(key, n0)
         try:
             self._learn_other(i, key, tail)
@@ -272,6 +275,7 @@ class MomentAccumulator(CountBuffer, AccumulatorViews, AccumulatorMerge, Accumul
             self._note_head(key, tail, (i,))
         if tail == NEW:
             self._tails[key] = -1 - i
+            self._note_start(i)
         elif tail >= 0:
             if self.mode == "sequences":
                 self._tails[key] = DONE
@@ -280,6 +284,7 @@ class MomentAccumulator(CountBuffer, AccumulatorViews, AccumulatorMerge, Accumul
             self._count((tail * self._base + i,))
         elif tail != DONE:
             self._tails[key] = (-1 - tail) * self._base + i
+            self._note_start(None, -1 - tail, i)
 
     def learn_many(self, xs: Sequence | np.ndarray, key: Hashable = None) -> None:
         """Count several consecutive symbols of one stream (a list or 1-D array).
@@ -291,6 +296,7 @@ class MomentAccumulator(CountBuffer, AccumulatorViews, AccumulatorMerge, Accumul
         """
         if key is None and self._default_buffer:
             self._flush_default()
+        self._fold_starts_if_long()
         snap = self._snapshot(key, len(self._alphabet._labels))
         try:
             self._learn_many(xs, key)
@@ -307,10 +313,12 @@ class MomentAccumulator(CountBuffer, AccumulatorViews, AccumulatorMerge, Accumul
             self._note_head(key, NEW if tail is None else tail, idx[:2].tolist())
         if tail is None:
             head: list[int] = []
+            self._note_start(int(idx[0]), *((int(idx[0]), int(idx[1])) if idx.size > 1 else ()))
         elif tail == DONE:
             return
         elif tail < 0:
             head = [-1 - tail]
+            self._note_start(None, head[0], int(idx[0]))
         else:
             head = [tail // self._base, tail % self._base]
         seq = np.concatenate([np.asarray(head, dtype=np.int64), idx]) if head else idx
@@ -433,25 +441,14 @@ class MomentAccumulator(CountBuffer, AccumulatorViews, AccumulatorMerge, Accumul
         >>> 0 < acc.memory_bytes() < 20_000
         True
         """
-        size = self._codes.nbytes + self._w.nbytes
-        size += self._dense.nbytes if self._dense is not None else 0
+        size = self._codes.nbytes + self._w.nbytes + (self._dense.nbytes if self._dense is not None else 0)
         for codes, w, _ in self._chunks:
             size += codes.nbytes + (w.nbytes if w is not None else 0)
         size += 40 * (len(self._pending) + len(self._pending_w) + len(self._default_buffer))
         a = self._alphabet
         size += sys.getsizeof(a._index) + sys.getsizeof(a._labels)
         size += sum(sys.getsizeof(s) for s in a._labels)
-        size += 100 * (len(self._tails) + len(self._heads))
-        return int(size)
-
-    def _note_head(self, key: Hashable, tail: int, new: Sequence[int]) -> None:
-        """Record symbols of the first segment of ``key`` while it has fewer than two."""
-        head = self._heads.get(key)
-        if head is None:
-            if tail == NEW:
-                self._heads[key] = (tuple(new[:2]), False)
-        elif not head[1] and len(head[0]) < 2 and tail != NEW:
-            self._heads[key] = ((head[0] + tuple(new))[:2], False)
+        return int(size + 100 * (len(self._tails) + len(self._heads)) + self._starts_nbytes())
 
     def copy(self) -> MomentAccumulator:
         """An independent copy. Time and memory O(nnz + n + streams)."""
@@ -464,6 +461,8 @@ class MomentAccumulator(CountBuffer, AccumulatorViews, AccumulatorMerge, Accumul
         out._heads = dict(self._heads)
         out._weight = self._weight
         out._total = self._total
+        self._fold_starts()
+        out._starts = self._starts  # immutable: shared
         return out
 
     # ------------------------------------------------------------------ internals

@@ -16,6 +16,7 @@ from streamspec.core.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
+from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.triples import Triples, unpack
 from streamspec.streaming.stream_tails import tail_code, tail_symbols
 
@@ -26,7 +27,7 @@ class AccumulatorIO:
     """Persistence of :class:`~streamspec.streaming.accumulator.MomentAccumulator`."""
 
     _FORMAT = "streamspec.MomentAccumulator"
-    _VERSION = 2  # 1: dense c3; 2: sparse codes + weights
+    _VERSION = 3  # 1: dense c3; 2: sparse codes + weights; 3: and the stream starts
 
     def save(self, path: str | os.PathLike) -> None:
         """Write a checksummed npz+JSON checkpoint, atomically. O(nnz + n + streams)."""
@@ -35,8 +36,9 @@ class AccumulatorIO:
     def to_checkpoint(self) -> tuple[str, int, dict, dict[str, np.ndarray]]:
         """(format, version, header, arrays) of this accumulator, for any checkpoint sink.
 
-        Version 2: arrays ``codes`` (sorted packed triples), ``weights``, ``n_triples``,
-        ``tail_a``, ``tail_b``; labels, keys and heads in the header. Raises
+        Version 3: arrays ``codes`` (sorted packed triples), ``weights``, ``n_triples``,
+        ``tail_a``, ``tail_b`` and the stream starts (``start_first``, ``start_first_w``,
+        ``start_pair``, ``start_pair_w``); labels, keys and heads in the header. Raises
         ``CheckpointError`` (before anything is written) if a label or key cannot
         be stored, or if the labels would not read back as distinct symbols.
         O(nnz + n + streams).
@@ -64,12 +66,13 @@ class AccumulatorIO:
         }
         weights = self._w / self._weight if self.forgetting != 1.0 else self._w
         arrays = {"codes": self._codes, "weights": weights, "n_triples": np.array(self.n_triples),
-                  "tail_a": a, "tail_b": b}
+                  "tail_a": a, "tail_b": b, **self.starts().to_arrays()}
         return self._FORMAT, self._VERSION, header, arrays
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Self:
-        """Read a checkpoint written by :meth:`save` (version 1 or 2); ``CheckpointError`` if bad."""
+        """Read a checkpoint written by :meth:`save` (versions 1 to 3; before 3 no stream starts were
+        kept: they load as none); ``CheckpointError`` if bad."""
         header, arrays = read_checkpoint(path, cls._FORMAT, cls._VERSION)
         return cls.from_checkpoint(header, arrays, source=str(path))
 
@@ -100,6 +103,7 @@ class AccumulatorIO:
                 raise bad(f"n_triples {total!r} is not a non-negative number")
             acc._total = total
             acc._tails.update(checkpoint_tails(header, arrays, n, acc._base, bad))
+            acc._starts = StreamStarts.from_arrays(n, arrays)
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -9,12 +9,13 @@ the border (:meth:`~AccumulatorMerge.concat`, from the tails and heads of the st
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from typing import Self
 
 import numpy as np
 
 from streamspec.core.triples import BITS
-from streamspec.streaming.stream_tails import remap_tail, tail_list
+from streamspec.streaming.stream_tails import NEW, remap_tail, tail_list
 
 __all__ = ["AccumulatorMerge"]
 
@@ -61,6 +62,7 @@ class AccumulatorMerge:
             codes = (mapping[x2] << 2 * BITS) | (mapping[x3] << BITS) | mapping[x1]
             out._add_chunk((codes, t.weights, False))
         out._total += other.n_triples
+        out._add_starts(other.starts(), mapping)
         out._flush()
         return out, mapping
 
@@ -88,9 +90,17 @@ class AccumulatorMerge:
         if not (self.track_heads and later.track_heads):
             raise ValueError("concat needs accumulators built with track_heads=True")
         out, mapping = self._merge_counts(later)
+        not_starts: tuple[list, list] = ([], [])  # `later`'s starts of streams that go on from here
+        border_pairs = []  # first pairs that straddle the border
         for key, (symbols, ended) in later._heads.items():
             head = tuple(int(mapping[s]) for s in symbols)
             left_tail = tail_list(out._tails.get(key), out._base)
+            if left_tail and head:
+                not_starts[0].append(head[0])
+                if len(head) > 1:
+                    not_starts[1].append(head[:2])
+                if len(left_tail) == 1:
+                    border_pairs.append((left_tail[0], head[0]))
             joined = left_tail + list(head)
             codes = [(joined[p] * out._base + joined[p + 1]) * out._base + joined[p + 2]
                      for p in range(len(joined) - 2)]
@@ -111,7 +121,18 @@ class AccumulatorMerge:
         for key, tail in later._tails.items():  # streams opened by `later` before any head
             if key not in later._heads:
                 out._tails[key] = remap_tail(tail, mapping, out._base)
+        out._adjust_starts(*not_starts, -1.0)
+        out._adjust_starts([], border_pairs, 1.0)
         return out
+
+    def _note_head(self, key: Hashable, tail: int, new: Sequence[int]) -> None:
+        """Record symbols of the first segment of ``key`` while it has fewer than two."""
+        head = self._heads.get(key)
+        if head is None:
+            if tail == NEW:
+                self._heads[key] = (tuple(new[:2]), False)
+        elif not head[1] and len(head[0]) < 2 and tail != NEW:
+            self._heads[key] = ((head[0] + tuple(new))[:2], False)
 
     def __add__(self, other: Self) -> Self:
         """``a + b`` is :meth:`merge`."""

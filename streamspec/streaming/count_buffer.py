@@ -42,11 +42,13 @@ class CountBuffer:
         return (key, n_labels, self._tails.get(key, _MISSING), self._heads.get(key, _MISSING),
                 self._chunks, len(self._chunks), self._chunked, self._codes, self._w,
                 self._pending, len(self._pending), self._pending_w, len(self._pending_w),
-                self._total, self._weight, self._dense, self._dense_m)
+                self._total, self._weight, self._dense, self._dense_m,
+                self._start_log, len(self._start_log), self._start_w, len(self._start_w), self._starts)
 
     def _restore(self, snap: tuple) -> None:
         (key, n_labels, tail, head, chunks, n_chunks, chunked, codes, w,
-         pending, n_pending, pending_w, n_pending_w, total, weight, dense, dense_m) = snap
+         pending, n_pending, pending_w, n_pending_w, total, weight, dense, dense_m,
+         start_log, n_start_log, start_w, n_start_w, starts) = snap
         if n_labels >= 0:
             self._alphabet.truncate(n_labels)
         for store, value in ((self._tails, tail), (self._heads, head)):
@@ -61,6 +63,9 @@ class CountBuffer:
         self._pending, self._pending_w = pending, pending_w
         self._total, self._weight = total, weight
         self._dense, self._dense_m = dense, dense_m
+        del start_log[n_start_log:]
+        del start_w[n_start_w:]
+        self._start_log, self._start_w, self._starts = start_log, start_w, starts
 
     def _count(self, codes) -> None:
         """Count triples given as stream codes ``(x1·base + x2)·base + x3``."""
@@ -117,6 +122,7 @@ class CountBuffer:
         chunks = [(c, (w if w is not None else np.ones(c.size)) / weight, s) for c, w, s in self._chunks]
         self._w, self._chunks = self._w / weight, chunks
         self._total /= weight
+        self._rescale_starts(weight)
         self._weight = 1.0
 
     def _flush_pending(self) -> None:

@@ -30,14 +30,14 @@ def fit_once(estimator, data, prev, state, sweeps: int) -> tuple[Any, Any, Any, 
         model, new_state = with_state(data, init=init)
         info = getattr(est, "refit_", None)
         path = info.path if info is not None and state is not None else (
-            "factors" if warm else "cold")
-        return est, model, new_state, path in ("warm", "rebased", "factors"), path
+            "model" if warm else "cold")
+        return est, model, new_state, path in ("warm", "rebased", "model"), path
     model = est.fit(data, init=prev) if warm else est.fit(data)
     warm = bool(getattr(est, "warm_", warm))  # an adapter that warm-starts by itself says so
     info = getattr(est, "refit_", None)  # ... and how (WithHMM keeps its own state)
     if info is not None and info.path != "cold":
         return est, model, None, warm, info.path
-    return est, model, None, warm, "factors" if warm else "cold"
+    return est, model, None, warm, "model" if warm else "cold"
 
 
 def refit_estimator(estimator, n: int, prev, sweeps: int, state: Any = None) -> tuple[Any, bool]:
@@ -67,8 +67,11 @@ def refit_estimator(estimator, n: int, prev, sweeps: int, state: Any = None) -> 
         return est, True
     factors = getattr(prev, "factors", None)
     warm_start = getattr(est, "warm_start", None)
-    if factors is None or not callable(warm_start) or not _accepts(est, "init"):
+    if prev is None or not _accepts(est, "init"):
         return est, False
+    if factors is None or not callable(warm_start):
+        # no factors to start from; a previous backoff (learned weights, HMM) still carries over
+        return est, getattr(prev, "backoff", None) is not None
     if isinstance(rank, int) and factors.R.shape[2] != rank:
         return est, False  # the rank changed (a grown alphabet): start afresh
     warm = warm_start(sweeps)

@@ -55,8 +55,8 @@ class FitRecord:
         was then kept).
     path
         How a fit from a reusable state went (the estimator's ``refit_.path``:
-        ``"warm"``, ``"rebased"``, ``"fallback"`` or ``"cold"``; docs/math.md section 9),
-        ``"factors"`` for a warm start from the previous model's factors, ``"cold"``
+        ``"warm"``, ``"rebased"``, ``"fallback"`` or ``"cold"``; docs/math.md section 10),
+        ``"model"`` for a warm start from the previous model (its factors, its backoff), ``"cold"``
         otherwise.
 
     """
@@ -100,7 +100,7 @@ class Refitter:
     ``fit_with_state`` (:class:`~streamspec.SpectralEstimator`, the projected
     :class:`~streamspec.MEstimator`) hands back the state of each fit, and the next fit
     is a warm refit from it, proportional to the change of the counts (docs/math.md
-    section 9: the previous bases kept while they still fit, the moments updated from the
+    section 10: the previous bases kept while they still fit, the moments updated from the
     triples that changed, the weighting blocks of unchanged symbols reused; the record's
     ``path`` says how it went). Otherwise (the dense formulation, or the first fit after
     :meth:`adopt`) an estimator whose ``fit`` accepts ``init`` is warm-started from the
@@ -452,4 +452,4 @@ class Refitter:
 # settings of an estimator checked when a Refitter is built (the same rules everywhere)
 _ESTIMATOR_SETTINGS = ("rank", "penalty", "weighting", "factorization", "formulation", "max_outer",
                        "max_sweeps", "tol", "n_restarts", "shrinkage", "ridge", "filter", "window",
-                       "min_proba", "n_conditions", "backoff")
+                       "min_proba", "n_conditions", "backoff", "hmm_states")

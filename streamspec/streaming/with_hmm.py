@@ -94,7 +94,7 @@ class WithHMM(Estimator):
         prev = last.model
         est, warm = refit_estimator(self.estimator, data.n, prev, self.sweeps, state=last.state)
         self.refit_ = None
-        if keeps_state(est):  # a warm refit from the previous state (docs/math.md section 9)
+        if keeps_state(est):  # a warm refit from the previous state (docs/math.md section 10)
             init = last.state if last.state is not None else (prev if warm else None)
             model, last.state = est.fit_with_state(data, init=init)
             self.refit_ = getattr(est, "refit_", None)

@@ -53,5 +53,5 @@ def test_learn_backfill_fits_and_rejects_follow(tmp_path, capsys):
     out = tmp_path / "m.ckpt"
     assert main(["learn", str(path), "--workers", "1", "--rank", "2", "--out", str(out)]) == 0
     assert out.exists()
-    assert main(["learn", str(path), "--workers", "2", "--follow"]) == 2
+    assert main(["learn", str(path), "--workers", "2", "--follow", "--out", str(out)]) == 2
     assert "follow" in capsys.readouterr().err

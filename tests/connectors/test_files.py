@@ -145,7 +145,7 @@ def test_every_offset_ends_a_line(tmp_path):
     data = "héllo wörld\n\n€ 2\nend".encode()
     path.write_bytes(data)
     _, items = read_all(path, CHARS)
-    assert "".join(syms(items)) == "héllo wörld€ 2end"
+    assert "".join(syms(items)) == "héllo wörld € 2 end"  # breaks are spaces, blank lines none
     for _, pos in items:
         assert pos.offset == len(data) or data[pos.offset - 1 : pos.offset] == b"\n"
         assert pos.line_start == 0 or data[pos.line_start - 1 : pos.line_start] == b"\n"
@@ -155,7 +155,7 @@ def test_single_path_and_default_key(tmp_path):
     path = tmp_path / "one.txt"
     path.write_text("ab\n")
     _, items = read_all(str(path), RecordFormat("chars", key="doc"))
-    assert [rec for rec, _ in items] == [Record("doc", "a"), Record("doc", "b")]
+    assert [rec for rec, _ in items] == [Record("doc", "a"), Record("doc", "b"), Record("doc", " ")]
 
 
 def test_gzip_files_are_read_and_resumed(tmp_path):
@@ -289,7 +289,7 @@ def test_stop_ends_one_pass_reading(tmp_path):
     assert src.stopped
     assert src.position()[str(path)]["skip"] == 2
     _, rest = read_all(path, CHARS, start=src.position())
-    assert "".join(syms(rest)) == "cdef"
+    assert "".join(syms(rest)) == "cdef "
 
 
 def test_iterating_again_continues(tmp_path):

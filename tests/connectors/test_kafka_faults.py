@@ -1,9 +1,10 @@
 """The daemon under faults, against a real broker (Tansu): each test reproduces one failure.
 
-A checkpoint of another partition or group, an unreadable newest checkpoint (and
-a folder where a checkpoint should be), offsets beyond the end of a re-created
-log, a frozen broker, refits that fail, a SIGTERM before the signal handlers
-exist, and the leftovers of a write interrupted by SIGKILL.
+A checkpoint of another partition or group, an unreadable newest checkpoint, a
+folder where a checkpoint should be, an older checkpoint (without the log's
+identity) beyond the end of a re-created log, a frozen broker, refits that fail
+(also for memory), a SIGTERM or a SIGINT before the signal handlers exist, and the
+leftovers of a write interrupted by SIGKILL.
 """
 
 from __future__ import annotations
@@ -25,10 +26,14 @@ from kafka_helpers import (  # shared helpers (the module needs kafka anyway)
     by_label,
     checkpoint_offsets,
     config,
+    daemon_cmd,
     keyed_streams,
     new_topic,
+    pieces_reference,
     produce,
     reference,
+    spawn,
+    topic_records,
     wait_until,
 )
 
@@ -133,26 +138,39 @@ def test_unreadable_newest_checkpoint_falls_back_to_the_previous_one_exactly(
     assert by_label(final.acc) == by_label(reference(first + second))  # no loss, no double
 
 
-def test_a_folder_as_checkpoint_fails_that_partition_only_and_visibly(
-        kafka_bootstrap, unique_name, tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="streamspec.daemon")
+def test_a_folder_at_a_checkpoint_path_fails_that_partition_once_per_start_saying_what_to_do(
+        kafka_bootstrap, unique_name, tmp_path):
     topic, group = new_topic(kafka_bootstrap, unique_name, 3)
     state_dir = tmp_path / "state"
     messages = keyed_streams(n_keys=9, length=40, seed=71)
     ends = produce(kafka_bootstrap, topic, messages)
-    StateStore(state_dir).path(topic, 1).mkdir(parents=True)  # not a file
-    cfg = config(kafka_bootstrap, topic, group, state_dir, metrics_port=0)
-    daemon, result, thread = _run(cfg)
-    try:
-        wait_until(lambda: checkpoint_offsets_safe(state_dir, topic) == {0: ends[0], 2: ends[2]},
-                   "partitions 0 and 2 read to their end")
-        assert daemon.failed == {TP(topic, 1): "unreadable-checkpoint"}
-        assert "streamspec_failed_partitions 1" in _metrics(daemon)
-        assert daemon.lag() is None  # never "lag=0" while a partition is unread
-        wait_until(lambda: "failed=1:unreadable-checkpoint" in caplog.text, "a status line")
-    finally:
-        _stop(daemon, thread)
-    assert result == [EXIT_PARTITION_FAILURE]
+    with DaemonThread(config(kafka_bootstrap, topic, group, state_dir)):
+        wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends, "first checkpoints")
+    store = StateStore(state_dir)
+    blocked, prev = store.path(topic, 1), store.previous_path(topic, 1)
+    blocked.replace(prev)  # a readable fallback (until now the daemon read it, then exit 3)...
+    blocked.mkdir()  # ...and a folder where the newest must be written
+    prev_bytes = prev.read_bytes()
+    more = keyed_streams(n_keys=9, length=10, seed=72)
+    ends = {p: max(ends[p], e) for p, e in produce(kafka_bootstrap, topic, more).items()}
+    log_path = tmp_path / "daemon.log"
+    for start in (1, 2):  # reported once per start, with what to do; the others read on
+        seen = log_path.read_text() if log_path.exists() else ""
+        proc = spawn(daemon_cmd(kafka_bootstrap, topic, group, state_dir), log_path)
+        try:
+            wait_until(lambda seen=seen: checkpoint_offsets_safe(state_dir, topic) == {
+                           0: ends[0], 2: ends[2]} and "failed=1:checkpoint-path-blocked"
+                       in log_path.read_text()[len(seen):],
+                       "partitions 0 and 2 read, partition 1 failed", proc=proc)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(60)
+        text = log_path.read_text()[len(seen):]
+        assert code == EXIT_PARTITION_FAILURE, f"start {start}: exit {code}"
+        named = [ln for ln in text.splitlines() if str(blocked) in ln]
+        assert len(named) == 1 and " ERROR " in named[0] and "Move it away" in named[0]
+        assert "event=fatal" not in text and "lag=0 " not in text.split("failed=1:")[-1]
+    assert blocked.is_dir() and prev.read_bytes() == prev_bytes  # neither touched
 
 
 def checkpoint_offsets_safe(state_dir, topic) -> dict[int, int]:
@@ -166,38 +184,107 @@ def checkpoint_offsets_safe(state_dir, topic) -> dict[int, int]:
     return out
 
 
+def _legacy_checkpoint(store: StateStore, state: PartitionState) -> None:
+    """A checkpoint as written before it recorded the log's identity (no ``log`` entry)."""
+    from streamspec.core.checkpoint import write_checkpoint
+
+    header, arrays = state.checkpoint_parts()
+    del header["log"]
+    write_checkpoint(store.path(state.topic, state.partition), "streamspec.PartitionState", 2,
+                     header, arrays)
+
+
 @pytest.mark.parametrize("policy", ["fail", "reset"])
-def test_checkpoint_offset_beyond_a_recreated_log(kafka_bootstrap, unique_name, tmp_path,
-                                                  caplog, policy):
+def test_an_older_checkpoint_without_identity_loads_and_its_offset_is_checked(
+        kafka_bootstrap, unique_name, tmp_path, caplog, policy):
     caplog.set_level(logging.INFO, logger="streamspec.daemon")
-    topic, group = new_topic(kafka_bootstrap, unique_name, 1)
+    topic, group = new_topic(kafka_bootstrap, unique_name, 2)
     state_dir = tmp_path / "state"
-    # the history learned from the topic before it was deleted and re-created
-    old = keyed_streams(n_keys=2, length=300, seed=81)
-    state = PartitionState(topic, 0, reference(old), offset=600, records=600)
-    StateStore(state_dir, owner="before", group=group).save(state)
-    new = keyed_streams(n_keys=2, length=100, seed=82)  # the re-created log: offsets 0..199
+    store = StateStore(state_dir, owner="before", group=group)
+    # the history learned before the topic was deleted and re-created, by an older daemon
+    old = {p: keyed_streams(n_keys=2, length=300, seed=81 + p) for p in (0, 1)}
+    for p in (0, 1):
+        _legacy_checkpoint(store, PartitionState(topic, p, reference(old[p]), offset=600,
+                                                 records=600, group=group))
+    assert not StateStore(state_dir).load(topic, 0).log.recorded
+    new = keyed_streams(n_keys=6, length=40, seed=82)  # the re-created log: far below 600
     ends = produce(kafka_bootstrap, topic, new)
     cfg = config(kafka_bootstrap, topic, group, state_dir, on_offset_out_of_range=policy)
     daemon, result, thread = _run(cfg)
     try:
         if policy == "fail":
-            wait_until(lambda: daemon.failed, "the partition refused")
-            assert daemon.failed == {TP(topic, 0): "offset-out-of-range"}
+            wait_until(lambda: len(daemon.assignment.ever_failed) == 2, "both partitions refused")
+            assert set(daemon.assignment.ever_failed.values()) == {"log-truncated"}
         else:
             wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends, "the new log read")
     finally:
         _stop(daemon, thread)
-    back = StateStore(state_dir).load(topic, 0)
-    if policy == "fail":
-        assert result == [EXIT_PARTITION_FAILURE]
-        assert back.offset == 600 and by_label(back.acc) == by_label(state.acc)
-        assert "checkpoint offset 600" in caplog.text and "high-water mark 200" in caplog.text
-    else:
-        assert result == [0]
-        expected = reference(old + new)  # kept, plus the new log
-        assert by_label(back.acc) == by_label(expected) and back.records == 800
-        assert "event=offset-reset" in caplog.text
+    said = [r for r in caplog.records if "event=checkpoint-without-identity" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"  # once, for both partitions
+    on_topic = topic_records(kafka_bootstrap, topic)
+    for p in (0, 1):
+        back = StateStore(state_dir).load(topic, p)
+        if policy == "fail":
+            assert back.offset == 600 and by_label(back.acc) == by_label(reference(old[p]))
+            assert f"partition={topic}-{p} reason=log-truncated" in caplog.text
+        else:
+            new_p = [(m.key, m.value) for m in on_topic[p]]
+            assert back.offset == len(new_p) and back.records == 600 + len(new_p)
+            assert by_label(back.acc) == by_label(pieces_reference(old[p], new_p))
+            assert back.log.recorded and back.log.mark.offset == len(new_p) - 1  # recorded now
+    assert result == [EXIT_PARTITION_FAILURE if policy == "fail" else 0]
+    assert "ends at offset" in caplog.text and "checkpoint_offset=600" in caplog.text
+
+
+class _LosesItsPartitions(ConsumerDaemon):
+    """A daemon whose partitions are revoked once and never reassigned (as after an outage).
+
+    Once it has read ``ends``, its consumer leaves the subscription: the group takes the
+    partitions back and gives them to nobody.
+    """
+
+    ends: dict = {}
+    lost = False
+
+    def _after_batch(self) -> None:
+        super()._after_batch()
+        if not self.lost and self.offsets() == self.ends:
+            self.lost = True
+            self.consumer.unsubscribe()
+
+
+def test_a_daemon_left_without_partitions_says_so_and_rejoins(kafka_bootstrap, unique_name,
+                                                            tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="streamspec.daemon")
+    topic, group = new_topic(kafka_bootstrap, unique_name, 2)
+    state_dir = tmp_path / "state"
+    first = keyed_streams(n_keys=6, length=50, seed=97)
+    ends = produce(kafka_bootstrap, topic, first)
+    daemon = _LosesItsPartitions(config(kafka_bootstrap, topic, group, state_dir, metrics_port=0))
+    daemon.ends = ends
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(daemon.run()))
+    thread.start()
+    try:
+        wait_until(lambda: daemon.lost, "the partitions revoked")
+        wait_until(lambda: "event=no-partitions" in caplog.text, "the report")
+        wait_until(lambda: "unassigned=" in _last_status(caplog), "the status line")
+        assert 'streamspec_unassigned_seconds 0\n' not in _metrics(daemon)
+        second = keyed_streams(n_keys=6, length=30, seed=98)
+        ends = {p: max(ends[p], e) for p, e in produce(kafka_bootstrap, topic, second).items()}
+        wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends, "read after the rejoin")
+        assert "streamspec_rejoins_total 1" in _metrics(daemon)
+        assert "streamspec_unassigned_seconds 0\n" in _metrics(daemon)
+    finally:
+        _stop(daemon, thread)
+    assert result == [0]
+    line = next(r for r in caplog.records if "event=no-partitions" in r.getMessage())
+    assert line.levelname == "WARNING" and "action=rejoin" in line.getMessage()
+    assert f"group={group} topic={topic}" in line.getMessage()
+    assert "the topic has 2 partitions" in line.getMessage()
+    assert "event=partitions-regained" in caplog.text
+    merged = StateStore(state_dir).merged(topic)
+    assert by_label(merged) == by_label(reference(first + second))
 
 
 def test_frozen_broker_is_reported_once_per_attempt_with_backoff(unique_name, tmp_path, caplog):
@@ -266,6 +353,34 @@ def test_refit_failures_are_logged_and_counted(kafka_bootstrap, unique_name, tmp
     assert "event=refit-failed" in caplog.text and "injected" in caplog.text
 
 
+def test_a_refit_out_of_memory_is_one_line_and_the_status_shows_it(
+        kafka_bootstrap, unique_name, tmp_path, caplog, monkeypatch):
+    from streamspec.core.mestimator import MEstimator
+
+    def out_of_memory(self, *args, **kwargs):
+        raise MemoryError("injected: cannot allocate the fit")
+
+    monkeypatch.setattr(MEstimator, "fit", out_of_memory)
+    caplog.set_level(logging.INFO)  # every logger: the refitter's own too
+    topic, group = new_topic(kafka_bootstrap, unique_name, 1)
+    ends = produce(kafka_bootstrap, topic, keyed_streams(n_keys=3, length=300, seed=96))
+    cfg = config(kafka_bootstrap, topic, group, tmp_path / "state", refit_process=False,
+                 refit_duty=1.0)
+    daemon, result, thread = _run(cfg)
+    try:
+        wait_until(lambda: checkpoint_offsets(tmp_path / "state", topic) == ends, "the end")
+        wait_until(lambda: "refit_error=MemoryError" in _last_status(caplog), "a status line")
+    finally:
+        _stop(daemon, thread)
+    assert result == [0]
+    about = [r for r in caplog.records if "event=status" not in r.getMessage()
+             and ("MemoryError" in r.getMessage() or r.exc_info)]
+    assert about and all(r.exc_info is None and "event=refit-failed reason=memory" in
+                         r.getMessage() for r in about)
+    assert len(about) <= daemon.refits.refitter.n_failures
+    assert "Traceback" not in caplog.text and "\n" not in about[0].getMessage()
+
+
 def _last_status(caplog) -> str:
     lines = [r.getMessage() for r in caplog.records if "event=status" in r.getMessage()]
     return lines[-1] if lines else "refit_failures=0"
@@ -291,6 +406,30 @@ def test_sigterm_before_the_handlers_exist_exits_zero(tmp_path):
         text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "event=stopped" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("module", ["streamspec.experiments.paper", "connectors.kafka"])
+def test_sigint_during_the_start_up_imports_exits_130_quietly(tmp_path, module):
+    # the signal arrives while the commands (or the daemon) are being imported
+    script = (
+        "import importlib.abc, os, signal, sys\n"
+        "class Interrupt(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        f"        if name == {module!r}:\n"
+        "            sys.meta_path.remove(self)\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "from streamspec.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, "consume", "--bootstrap", "127.0.0.1:1", "--topic", "t",
+         "--state-dir", str(tmp_path / "s")], env=env, cwd=ROOT, capture_output=True,
+        text=True, timeout=120)
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and proc.stderr.strip().endswith("interrupted")
 
 
 def test_random_bytes_are_reported_as_a_corrupt_checkpoint():

@@ -82,15 +82,19 @@ def test_malformed_record_rejects_unknown_reason():
 # ----------------------------------------------------------------------------- chars
 
 
-def test_chars_every_character_is_a_symbol_but_not_the_newline():
+def test_chars_every_character_is_a_symbol_and_the_line_break_a_space():
     recs = parse_line("ab c\n", RecordFormat("chars"))
-    assert symbols(recs) == ["a", "b", " ", "c"]
+    assert symbols(recs) == ["a", "b", " ", "c", " "]  # wrapped prose keeps words apart
+    assert symbols(parse_line("\r\n", RecordFormat("chars"))) == []  # a blank line: nothing
+    assert symbols(parse_line("ab\n", RecordFormat("chars", keep="ab"))) == ["a", "b"]
+    assert symbols(parse_line("ab\n", RecordFormat("chars", end_each_line=True)))[:-1] == ["a", "b"]
+    assert symbols(parse_line("12\n", RecordFormat("chars", int_symbols=True))) == [1, 2]
     assert all(r.key is None and r.timestamp is None and not r.end for r in recs)
 
 
 def test_chars_crlf_bytes_and_bom():
-    assert symbols(parse_line(b"\xef\xbb\xbfxy\r\n", RecordFormat("chars"))) == ["x", "y"]
-    assert symbols(parse_line("é\n", RecordFormat("chars"))) == ["é"]
+    assert symbols(parse_line(b"\xef\xbb\xbfxy\r\n", RecordFormat("chars"))) == ["x", "y", " "]
+    assert symbols(parse_line("é\n", RecordFormat("chars"))) == ["é", " "]
     assert symbols(parse_line("é".encode(), RecordFormat("chars"))) == ["é"]
 
 
@@ -155,8 +159,10 @@ def test_tokens_round_trip(tokens):
 
 @given(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\ufeff")))
 def test_chars_round_trip(text):
-    assert symbols(parse_line(text + "\n", RecordFormat("chars"))) == list(text)
-    assert symbols(parse_line(text.encode() + b"\r\n", RecordFormat("chars"))) == list(text)
+    assert symbols(parse_line(text + "\n", RecordFormat("chars"))) == list(text) + [" "] * bool(text)
+    assert symbols(parse_line(text, RecordFormat("chars"))) == list(text)
+    assert symbols(parse_line(text.encode() + b"\r\n", RecordFormat("chars"))) == (
+        list(text) + [" "] * bool(text))
 
 
 # ----------------------------------------------------------------------------- csv

@@ -12,6 +12,7 @@ from streamspec.core.checkpoint import CheckpointError
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm import HMM
 from streamspec.core.hmm_estimator import HMMEstimator, exact_triples, moment_estimate, triple_log_likelihood
+from streamspec.core.symbol_input import UnknownSymbolsWarning
 from streamspec.core.triples import Triples
 from streamspec.streaming.accumulator import MomentAccumulator
 
@@ -210,8 +211,9 @@ def test_labels_and_unknown_label():
     assert model.symbols == acc.symbols
     assert np.isfinite(model.score(list("abra")))
     assert model.predict_proba_next(list("abr")).shape == (model.n_symbols,)
-    with pytest.raises(ValueError, match="unknown symbol 'z'"):
-        model.score(list("abz"))
+    # an unknown label is taken as unobserved (issue 20): warned about, never an error
+    with pytest.warns(UnknownSymbolsWarning, match="1 unknown symbol.*'z'"):
+        assert model.score(list("abz")) == pytest.approx(model.score(list("ab")))
     sampled, _ = model.sample(10, random_state=0)
     assert set(sampled) <= set(acc.symbols) and np.isfinite(model.score(sampled))
     unlabelled = HiddenMarkovModel(model.startprob_, model.transmat_, model.emissionprob_)

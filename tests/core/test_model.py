@@ -16,7 +16,8 @@ from streamspec import (
     ObservableOperatorModel,
     SpectralEstimator,
 )
-from streamspec.core.selection import rank_grid, select_predictor
+from streamspec.core.rank_selection import max_rank, rank_candidates
+from streamspec.core.selection import select_predictor
 from streamspec.experiments.baselines import NGramModel
 
 
@@ -181,11 +182,12 @@ def test_bad_sequences(hmm_and_acc):
 def test_select_predictor_picks_the_best_of_independently_scored_candidates(hmm_and_acc):
     hmm, acc = hmm_and_acc
     validation = [hmm.sample(5000, random_state=6)]
-    best = select_predictor(MEstimator(), acc, validation, ranks=[1, 3, 5], windows=(0, 2))
+    # the plain model: with the default backoff, the mixture makes every choice nearly as good
+    best = select_predictor(MEstimator(backoff=None), acc, validation, ranks=[1, 3, 5], windows=(0, 2))
     # every candidate fitted and scored here, outside select_predictor
     scores = {}
     for k in (1, 3, 5):
-        model = MEstimator(rank=k).fit(acc)
+        model = MEstimator(rank=k, backoff=None).fit(acc)
         for filt, w in (("window", 0), ("window", 2), ("recursive", 0)):
             candidate = model.with_filter(filt, w if filt == "window" else None)
             scores[(k, filt, w)] = candidate.log_loss(validation)
@@ -195,7 +197,23 @@ def test_select_predictor_picks_the_best_of_independently_scored_candidates(hmm_
     assert best.log_loss == pytest.approx(scores[chosen], abs=1e-12)
     assert best.model.rank == best.rank
     assert abs(best.model.log_loss(validation) - best.log_loss) < 1e-12
-    assert rank_grid(26) == sorted(set(rank_grid(26))) and rank_grid(26)[-1] == 26
+    assert rank_candidates(26) == sorted(set(rank_candidates(26))) and rank_candidates(26)[-1] == 26
+
+
+def test_select_predictor_on_a_large_alphabet_stays_linear_in_memory():
+    """15,000 symbols: the old grid up to n asked for an array of (15000, 315, 315) floats."""
+    rng = np.random.default_rng(0)
+    n = 15_000
+    p = 1.0 / np.arange(1, n + 1) ** 1.1
+    x = rng.choice(n, size=120_000, p=p / p.sum())
+    acc = MomentAccumulator(n)
+    acc.learn_many(x[:100_000])
+    best = select_predictor(SpectralEstimator(backoff=None), acc, [x[100_000:102_000]], windows=(2,),
+                            recursive=False)
+    assert {row["rank"] for row in best.table} == set(rank_candidates(max_rank(n)))
+    assert max_rank(n) * max_rank(n) * n <= 2**25 and best.rank <= max_rank(n)
+    with pytest.raises(ValueError, match=r"rank 315 on 15000 symbols: .* GB"):
+        select_predictor(SpectralEstimator(), acc, [x[:10]], ranks=[4, 315])
 
 
 def test_windowed_full_rank_beats_bigram_on_a_second_order_source():
@@ -210,7 +228,7 @@ def test_windowed_full_rank_beats_bigram_on_a_second_order_source():
     acc = MomentAccumulator(n)
     acc.learn_many(x[:50_000])
     held_out = [x[50_000:]]
-    best = select_predictor(SpectralEstimator(), acc, held_out, ranks=[n])
+    best = select_predictor(SpectralEstimator(backoff=None), acc, held_out, ranks=[n])
     bigram = NGramModel(n, order=1).fit([x[:50_000]]).log_loss(held_out)
     assert best.window >= 2 and best.log_loss < bigram - 0.05
 
@@ -247,18 +265,19 @@ def test_large_alphabets_predict_in_bounded_chunks(monkeypatch):
     # no scratch of (4096, n) floats: every product of states with C is of a bounded chunk
     seen = []
     cls = model_module.ObservableOperatorModel
-    rows_chunk, proba_of = cls._rows_chunk, cls._proba_of
+    rows_chunk, chunks = cls._rows_chunk, cls._chunks
 
-    def spy_rows(self, V, lasts):
+    def spy_rows(self, V):
         seen.append(V.shape[0])
-        return rows_chunk(self, V, lasts)
+        return rows_chunk(self, V)
 
-    def spy_proba(self, V, lasts, nexts):
-        seen.append(V.shape[0])
-        return proba_of(self, V, lasts, nexts)
+    def spy_chunks(self, x):  # the states every (c, n) product of the scores is made of
+        for start, stop, V, lasts in chunks(self, x):
+            seen.append(V.shape[0])
+            yield start, stop, V, lasts
 
     monkeypatch.setattr(cls, "_rows_chunk", spy_rows)
-    monkeypatch.setattr(cls, "_proba_of", spy_proba)
+    monkeypatch.setattr(cls, "_chunks", spy_chunks)
     model.log_loss([seq])
     model.predictive_sequence(seq)
     model.predict_from_state(np.ones((3000, d)))

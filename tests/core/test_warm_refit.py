@@ -1,4 +1,4 @@
-"""Warm refits (docs/math.md section 9): exact incremental moments, the paths, and their accuracy."""
+"""Warm refits (docs/math.md section 10): exact incremental moments, the paths, and their accuracy."""
 
 from __future__ import annotations
 

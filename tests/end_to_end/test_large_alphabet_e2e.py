@@ -199,14 +199,12 @@ words = json.load(open(sys.argv[1]))
 model = SpectralHMM(refit_every=5_000)
 metric = metrics.Accuracy()
 evaluate.progressive_val_score(dataset=(({}, w) for w in words), model=model, metric=metric)
-table = model.refitter.prepared
+rows = model.online._rows
 p = model.predict_proba_one({})
 print(json.dumps({"accuracy": metric.get(), "n": len(model.symbols), "fits": model.refitter.n_fits,
                   "failures": model.refitter.n_failures, "error": model.refitter.last_error,
-                  "rank": model.rank_, "cached": table and table.cached_floats,
-                  "capacity": table and table._cache.capacity,
-                  "eager_rows": table and len(table.rows),
-                  "psum": sum(p.values()), "plen": len(p)}))
+                  "rank": model.rank_, "cached": rows.size, "capacity": rows.capacity,
+                  "prequential": model.online.log_loss, "psum": sum(p.values()), "plen": len(p)}))
 """
 
 
@@ -220,30 +218,33 @@ def test_river_progressive_validation_on_a_word_stream(tmp_path, words):
     assert n == len(set(words)) >= MIN_DISTINCT and len(words) >= 20_000
     assert r["fits"] >= 4 and r["failures"] == 0, r["error"]
     assert np.isfinite(r["accuracy"]) and r["accuracy"] > 10 / n  # a uniform guess: 1 / n
-    assert r["cached"] <= r["capacity"] and r["eager_rows"] <= 1 + 2_000_000 // n
+    assert r["cached"] <= r["capacity"] and np.isfinite(r["prequential"])
     assert r["plen"] == n and abs(r["psum"] - 1) < 1e-9
 
 
-def test_prediction_table_is_bounded_and_exact_at_large_n(words):
+def test_online_rows_are_bounded_and_exact_at_large_n(words):
     from streamspec import SpectralEstimator
-    from streamspec.adapters.river_model import PredictionTable
+    from streamspec.streaming.online_predictor import OnlinePredictor
 
     acc = direct(words)
     model = SpectralEstimator(rank=8).fit(acc)
-    table = PredictionTable(model, window=2, cache_floats=50 * acc.n)
-    assert len(table.rows) == 1  # only the empty context is eager at this size
+    online = OnlinePredictor(window=2, cache_floats=50 * acc.n)
+    online.set_model(model)
     rng = np.random.default_rng(0)
-    for _ in range(300):
+    for k in range(150):  # fresh streams of two symbols: the model's own reading of them
         ctx = [int(v) for v in rng.integers(acc.n, size=2)]
-        code = table.encode(ctx)
-        row = table.row_of(code)
-        np.testing.assert_allclose(row, model.predict_proba_next(np.array(ctx)), atol=1e-12)
-        assert table.argmax_of(code) == acc.symbols[int(row.argmax())]
-        table.logrow(code)
-        assert table.cached_floats <= 50 * acc.n
-    # a context ending with a symbol the model has never seen falls back to its suffix
-    code = table.encode([3, acc.n + 5])
-    np.testing.assert_allclose(table.row_of(code), table.row_of(0))
+        online.observe(k, ctx[0], learn=False)
+        online.observe(k, ctx[1], learn=False)
+        w = model.walk(np.array(ctx))
+        expected = model.backoff.rows(w.u[-1:], w.v[-1:], w.states[-1:],
+                                      model.predict_from_state(model.state_for(ctx))[None],
+                                      online.mixture.blends(w.u[-1:] * 0 + model.backoff.buckets(
+                                          w.u[-1:], w.v[-1:])))[0]
+        np.testing.assert_allclose(online.row(k), expected, atol=1e-12)
+        assert online._rows.size <= 50 * acc.n
+    # a context ending with a symbol the model has never seen still gives a distribution
+    online.observe("new", acc.n + 5)
+    assert abs(online.row("new").sum() - 1) < 1e-9
 
 
 # ---------------------------------------------------------------------------- (c) the daemon

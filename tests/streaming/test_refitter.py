@@ -190,15 +190,18 @@ def test_with_hmm_refits_are_warm_for_both_models(hmm_symbols):
     assert r.model.hmm.score(hmm_symbols) >= cold.score(hmm_symbols) - 1e-3 * len(hmm_symbols)
 
 
-def test_spectral_refits_are_warm_from_the_previous_state():
-    """θ_spec keeps a state too: the second fit starts from it (docs/math.md section 9)."""
-    acc = MomentAccumulator()
-    r = Refitter(SpectralEstimator(rank=2), refit_every=30)
-    feed(r, acc, "abcb" * 20)
-    assert r.n_fits == 2 and [rec.warm for rec in r.records] == [False, True]
-    assert [rec.path for rec in r.records][0] == "cold"
-    assert r.records[1].path in ("warm", "rebased")
-    assert r.model.factors is None  # θ_spec's model carries no factors: the state is the refitter's
+def test_spectral_refits_are_warm_from_the_previous_state_with_or_without_backoff():
+    """θ_spec keeps a state too: the second fit starts from it (docs/math.md section 10), and
+    with the backoff it also carries the first's backoff over (learned weights, HMM)."""
+    for backoff in ("auto", None):
+        acc = MomentAccumulator()
+        r = Refitter(SpectralEstimator(rank=2, backoff=backoff), refit_every=30)
+        feed(r, acc, "abcb" * 20)
+        assert r.n_fits == 2 and [rec.warm for rec in r.records] == [False, True]
+        assert r.records[0].path == "cold" and r.records[1].path in ("warm", "rebased")
+        assert all(rec.sweeps is None and rec.losses == () for rec in r.records)
+        assert r.model.factors is None  # θ_spec's model carries no factors: the state is the refitter's
+        assert (r.model.backoff is not None) == (backoff == "auto")
 
 
 def test_failed_inline_fit_keeps_the_old_model():
@@ -309,7 +312,7 @@ def test_refits_start_from_the_previous_state_and_a_pickle_drops_it(hmm_symbols)
     copy = pickle.loads(pickle.dumps(r))
     acc.learn_many(hmm_symbols[50_500:51_000])
     assert copy.fit_now(acc)
-    assert copy.records[-1].path == "factors"  # from the model's factors: no state was pickled
+    assert copy.records[-1].path == "model"  # from the model's factors: no state was pickled
 
 
 def test_an_estimator_whose_fit_is_overridden_is_not_given_a_state(hmm_symbols):
@@ -329,4 +332,4 @@ def test_an_estimator_whose_fit_is_overridden_is_not_given_a_state(hmm_symbols):
     acc.learn_many(hmm_symbols[20_000:21_000])
     r.fit_now(acc)
     assert calls == [False, True]  # its own fit, warm from the factors the second time
-    assert [rec.path for rec in r.records] == ["cold", "factors"]
+    assert [rec.path for rec in r.records] == ["cold", "model"]

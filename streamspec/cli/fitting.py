@@ -1,0 +1,208 @@
+"""``learn``'s fits: the settings checked before counting, θ_M and the HMM fitted and saved.
+
+Messages use the CLI's spelling (``--weighting exact``, not ``weighting='exact'``)
+and never send the user in a circle: a setting that needs the dense formulation
+on an alphabet too large for it is named as the setting to change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from streamspec.cli.checkpoint_files import hmm_path, model_rank
+from streamspec.cli.errors import CommandError, cli_spelling
+from streamspec.cli.options import estimator_default
+from streamspec.cli.progress_bar import step
+from streamspec.cli.quality import quality_log
+
+__all__ = ["check_estimator_settings", "fit_and_save", "fit_and_save_hmm", "reading_metadata",
+           "show_progress"]
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Whether to draw progress: ``--progress always``, or ``auto`` on a terminal."""
+    mode = getattr(args, "progress", "auto")
+    return mode == "always" or (mode == "auto" and sys.stderr.isatty())
+
+
+def _params(args: argparse.Namespace, rank: Any) -> dict[str, Any]:
+    from connectors.config import mestimator_params
+
+    return mestimator_params(rank=rank, penalty=args.penalty, weighting=args.weighting,
+                             sweeps=args.sweeps, formulation=getattr(args, "formulation", None))
+
+
+def _dense_only(args: argparse.Namespace) -> str:
+    """The flag asked for that only the dense formulation offers (``--weighting exact``), or ''."""
+    from streamspec.core.projected_weighting import PROJECTED_WEIGHTINGS
+
+    if args.weighting is not None and args.weighting not in PROJECTED_WEIGHTINGS:
+        return f"--weighting {args.weighting}"
+    if args.penalty:
+        return f"--penalty {args.penalty:g}"
+    return ""
+
+
+def _dense_hint() -> str:
+    from streamspec.core.projected_weighting import PROJECTED_WEIGHTINGS
+
+    default = estimator_default("weighting")
+    return (f"the projected formulation (the default, linear in the alphabet) takes "
+            f"--weighting {', '.join(PROJECTED_WEIGHTINGS)} (default {default}) and no --penalty")
+
+
+def check_estimator_settings(args: argparse.Namespace) -> None:
+    """Refuse contradictory estimator flags before anything is counted (status 2).
+
+    Examples
+    --------
+    >>> ns = argparse.Namespace(rank=None, penalty=None, weighting="exact", sweeps=None,
+    ...                         formulation="projected")
+    >>> check_estimator_settings(ns)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    streamspec.cli.errors.CommandError: --weighting exact needs --formulation dense ...
+    """
+    from streamspec.core.mestimator import MEstimator
+
+    dense_only = _dense_only(args)
+    if dense_only and getattr(args, "formulation", None) == "projected":
+        raise CommandError(f"{dense_only} needs --formulation dense (n³ memory and more: "
+                           f"small alphabets only, about 300 symbols at most); {_dense_hint()}",
+                           status=2)
+    try:
+        MEstimator(**_params(args, args.rank if args.rank is not None else "auto"))
+    except (ValueError, TypeError) as exc:
+        raise CommandError(cli_spelling(str(exc)), status=2) from None
+
+
+def explain_fit_error(exc: BaseException, args: argparse.Namespace) -> str:
+    """The one-line reason a fit failed, in the CLI's words (no circular advice).
+
+    >>> ns = argparse.Namespace(weighting="exact", penalty=None)
+    >>> explain_fit_error(ValueError("the dense formulation (weighting='exact') on 1076 symbols "
+    ...     "would need about 111.4 GiB; the limit is 2 GiB: use formulation='projected'"), ns)
+    ... # doctest: +ELLIPSIS
+    'cannot fit: --weighting exact needs the dense formulation, which on 1076 symbols would...'
+    """
+    text = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+    dense_only = _dense_only(args)
+    if dense_only and "would need about" in text:
+        size = text[text.index(" on ") + 1:text.index(";")] if ";" in text else "too large"
+        return (f"cannot fit: {dense_only} needs the dense formulation, which {size}: drop "
+                f"{dense_only}; {_dense_hint()}")
+    if isinstance(exc, MemoryError):
+        return f"cannot fit: out of memory ({text}); try a smaller --rank or --max-symbols"
+    return f"cannot fit: {cli_spelling(text)}"
+
+
+def reading_metadata(args) -> dict[str, str]:
+    """How the files' symbols were read, saved with the model so that ``predict`` reads alike.
+
+    >>> reading_metadata(argparse.Namespace(encoding=None, lowercase=True))
+    {'encoding': 'chars', 'lowercase': 'true'}
+    """
+    meta = {"encoding": getattr(args, "encoding", None) or "chars"}
+    if getattr(args, "lowercase", None):
+        meta["lowercase"] = "true"
+    return meta
+
+
+def _rank(args: argparse.Namespace, acc) -> Any:
+    """The rank to ask for: an integer rank is clamped to the alphabet (below it for large ones)."""
+    from streamspec.core.subspace import DENSE_SVD_MAX
+
+    rank = args.rank if args.rank is not None else estimator_default("rank")
+    if isinstance(rank, int):
+        rank = max(1, min(rank, acc.n if acc.n <= DENSE_SVD_MAX else acc.n - 1))
+    return rank
+
+
+def fit_and_save(args, acc, log: logging.Logger, final: bool = True) -> int:
+    """Fit θ_M on the counts with the command's settings, save it to ``--out`` (and the HMM).
+
+    Unset settings take MEstimator's own defaults; an integer rank is clamped to the
+    alphabet size. The log lines give the rank used, the parts the predictions mix and
+    their held-out log loss beside the unigram's and the trigram's.
+    ``final=False`` (a periodic save of ``learn --follow``): problems are logged as
+    warnings, and counts that cannot be fitted yet are skipped silently; otherwise
+    they raise :class:`CommandError`. Cost: that of the fit, O(nnz·k + n·k²) and up.
+    """
+    def fail(message: str) -> int:
+        if final:
+            raise CommandError(message)
+        log.warning("event=save-skipped reason=%r", message)
+        return 1
+
+    if not acc.n_triples:
+        return fail(no_triples_message(args)) if final else 1
+    states = getattr(args, "states", None)
+    if states is not None and states > acc.n:
+        if not final:
+            return 1
+        return fail(f"--states {states} is more than the {acc.n} symbols counted: "
+                    "the hidden states of a discrete HMM cannot be told apart from fewer symbols")
+    from streamspec.core.mestimator import MEstimator
+
+    rank = _rank(args, acc)
+    est = MEstimator(**_params(args, rank))
+    t0 = time.perf_counter()
+    try:
+        with step(f"fitting the model ({acc.n:,} symbols, rank {rank})", final and show_progress(args)):
+            model = est.fit(acc)
+    except (ValueError, MemoryError) as exc:  # bad settings, or counts too large to fit
+        return fail(explain_fit_error(exc, args))
+    parts = "+".join(model.backoff.components) if model.backoff is not None else "model"
+    log.info("event=fitted rank=%d requested_rank=%s symbols=%d seconds=%.2f predictor=%s",
+             model_rank(model), rank, model.n_symbols, time.perf_counter() - t0, parts)
+    quality = quality_log(model)
+    if quality:  # held-out log loss of the predictions, beside the unigram, trigram and parts
+        log.info("event=quality %s", quality)
+    if args.out:
+        model = model.replace(metadata=reading_metadata(args))
+        model.save(args.out)
+        log.info("event=saved model=%s triples=%d", args.out, int(acc.n_triples))
+    if states:
+        return fit_and_save_hmm(args, acc, log, final=final)
+    return 0
+
+
+def no_triples_message(args: argparse.Namespace, malformed: str = "") -> str:
+    """Why nothing could be fitted: no stream had 3 symbols (and what was skipped, if anything)."""
+    text = "no triple counted: every stream needs 3 symbols or more"
+    return f"{text}; {malformed}" if malformed else text
+
+
+def fit_and_save_hmm(args, acc, log: logging.Logger, final: bool = True) -> int:
+    """``learn --states K``: fit an :class:`~streamspec.HMMEstimator` on the counts, save ``MODEL.hmm``.
+
+    Cost: the top-K SVD of the sparse P31 plus O(nnz · K²) per EM iteration (50 at
+    most) for nnz distinct triples; nothing depends on the length of the files.
+    """
+    from streamspec.core.hmm_estimator import HMMEstimator
+
+    t0 = time.perf_counter()
+    try:
+        est = HMMEstimator(n_states=args.states, random_state=0)
+        with step(f"fitting a {args.states}-state HMM ({acc.n:,} symbols)",
+                  final and show_progress(args)):
+            hmm = est.fit(acc)
+    except (ValueError, np.linalg.LinAlgError, MemoryError) as exc:
+        if not final:
+            log.warning("event=save-skipped reason=%r", f"HMM: {exc}")
+            return 1
+        raise CommandError(f"cannot fit a {args.states}-state HMM: {exc}") from None
+    log.info("event=fitted-hmm states=%d symbols=%d seconds=%.2f iterations=%d "
+             "triple_loglik=%.6g", hmm.n_states, hmm.n_symbols, time.perf_counter() - t0,
+             est.n_iter_, est.log_likelihood_history_[-1])
+    if args.out:
+        path = hmm_path(args.out)
+        hmm.save(path)
+        log.info("event=saved hmm=%s", path)
+    return 0

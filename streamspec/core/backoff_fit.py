@@ -1,0 +1,328 @@
+"""Fitting a model with its backoff: the components on most of the counts, weights on the rest.
+
+:func:`fit_with_backoff` is what every estimator's default ``backoff="auto"`` runs:
+
+1. split the counts at random (binomial thinning of the triples and of the stream
+   starts): ``holdout`` of them held out;
+2. on the kept counts: the model (``fit``), the Kneser–Ney trigram and a hidden Markov
+   model (:class:`~streamspec.core.hmm_estimator.HMMEstimator`, its EM iterations bounded
+   by a work budget);
+3. on the held-out counts, each context ``(x1, x2)`` (or a stream start) predicts ``x3``
+   under every component: the model stays a component only if the (cross-fitted) mixture
+   with it beats the mixture without it by :data:`MIN_MODEL_GAIN` nats per symbol (its
+   predictions cost O(n · d), the others' O(K² + log nnz) per observed symbol); the
+   starting weights are the Bayes posterior of the blends on those predictions
+   (:meth:`~streamspec.core.mixture.ExpertMixture.from_held_out`);
+4. the model, the trigram and the HMM again on all the counts (the HMM warm-started from
+   step 2, with a quarter of the budget), with those weights.
+
+The held-out contexts are two symbols long, so they undervalue what the HMM remembers
+from further back; the weights keep learning from every symbol a stream or a scored
+sequence shows (:meth:`~streamspec.core.backoff.Backoff.walk`), which is where its
+long memory earns its weight.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+from streamspec.core.backoff import Backoff
+from streamspec.core.hidden_markov_model import HiddenMarkovModel
+from streamspec.core.hmm_estimator import HMMEstimator
+from streamspec.core.hmm_filter import HMMFilter, symbol_probas
+from streamspec.core.mixture import ExpertMixture, bucket_of_counts
+from streamspec.core.stream_starts import StreamStarts
+from streamspec.core.subspace import DENSE_SVD_MAX, top_singular
+from streamspec.core.trigram import START, KneserNeyTrigram
+from streamspec.core.triples import BITS, Triples
+
+__all__ = ["fit_with_backoff", "fit_hmm", "held_out_contexts", "held_out_scores", "hmm_states_for",
+           "em_sample", "EM_BUDGET", "EM_MAX_TRIPLES", "MAX_HMM_STATES", "MIN_MODEL_GAIN"]
+
+EM_BUDGET = 3e8  # EM work of the HMM's first fit: triples × (states² + 30) × iterations (~3 s)
+MIN_MODEL_GAIN = 1e-3  # held-out nats per symbol the model must add to be a component
+EM_MAX_TRIPLES = 200_000  # distinct triples EM runs on at most (threshold-sampled, unbiased)
+MAX_HMM_STATES = 16
+_MIN_EM_ITER, _MAX_EM_ITER = 5, 200
+
+
+def _thin(w: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
+    """The held-out part of each weight: binomial thinning of integer counts; a fractional
+    weight w is cut into ``ceil(w)`` equal units thinned alike. O(m)."""
+    if np.array_equal(w, np.round(w)):
+        return rng.binomial(w.astype(np.int64), fraction).astype(np.float64)
+    units = np.maximum(np.ceil(w), 1.0)
+    return rng.binomial(units.astype(np.int64), fraction) * (w / units)
+
+
+def _split_triples(t: Triples, fraction: float, rng) -> tuple[Triples, Triples]:
+    held = _thin(t.weights, fraction, rng)
+    kept = t.weights - held
+    a, b = kept > 0, held > 0
+    return Triples(t.n, t.codes[a], kept[a]), Triples(t.n, t.codes[b], held[b])
+
+
+def _split_starts(s: StreamStarts, fraction: float, rng) -> tuple[StreamStarts, StreamStarts]:
+    hf, hp = _thin(s.first_weights, fraction, rng), _thin(s.pair_weights, fraction, rng)
+    kept = StreamStarts(s.n, s.first_codes, s.first_weights - hf, s.pair_codes, s.pair_weights - hp)
+    return kept, StreamStarts(s.n, s.first_codes, hf, s.pair_codes, hp)
+
+
+def held_out_contexts(triples: Triples, starts: StreamStarts, max_contexts: int,
+                      rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """``(u, v, x, weight)`` of held-out counts: each triple's ``(x1, x2) → x3`` and each start's
+    ``(<s>, <s>) → x1`` and ``(<s>, x1) → x2``. At most ``max_contexts`` distinct contexts
+    are kept, drawn with probability ∝ their weight (seeded, with replacement, each
+    weighted by its draws), so the total weight is preserved in expectation. O(nnz)."""
+    pa, pb, pw = starts.pair_arrays()
+    fa = starts.first_codes
+    u = np.concatenate([triples.x1, np.full(pa.size + fa.size, START)])
+    v = np.concatenate([triples.x2, pa, np.full(fa.size, START)])
+    x = np.concatenate([triples.x3, pb, fa])
+    w = np.concatenate([triples.weights, pw, starts.first_weights])
+    ctx = (u + 1) << (BITS + 1) | (v + 1)
+    uniq, inv = np.unique(ctx, return_inverse=True)
+    if uniq.size > max_contexts:
+        ctx_w = np.bincount(inv, weights=w)
+        draws = rng.choice(uniq.size, size=max_contexts, p=ctx_w / ctx_w.sum())
+        mult = np.bincount(draws, minlength=uniq.size).astype(np.float64)
+        w = mult[inv] * ctx_w.sum() / max_contexts * w / ctx_w[inv]
+        keep = w > 0
+        u, v, x, w = u[keep], v[keep], x[keep], w[keep]
+    return u, v, x, w
+
+
+def _model_probas(model, u, v, x) -> np.ndarray:
+    """The model's own (clipped, renormalised) probability of ``x`` after each context: one
+    normaliser per distinct context. O(contexts · n · d + m · d)."""
+    out = np.empty(x.size)
+    for length, at in ((2, u >= 0), (1, (u < 0) & (v >= 0)), (0, v < 0)):
+        idx = np.flatnonzero(at)
+        if idx.size == 0:
+            continue
+        ctx = np.stack([u[idx], v[idx]], axis=1)[:, 2 - length:]
+        ctx, which = np.unique(ctx[:, max(0, length - max(model.window, 1)):], axis=0, return_inverse=True)
+        states = model.window_states(ctx) if ctx.shape[1] else model.b1[None, :]
+        out[idx] = model.clipped_probas(x[idx], states, which.ravel())
+    return out
+
+
+def _hmm_probas(hmm: HiddenMarkovModel, u, v, x) -> np.ndarray:
+    """The HMM filter's probability of ``x`` after each context (from ``startprob_``). O(m · K²)."""
+    E, T = hmm.emissionprob_, hmm.transmat_
+    a = np.broadcast_to(hmm.startprob_, (x.size, hmm.n_states)).copy()
+    for sym in (u, v):
+        at = sym >= 0
+        post = a[at] * E[:, sym[at]].T
+        z = post.sum(axis=1, keepdims=True)
+        ok = z[:, 0] > 0
+        post[ok] /= z[ok]
+        post[~ok] = a[at][~ok]
+        a[at] = post @ T
+    return symbol_probas(a, E, x)
+
+
+def hmm_states_for(triples: Triples) -> int:
+    """The HMM's number of states for ``"auto"``: the singular values of P21 above the sampling
+    noise ``N^(-1/2)`` (how many hidden directions the counts can tell apart), clipped to
+    2..16 and to the alphabet. The top 17 singular values at most: O(nnz · 17) per iteration
+    of a truncated SVD (a dense one up to 1,000 symbols).
+
+    >>> from streamspec.core.hmm import HMM
+    >>> x = HMM.random(4, 12, random_state=0, concentration=0.2).sample(100_000, random_state=1)
+    >>> hmm_states_for(Triples.from_arrays(12, x[:-2], x[1:-1], x[2:]))
+    4
+    """
+    n = triples.n
+    top = min(MAX_HMM_STATES + 1, n if n <= DENSE_SVD_MAX else n - 1)
+    s = top_singular(triples.P21(), top)[1]
+    k = int((s > 1.0 / np.sqrt(triples.total)).sum())
+    return int(min(max(k, 2), MAX_HMM_STATES, n))
+
+
+def em_sample(triples: Triples, max_nnz: int, rng: np.random.Generator) -> Triples:
+    """At most ~``max_nnz`` distinct triples that EM can run on instead of all of them, unbiased:
+    triples of weight at least a threshold τ are kept; lighter ones are kept with probability
+    w / τ and then weigh τ (threshold sampling), so every expected count is unchanged. O(nnz).
+
+    >>> t = Triples.from_arrays(3, [0, 1, 2, 0], [1, 2, 0, 2], [2, 0, 1, 1], [50.0, 1.0, 1.0, 1.0])
+    >>> em_sample(t, 10, np.random.default_rng(0)) is t, em_sample(t, 2, np.random.default_rng(0)).nnz <= 3
+    (True, True)
+    """
+    if triples.nnz <= max_nnz:
+        return triples
+    w = triples.weights
+    tau = _threshold(w, max_nnz)
+    keep = (w >= tau) | (rng.random(w.size) * tau < w)
+    return Triples(triples.n, triples.codes[keep], np.maximum(w[keep], tau))
+
+
+def _threshold(w: np.ndarray, m: int) -> float:
+    """τ with Σ min(1, w/τ) ≈ m (bisection on a monotone function). O(nnz · 50)."""
+    lo, hi = 0.0, float(w.max())
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        if mid > 0 and np.minimum(1.0, w / mid).sum() > m:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def fit_hmm(triples: Triples, n_states: int, budget: float = EM_BUDGET, init=None,
+            random_state: int = 0) -> HiddenMarkovModel | None:
+    """An HMM of the counts: EM on at most :data:`EM_MAX_TRIPLES` distinct triples
+    (:func:`em_sample`), its iterations bounded by ``budget`` (``triples × (K² + 30)`` per
+    iteration: the measured cost of an E-step, ~10 ns a unit); ``None`` when it cannot be fitted
+    (too few symbols or counts, a singular moment problem). O(budget)."""
+    sample = em_sample(triples, EM_MAX_TRIPLES, np.random.default_rng(random_state))
+    iters = int(np.clip(budget / max(1.0, sample.nnz * (n_states**2 + 30)), _MIN_EM_ITER, _MAX_EM_ITER))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            warnings.simplefilter("ignore", UserWarning)  # a failed moment step: EM starts at random
+            return HMMEstimator(n_states=n_states, n_iter=iters, random_state=random_state).fit(
+                sample, init=init)
+    except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+        return None
+
+
+def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts: StreamStarts | None = None,
+                     *, holdout: float = 0.1, random_state: int | None = 0, max_contexts: int = 2000,
+                     hmm_states: int | str | None = "auto", previous=None):
+    """Fit a model with ``fit`` and attach its :class:`~streamspec.core.backoff.Backoff` (module docstring).
+
+    Parameters
+    ----------
+    fit
+        Callable from :class:`Triples` to an :class:`~streamspec.ObservableOperatorModel`.
+    triples, starts
+        The counts and the stream starts (``None``: none counted).
+    holdout, random_state, max_contexts
+        Held-out fraction, seed, and cap on the held-out contexts scored.
+    hmm_states
+        States of the HMM component: ``"auto"`` (:func:`hmm_states_for` the counts), an
+        integer (at most the alphabet size), or ``None`` for no HMM component.
+    previous
+        A previous model with a backoff (a refit): nothing is held out; the model, the
+        trigram and the HMM (warm-started from the previous one, a quarter of the budget)
+        are fitted on all the counts, and the previous weights are kept: they were learned
+        from the stream. Time: one fit of the model, a quarter of the EM budget.
+
+    Time: two fits of the model, the HMM's EM budget (:data:`EM_BUDGET`) and a quarter of it,
+    O(nnz log nnz) for the trigrams, O(max_contexts · n · d) to score the model on the
+    held-out contexts; memory O(nnz + n · (d² + K)).
+
+    Examples
+    --------
+    >>> from streamspec import HMM, SpectralEstimator
+    >>> x = HMM.random(2, 4, random_state=0).sample(5000, random_state=1)
+    >>> t = Triples.from_arrays(4, x[:-2], x[1:-1], x[2:])
+    >>> model = fit_with_backoff(SpectralEstimator(rank=2, backoff=None).fit, t)
+    >>> model.backoff.components, model.backoff.hmm.n_states   # the model added nothing here
+    (('trigram', 'hmm'), 2)
+    """
+    if not 0.0 < holdout < 1.0:
+        raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
+    starts = StreamStarts.empty(triples.n) if starts is None else starts.with_alphabet(triples.n)
+    seed = 0 if random_state is None else int(random_state)
+    if getattr(previous, "backoff", None) is not None:
+        return _refit(fit, triples, starts, previous.backoff, hmm_states, seed)
+    rng = np.random.default_rng(random_state)
+    kept, held = _split_triples(triples, holdout, rng)
+    kept_starts, held_starts = _split_starts(starts, holdout, rng)
+    mixture, hmm, K, scores, use_model = None, None, None, {}, True
+    if kept.total > 0 and held.total > 0:
+        model = fit(kept)
+        K = _resolve_states(hmm_states, triples)
+        hmm = fit_hmm(kept, K, random_state=seed) if K else None
+        trigram = KneserNeyTrigram(kept, kept_starts)
+        u, v, x, w = held_out_contexts(held, held_starts, int(max_contexts), rng)
+        P = [_model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
+        if hmm is not None:
+            P.append(_hmm_probas(hmm, u, v, x))
+        P = np.stack(P, axis=1)
+        buckets = bucket_of_counts(trigram.context_counts(u, v))
+        scores = held_out_scores(P, buckets, w, u, v, trigram.unigram()[x], model.min_proba, rng)
+        # the model is a component only where it predicts better (it costs O(n · d) a prediction)
+        use_model = scores["mixture_without_model"] - scores["mixture"] >= MIN_MODEL_GAIN
+        if not use_model:
+            P = P[:, 1:]
+            scores["mixture"] = scores["mixture_without_model"]
+        mixture = ExpertMixture.from_held_out(P.shape[1], buckets, P, w)
+        del model, trigram, kept, held  # why: freed before the fits on all the counts
+    model = fit(triples)
+    if K is None:  # too few counts to hold any out: the HMM from all of them, uniform weights
+        K = _resolve_states(hmm_states, triples)
+        final = fit_hmm(triples, K, random_state=seed) if K else None
+    else:
+        final = fit_hmm(triples, K, EM_BUDGET / 4, init=hmm, random_state=seed) if hmm else None
+    return _attach(model, triples, starts, final, mixture, scores, use_model)
+
+
+def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_states, seed: int):
+    """:func:`fit_with_backoff` from a previous backoff: all counts, warm HMM, the weights kept."""
+    model = fit(triples)
+    K = _resolve_states(hmm_states, triples)
+    old = previous.hmm
+    init = (HiddenMarkovModel(old.startprob_, old.transmat_, old.emissionprob_)
+            if old is not None and K == old.n_states and old.n_symbols <= triples.n else None)
+    budget = EM_BUDGET / 4 if init is not None else EM_BUDGET
+    hmm = fit_hmm(triples, K, budget, init=init, random_state=seed) if K else None
+    return _attach(model, triples, starts, hmm, previous.mixture, use_model=previous.use_model)
+
+
+def held_out_scores(P: np.ndarray, buckets, w, u, v, unigram: np.ndarray, min_proba: float,
+                    rng: np.random.Generator) -> dict[str, float]:
+    """How good the predictor is on the held-out counts: mean log loss (nats per symbol) of the
+    mixture of all the columns of ``P`` (model, trigram[, HMM]), of the mixture without the
+    model, of each component alone and of the unigram, and the held-out weight scored.
+
+    The mixtures are cross-fitted: the distinct contexts are split in two at random, the
+    weights of each half come from the other, so no symbol is scored by weights it helped
+    choose. The model alone is floored at ``min_proba`` (as without a backoff), the HMM at
+    1e-12. O(m · E · K) for m held-out items.
+    """
+    ctx = (u + 2) * (1 << 22) + (v + 2)
+    uniq, inv = np.unique(ctx, return_inverse=True)
+    half = rng.random(uniq.size)[inv] < 0.5
+
+    def loss(p) -> float:
+        return float(-(w * np.log(np.maximum(p, 1e-300))).sum() / w.sum())
+
+    def cross_fitted(Q: np.ndarray) -> float:
+        mixed = np.empty(w.size)
+        for side in (half, ~half):
+            mix = ExpertMixture.from_held_out(Q.shape[1], buckets[~side], Q[~side], w[~side])
+            mixed[side] = np.einsum("mk,mk->m", mix.blends(buckets[side]), Q[side])
+        return loss(mixed)
+
+    out = {"symbols": float(w.sum()), "mixture": cross_fitted(P),
+           "mixture_without_model": cross_fitted(P[:, 1:]), "unigram": loss(unigram),
+           "model": loss(np.maximum(P[:, 0], min_proba)), "trigram": loss(P[:, 1])}
+    if P.shape[1] > 2:
+        out["hmm"] = loss(np.maximum(P[:, 2], 1e-12))
+    return out
+
+
+def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=None,
+            use_model: bool = True):
+    """The model with its backoff: the weights ``mixture`` (a copy) if they fit the parts."""
+    n_components = 1 + int(use_model) + int(hmm is not None)
+    mixture = (mixture.copy() if mixture is not None and mixture.n_components == n_components
+               else ExpertMixture(n_components))
+    if hmm is not None:  # why: the backoff keeps the filter's arrays, indexed like the model
+        hmm = HMMFilter.of(hmm)
+    return model.with_backoff(Backoff(KneserNeyTrigram(triples, starts), mixture, hmm, held_out=scores,
+                                      use_model=use_model))
+
+
+def _resolve_states(hmm_states, triples: Triples) -> int | None:
+    if hmm_states is None or triples.n < 2:
+        return None
+    if hmm_states == "auto":
+        return hmm_states_for(triples)
+    return int(min(hmm_states, triples.n))

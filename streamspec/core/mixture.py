@@ -1,0 +1,199 @@
+"""Mixing weights learned from the stream itself: a switching Bayesian mixture of blends.
+
+A prediction mixes K component predictors (the Kneser–Ney trigram, the hidden-state
+filter, the operator model). Which blend is best depends on the data and on the
+context: rare contexts should lean on the smoother parts. In a stream every symbol is a
+held-out test of the current predictor before it is learned, so the weights are learned
+online from those prequential losses:
+
+* the *experts* are a fixed grid of blends ``λ ∈ Δ_K`` (convex weights in steps of
+  ``1/resolution``), each predicting ``λ · p`` for the component probabilities ``p``;
+* one posterior over the experts is kept per *bucket* of the trigram context's count
+  (:func:`bucket_of_counts`), updated by Bayes' rule with each observed symbol and then
+  mixed with the uniform distribution at a small switching rate α (fixed share,
+  Herbster & Warmuth 1998), so that the weights follow a drifting stream;
+* the prediction is the posterior mean blend ``λ̄_b = Σ_e w_e λ_e``, so mixing costs
+  O(K) per symbol once ``λ̄_b`` is known.
+
+Guarantee (the test of this module): for every sequence and every expert e,
+``Σ_t −log p_mix(x_t) ≤ Σ_t −log p_e(x_t) + B · log E + T · log(1 / (1 − α))`` with B
+buckets, E experts and T symbols (from a uniform prior); so the mixture is never worse
+than its best fixed blend, in particular than any component alone, by more than that.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+__all__ = ["ExpertMixture", "bucket_of_counts", "N_BUCKETS", "simplex_grid"]
+
+N_BUCKETS = 6
+_LOG_FLOOR = 1e-300  # an expert that gave probability 0 keeps a finite log-weight
+
+
+def bucket_of_counts(counts) -> np.ndarray:
+    """Bucket ``min(⌈log4(1 + c)⌉, 5)`` of each context count: 0 for an unseen context, then
+    counts ≤ 3, ≤ 15, ≤ 63, ≤ 255 and more. O(m).
+
+    Examples
+    --------
+    >>> bucket_of_counts([0, 1, 3, 4, 100, 1e9]).tolist()
+    [0, 1, 1, 2, 4, 5]
+    """
+    c = np.maximum(np.asarray(counts, dtype=np.float64), 0.0)
+    b = np.ceil(np.log(1.0 + c) / np.log(4.0) - 1e-12)
+    return np.minimum(b, N_BUCKETS - 1).astype(np.int64)
+
+
+def simplex_grid(k: int, resolution: int) -> np.ndarray:
+    """Every point of the simplex in ``k`` dimensions with coordinates in steps of
+    ``1 / resolution``, shape (E, k). O(E · k).
+
+    Examples
+    --------
+    >>> simplex_grid(2, 2).tolist()
+    [[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]]
+    """
+    pts = [c for c in itertools.product(range(resolution + 1), repeat=k) if sum(c) == resolution]
+    return np.array(pts, dtype=np.float64) / resolution
+
+
+class ExpertMixture:
+    """Posterior weights over a grid of blends of ``n_components`` predictors, per bucket.
+
+    Parameters
+    ----------
+    n_components
+        K, the number of component predictors (1 to 4).
+    resolution
+        Steps per unit of the grid of blends: E = C(resolution + K - 1, K - 1) experts.
+    switching
+        α, the fixed-share rate: the share of the posterior moved back to the uniform
+        distribution after each symbol. ``1 / α`` symbols is roughly how long a past
+        preference takes to be forgotten when the stream changes.
+    log_weights
+        Optional starting log-posterior, shape (N_BUCKETS, E) (e.g. from held-out
+        counts, :meth:`observe_many` with ``weights``); uniform by default.
+
+    Memory O(N_BUCKETS · E); every update O(E · K).
+
+    Examples
+    --------
+    Two components, the first always right: the posterior moves to the blends that trust it.
+
+    >>> mix = ExpertMixture(2, resolution=4)
+    >>> mix.blend(0).round(6).tolist()
+    [0.5, 0.5]
+    >>> for _ in range(50):
+    ...     _ = mix.observe(0, np.array([0.9, 0.1]))
+    >>> mix.blend(0).round(2).tolist(), mix.blend(1).round(6).tolist()
+    ([1.0, 0.0], [0.5, 0.5])
+    """
+
+    def __init__(self, n_components: int, *, resolution: int = 10, switching: float = 1e-3,
+                 log_weights=None):
+        if not 1 <= int(n_components) <= 4:
+            raise ValueError(f"n_components must be 1 to 4, got {n_components!r}")
+        if not (isinstance(resolution, int) and resolution >= 1):
+            raise ValueError(f"resolution must be a positive integer, got {resolution!r}")
+        if not 0.0 <= switching < 1.0:
+            raise ValueError(f"switching must be in [0, 1), got {switching!r}")
+        self.n_components = int(n_components)
+        self.resolution = resolution
+        self.switching = float(switching)
+        self.grid = simplex_grid(self.n_components, resolution)
+        E = self.grid.shape[0]
+        if log_weights is None:
+            lw = np.zeros((N_BUCKETS, E))
+        else:
+            lw = np.array(log_weights, dtype=np.float64)
+            if lw.shape != (N_BUCKETS, E) or not np.isfinite(lw).all():
+                raise ValueError(f"log_weights must be finite, of shape ({N_BUCKETS}, {E})")
+        self._posterior = np.exp(lw - lw.max(axis=1, keepdims=True))
+        self._posterior /= self._posterior.sum(axis=1, keepdims=True)
+        self._blends = self._posterior @ self.grid
+        self.n_observed = np.zeros(N_BUCKETS)
+
+    @property
+    def n_experts(self) -> int:
+        return self.grid.shape[0]
+
+    def log_weights(self) -> np.ndarray:
+        """The log-posterior over the experts, (N_BUCKETS, E), for a checkpoint. O(B · E)."""
+        return np.log(np.maximum(self._posterior, _LOG_FLOOR))
+
+    def blend(self, bucket: int) -> np.ndarray:
+        """λ̄_b, the posterior mean blend of a bucket, shape (K,), summing to 1. O(K)."""
+        return self._blends[int(bucket)].copy()
+
+    def blends(self, buckets) -> np.ndarray:
+        """λ̄ of each bucket, shape (m, K). O(m · K)."""
+        return self._blends[np.asarray(buckets, dtype=np.int64)]
+
+    def observe(self, bucket: int, probs: np.ndarray) -> float:
+        """Learn from one symbol: the components gave it ``probs`` (K,). Returns the mixture's
+        probability of it *before* learning (the prequential prediction). O(E · K)."""
+        b = int(bucket)
+        pe = self.grid @ np.asarray(probs, dtype=np.float64)
+        w = self._posterior[b]
+        p = float(w @ pe)
+        if not np.isfinite(p) or p <= 0:  # no expert gave the symbol any mass: nothing to learn
+            return max(p, 0.0) if np.isfinite(p) else 0.0
+        w = w * (pe / p)
+        if self.switching:
+            w = (1.0 - self.switching) * w + self.switching / w.size
+        self._posterior[b] = w
+        self._blends[b] = w @ self.grid
+        self.n_observed[b] += 1
+        return p
+
+    def observe_many(self, buckets, probs: np.ndarray) -> np.ndarray:
+        """:meth:`observe` each row of ``probs`` (T, K) in order; the prequential probabilities (T,).
+
+        O(T · E · K), one symbol at a time (each prediction uses only the symbols before it).
+        """
+        P = np.asarray(probs, dtype=np.float64)
+        b_all = np.asarray(buckets, dtype=np.int64)
+        if P.ndim != 2 or b_all.shape != (P.shape[0],):
+            raise ValueError(f"one bucket per row of probabilities: {b_all.shape} and {P.shape}")
+        out = np.empty(P.shape[0])
+        for t, b in enumerate(b_all):
+            out[t] = self.observe(b, P[t])
+        return out
+
+    @classmethod
+    def from_held_out(cls, n_components: int, buckets, probs: np.ndarray, weights=None, *,
+                      strength: float = 1000.0, **kwargs) -> ExpertMixture:
+        """A mixture whose starting posterior is the Bayes posterior on held-out data.
+
+        ``probs[i]`` (K,) are the components' probabilities of held-out symbol i in bucket
+        ``buckets[i]``, counted ``weights[i]`` times. The log-likelihood of every expert is
+        tempered so that each bucket's data weigh at most ``strength`` symbols, so the
+        stream can still move the weights. O(m · E · K).
+        """
+        mix = cls(n_components, **kwargs)
+        P = np.asarray(probs, dtype=np.float64)
+        w = np.ones(P.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
+        b = np.asarray(buckets, dtype=np.int64)
+        loglik = np.log(np.maximum(P @ mix.grid.T, _LOG_FLOOR)) * w[:, None]  # (m, E)
+        lw = np.zeros((N_BUCKETS, mix.n_experts))
+        for k in range(N_BUCKETS):
+            at = b == k
+            total = w[at].sum()
+            if total > 0:
+                lw[k] = loglik[at].sum(axis=0) * min(1.0, strength / total)
+        return cls(n_components, resolution=mix.resolution, switching=mix.switching,
+                   log_weights=lw)
+
+    def copy(self) -> ExpertMixture:
+        out = ExpertMixture(self.n_components, resolution=self.resolution, switching=self.switching)
+        out._posterior = self._posterior.copy()
+        out._blends = self._blends.copy()
+        out.n_observed = self.n_observed.copy()
+        return out
+
+    def __repr__(self) -> str:
+        return (f"ExpertMixture(n_components={self.n_components}, experts={self.n_experts}, "
+                f"switching={self.switching:g}, blends={np.round(self._blends, 3).tolist()})")

@@ -1,0 +1,314 @@
+"""The interpolated, modified Kneser–Ney trigram of the counts the accumulator keeps.
+
+Every count it needs is already there: the triples ``(x1, x2, x3)`` are the trigram
+counts, and :class:`~streamspec.core.stream_starts.StreamStarts` adds how streams begin.
+A stream start is the boundary symbol ``<s>`` (index -1 in contexts), so that the
+first pair of a stream is the trigram ``(<s>, x1, x2)`` and its first symbol the trigram
+``(<s>, <s>, x1)``. With ``c`` the counts, ``N`` continuation counts (the number of
+distinct predecessors, ``Σ min(c, 1)`` with fractional counts) and ``d(c)`` the discount
+of a count (``D1``, ``D2`` or ``D3+``, by the count rounded; never more than ``c``):
+
+* ``p3(w | u, v) = max(c(u v w) − d, 0) / c(u v ·) + γ(u v) · p_lower(w)``, with
+  ``γ(u v) = Σ_w d(c(u v w)) / c(u v ·)``; ``p_lower = p2(· | v)``, except for the
+  empty history ``(<s>, <s>)``, which backs off to the unigram of all symbols
+  ``p_freq`` (a start says nothing about continuation counts);
+* ``p2(w | v) = max(N(· v w) − d, 0) / N(· v ·) + γ(v) · p1(w)``;
+* ``p1(w) = max(N(· w) − d, 0) / N(· ·) + γ · 1/n`` (``N(· w)``: distinct pairs ending in
+  ``w``), and ``p_freq(w) = max(c(w) − d, 0) / c + γ · 1/n`` from the raw counts of every
+  symbol of every stream. So every symbol keeps a positive probability.
+
+The discounts are Chen & Goodman's modified ones from each level's count-of-counts
+(``Y = n1 / (n1 + 2 n2)``, ``D_k = k − (k + 1) Y n_{k+1} / n_k``); the contexts that start
+with ``<s>`` have their own (estimated from the start counts only), so that a single
+long stream, whose one start is a singleton, gets ``D1 = 1`` there: its empty history
+is then the unigram, not the first symbol of the book.
+
+A context symbol may also be unknown (index -2: an unseen label, or a history cut
+short): ``(unknown, v)`` uses ``p2(· | v)``, and an unknown ``v`` uses ``p_freq``.
+
+Costs: building O(nnz log nnz) time and O(nnz + n) memory for nnz distinct triples
+(plus the starts); the probability of one symbol O(log nnz); a whole row O(n + entries).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamspec.core.stream_starts import StreamStarts
+from streamspec.core.triples import Triples, unpack
+
+__all__ = ["KneserNeyTrigram", "modified_discounts", "START", "UNKNOWN"]
+
+START = -1  # the stream-start boundary <s> in a context
+UNKNOWN = -2  # a context symbol the model cannot use (unseen, or a history cut short)
+
+
+def modified_discounts(counts: np.ndarray) -> np.ndarray:
+    """``[D1, D2, D3+]`` of modified Kneser–Ney from counts (rounded to count-of-counts). O(m).
+
+    ``Y = n1 / (n1 + 2 n2)``, ``D_k = k − (k + 1) Y n_{k+1} / n_k`` (Chen & Goodman 1999),
+    each clipped to ``[0.05, k]``. Where a count-of-counts a formula needs is missing, the
+    discount is the previous one (``D1 = 0.5`` without singletons: counts that all recur).
+
+    Examples
+    --------
+    >>> modified_discounts(np.array([1, 1, 1, 2, 3, 5])).round(3).tolist()
+    [0.6, 0.2, 3.0]
+    >>> modified_discounts(np.array([1.0])).tolist()   # one singleton: fully discounted
+    [1.0, 1.0, 1.0]
+    """
+    r = np.rint(np.asarray(counts, dtype=np.float64))
+    n1, n2, n3, n4 = (float((r == k).sum()) for k in (1, 2, 3, 4))
+    y = n1 / (n1 + 2 * n2) if n1 + 2 * n2 > 0 else 0.5
+    d1 = 1 - 2 * y * n2 / n1 if n1 > 0 else 0.5
+    d2 = 2 - 3 * y * n3 / n2 if n2 > 0 else d1
+    d3 = 3 - 4 * y * n4 / n3 if n3 > 0 else d2
+    return np.clip([d1, d2, d3], 0.05, [1.0, 2.0, 3.0])
+
+
+def _discount(counts: np.ndarray, D: np.ndarray) -> np.ndarray:
+    """``d(c) = min(c, D_k)``, k the count rounded (1, 2 or 3+). O(m)."""
+    k = np.clip(np.rint(counts).astype(np.int64), 1, 3) - 1
+    return np.minimum(counts, D[k])
+
+
+def _grouped(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted distinct keys, the sum of values per key and each entry's group. O(m log m)."""
+    uniq, inv = np.unique(keys, return_inverse=True)
+    return uniq, np.bincount(inv, weights=values, minlength=uniq.size), inv
+
+
+class _Level:
+    """One interpolated level: entries (context, w) with counts, discounted, per context.
+
+    ``direct[e] = max(c_e − d_e, 0) / c(ctx)`` and ``gamma[ctx] = Σ d / c(ctx)``; entries
+    are looked up by the key ``ctx_rank · n + w``.
+    """
+
+    def __init__(self, n: int, ctx: np.ndarray, w: np.ndarray, c: np.ndarray, D_of_entry):
+        self.n = n
+        self.contexts, totals, rank = _grouped(ctx, c)
+        d = D_of_entry(c)
+        lost = np.bincount(rank, weights=d, minlength=self.contexts.size)
+        self.totals = totals
+        self.gamma = lost / np.where(totals > 0, totals, 1.0)
+        self.keys = rank * n + w
+        order = np.argsort(self.keys, kind="stable")
+        self.keys = self.keys[order]
+        self.direct = (np.maximum(c - d, 0.0) / totals[rank])[order]
+        self.next = w[order]
+        self.indptr = np.searchsorted(self.keys, np.arange(self.contexts.size + 1) * n)
+
+    def find(self, ctx: np.ndarray) -> np.ndarray:
+        """Rank of each context, -1 where it was never seen. O(m log contexts)."""
+        if self.contexts.size == 0:
+            return np.full(ctx.shape, -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.contexts, ctx), self.contexts.size - 1)
+        return np.where(self.contexts[at] == ctx, at, -1)
+
+    def gamma_of(self, rank: np.ndarray) -> np.ndarray:
+        """γ of each context rank, 1 where the context is unseen (all mass to the lower level). O(m)."""
+        if self.gamma.size == 0:
+            return np.ones(rank.shape)
+        return np.where(rank >= 0, self.gamma[np.maximum(rank, 0)], 1.0)
+
+    def entry(self, rank: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """``direct`` of (context rank, w), 0 where absent (or the context unseen). O(m log nnz)."""
+        if self.keys.size == 0:
+            return np.zeros(rank.shape)
+        key = np.maximum(rank, 0) * self.n + w
+        at = np.minimum(np.searchsorted(self.keys, key), self.keys.size - 1)
+        return np.where((rank >= 0) & (self.keys[at] == key), self.direct[at], 0.0)
+
+    def add_rows(self, out: np.ndarray, rank: np.ndarray, scale: np.ndarray) -> None:
+        """Add ``scale[i] · direct`` of row i's context to ``out[i]`` (the caller applies γ). O(entries)."""
+        if self.keys.size == 0:
+            return
+        lo = np.where(rank >= 0, self.indptr[np.maximum(rank, 0)], 0)
+        hi = np.where(rank >= 0, self.indptr[np.maximum(rank, 0) + 1], 0)
+        lengths = hi - lo
+        if lengths.sum():
+            rows = np.repeat(np.arange(rank.size), lengths)
+            idx = np.arange(lengths.sum()) + np.repeat(lo - (np.cumsum(lengths) - lengths), lengths)
+            np.add.at(out, (rows, self.next[idx]), self.direct[idx] * scale[rows])
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in (self.contexts, self.totals, self.gamma, self.keys,
+                                            self.direct, self.next, self.indptr)))
+
+
+def _floored_unigram(n: int, counts: np.ndarray) -> np.ndarray:
+    """Absolute discounting of unigram counts, interpolated with the uniform distribution. O(n)."""
+    total = counts.sum()
+    if not total > 0:
+        return np.full(n, 1.0 / n)
+    d = _discount(counts[counts > 0], modified_discounts(counts[counts > 0]))
+    p = np.maximum(counts, 0.0)
+    p[counts > 0] -= d
+    return (p + d.sum() / n) / total
+
+
+class KneserNeyTrigram:
+    """Interpolated modified Kneser–Ney trigram over ``n`` symbols (module docstring).
+
+    Parameters
+    ----------
+    triples
+        The triple counts (any weights: forgetting gives fractional ones).
+    starts
+        The stream starts (:class:`StreamStarts`); ``None``: none counted, so the empty
+        and one-symbol histories use the unigram and the bigram level.
+
+    Contexts are pairs ``(u, v)`` of the two symbols before the predicted one, ``v`` the
+    last: an index, :data:`START` (-1, the stream began there) or :data:`UNKNOWN` (-2).
+
+    Memory: O(nnz + starts + n) floats.
+
+    Examples
+    --------
+    >>> t = Triples.from_arrays(3, x1=[0, 1, 2, 0], x2=[1, 2, 0, 1], x3=[2, 0, 1, 2])
+    >>> kn = KneserNeyTrigram(t, StreamStarts.from_sequences(3, [[0, 1, 2, 0, 1, 2]]))
+    >>> p = kn.predict(0, 1)
+    >>> round(float(p.sum()), 12), int(p.argmax())
+    (1.0, 2)
+    >>> bool(np.allclose(kn.proba_of([0, -1, -2], [1, -1, 0], [2, 0, 1]),
+    ...                  [p[2], kn.predict(-1, -1)[0], kn.predict(-2, 0)[1]]))
+    True
+    """
+
+    def __init__(self, triples: Triples, starts: StreamStarts | None = None):
+        n = self.n = int(triples.n)
+        if n < 1:
+            raise ValueError("a trigram needs at least one symbol")
+        starts = StreamStarts.empty(n) if starts is None else starts
+        if starts.n > n:
+            raise ValueError(f"starts over {starts.n} symbols for counts over {n}")
+        s = n  # <s> as a context index; contexts are coded u * (n + 1) + v
+        pa, pb, pw = starts.pair_arrays()
+        fa, fw = starts.first_codes, starts.first_weights
+        u = np.concatenate([triples.x1, np.full(pa.size, s), np.full(fa.size, s)])
+        v = np.concatenate([triples.x2, pa, np.full(fa.size, s)])
+        w = np.concatenate([triples.x3, pb, fa])
+        c = np.concatenate([triples.weights, pw, fw])
+        started = u == s
+        self.discounts = modified_discounts(c[~started])
+        self.start_discounts = modified_discounts(c[started])
+        D3, D3s = self.discounts, self.start_discounts
+
+        def d3(counts: np.ndarray) -> np.ndarray:
+            return np.where(started, _discount(counts, D3s), _discount(counts, D3))
+
+        self._top = _Level(n, u * (n + 1) + v, w, c, d3)
+        # p2: continuation counts N(· v w) = Σ_u min(c(u v w), 1) over symbols v (not <s>)
+        inner = v < s
+        pairs, N2, _ = _grouped(v[inner] * n + w[inner], np.minimum(c[inner], 1.0))
+        D2 = modified_discounts(N2)
+        self._mid = _Level(n, pairs // n, pairs % n, N2, lambda x: _discount(x, D2))
+        # p1: N(· w) = Σ_v min(N(· v w), 1); p_freq: raw counts of every symbol
+        self._p1 = _floored_unigram(n, np.bincount(pairs % n, weights=np.minimum(N2, 1.0),
+                                                   minlength=n))
+        self._freq = _floored_unigram(n, np.bincount(w, weights=c, minlength=n))
+        self.n_streams = starts.n_streams
+        self.triples, self.starts = triples, starts  # what it was built from: its checkpoint
+
+    # ---------------------------------------------------------------- contexts
+
+    def _contexts(self, u, v) -> tuple[np.ndarray, np.ndarray]:
+        u = np.atleast_1d(np.asarray(u, dtype=np.int64))
+        v = np.atleast_1d(np.asarray(v, dtype=np.int64))
+        u, v = np.broadcast_arrays(u, v)
+        if u.size and (min(u.min(), v.min()) < UNKNOWN or max(u.max(), v.max()) >= self.n):
+            raise ValueError(f"context symbols must be in -2..{self.n - 1} (-1: start, -2: unknown)")
+        # a start cannot follow a symbol: (x, <s>) is read as the start (<s>, <s>)
+        u = np.where(v == START, START, u)
+        return u, v
+
+    def _lower(self, u: np.ndarray, v: np.ndarray):
+        """How each context backs off: its top-level rank, middle rank, and whether its lower
+        distribution is p_freq (empty history or unknown last symbol)."""
+        n, s = self.n, self.n
+        top_ok = (u >= START) & (v >= START)
+        code = np.where(u == START, s, u) * (n + 1) + np.where(v == START, s, v)
+        top = np.where(top_ok, self._top.find(np.where(top_ok, code, 0)), -1)
+        mid = np.where(v >= 0, self._mid.find(np.maximum(v, 0)), -1)
+        freq = v < 0
+        return top, mid, freq
+
+    # ---------------------------------------------------------------- prediction
+
+    def proba_of(self, u, v, w) -> np.ndarray:
+        """``p(w[i] | u[i], v[i])``, shape (m,), without forming rows. O(m log nnz)."""
+        u, v = self._contexts(u, v)
+        w = np.atleast_1d(np.asarray(w, dtype=np.int64))
+        if w.shape != u.shape:
+            raise ValueError("contexts and predicted symbols must have one length")
+        if w.size and (w.min() < 0 or w.max() >= self.n):
+            raise ValueError(f"predicted symbols must be in 0..{self.n - 1}")
+        top, mid, freq = self._lower(u, v)
+        g2 = self._mid.gamma_of(mid)
+        p2 = self._mid.entry(mid, w) + g2 * self._p1[w]
+        lower = np.where(freq, self._freq[w], p2)
+        g3 = self._top.gamma_of(top)
+        return self._top.entry(top, w) + g3 * lower
+
+    def predict_many(self, u, v) -> np.ndarray:
+        """Rows ``p(· | u[i], v[i])``, shape (m, n), each summing to 1. O(m · n + entries)."""
+        u, v = self._contexts(u, v)
+        top, mid, freq = self._lower(u, v)
+        g2 = self._mid.gamma_of(mid)
+        out = g2[:, None] * self._p1[None, :]
+        self._mid.add_rows(out, mid, np.ones(u.size))
+        out[freq] = self._freq
+        g3 = self._top.gamma_of(top)
+        out *= g3[:, None]
+        self._top.add_rows(out, top, np.ones(u.size))
+        return out
+
+    def predict(self, u: int, v: int) -> np.ndarray:
+        """``p(· | u, v)``, shape (n,). O(n + entries)."""
+        return self.predict_many([u], [v])[0]
+
+    def context_counts(self, u, v) -> np.ndarray:
+        """``c(u v ·)``, the weight of each context at the top level (0 if unseen). O(m log nnz)."""
+        u, v = self._contexts(u, v)
+        top = self._lower(u, v)[0]
+        if self._top.totals.size == 0:
+            return np.zeros(top.shape)
+        return np.where(top >= 0, self._top.totals[np.maximum(top, 0)], 0.0)
+
+    def unigram(self) -> np.ndarray:
+        """``p_freq``: the smoothed frequency of every symbol, shape (n,). O(n)."""
+        return self._freq.copy()
+
+    @property
+    def nbytes(self) -> int:
+        """Memory of the tables and of the counts they were built from (bytes)."""
+        return (self._top.nbytes + self._mid.nbytes + self._p1.nbytes + self._freq.nbytes
+                + self.triples.nbytes + sum(a.nbytes for a in self.starts.to_arrays().values()))
+
+    # ---------------------------------------------------------------- persistence
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The counts it is built from (triples and starts): a checkpoint rebuilds it exactly. O(nnz)."""
+        return {"codes": self.triples.codes, "weights": self.triples.weights, **self.starts.to_arrays()}
+
+    @classmethod
+    def from_arrays(cls, n: int, arrays: dict) -> KneserNeyTrigram:
+        """The trigram of :meth:`to_arrays` over ``n`` symbols; ``ValueError`` naming what is wrong.
+        O(nnz log nnz)."""
+        codes = np.asarray(arrays["codes"])
+        w = np.asarray(arrays["weights"], dtype=np.float64)
+        if codes.ndim != 1 or codes.shape != w.shape or (codes.size and codes.dtype.kind not in "iu"):
+            raise ValueError("trigram counts: codes and weights must be 1-D arrays of one length")
+        codes = codes.astype(np.int64)
+        if codes.size and ((np.diff(codes) <= 0).any() or codes[0] < 0
+                           or max(int(a.max()) for a in unpack(codes)) >= n):
+            raise ValueError(f"trigram counts: codes must be sorted, distinct, over {n} symbols")
+        if not np.isfinite(w).all() or (w <= 0).any():
+            raise ValueError("trigram counts must be finite and positive")
+        return cls(Triples(n, codes, w), StreamStarts.from_arrays(n, arrays))
+
+    def __repr__(self) -> str:
+        return (f"KneserNeyTrigram(n={self.n}, contexts={self._top.contexts.size}, "
+                f"entries={self._top.keys.size}, D={np.round(self.discounts, 3).tolist()})")

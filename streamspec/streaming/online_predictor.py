@@ -1,0 +1,256 @@
+"""Predictions for many interleaved streams under the current model, learning as they go.
+
+:class:`OnlinePredictor` is the online half of streamspec's predictor
+(:mod:`streamspec.core.backoff`) for a learner that sees the symbols of many streams one
+at a time (the river model, the Kafka daemon): each stream keeps its last symbols and
+its hidden-state vector; every symbol is first predicted from them (its prequential
+probability, whose log is the running log loss), then the mixing weights learn from it
+and the stream moves on. The weights are the learner's, shared by all streams and kept
+across refits; a refit swaps the model in (:meth:`OnlinePredictor.set_model`).
+
+Costs per symbol: O(E · K + K²) plus, the first time a context is met, O(n · (d + 1))
+for its rows (kept in a cache bounded in floats, least recently used out); a full
+distribution O(n · K).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Hashable
+
+import numpy as np
+
+from streamspec.core.hmm_filter import filtered
+from streamspec.core.mixture import ExpertMixture
+from streamspec.core.trigram import START, UNKNOWN
+
+__all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS", "UNSEEN"]
+
+ROW_CACHE_FLOATS = 1 << 22  # rows kept per model (floats: 32 MiB)
+CONTEXT_BITS = 22  # bits per symbol in a stream's context code (0: no symbol, the start)
+_DIGIT = (1 << CONTEXT_BITS) - 1
+_BUCKETS_KEPT = 1 << 18  # contexts whose bucket is remembered (then forgotten all at once)
+UNSEEN = _DIGIT - 1  # the index of a label no model knows (above every alphabet: 2²¹ symbols)
+
+
+class _Rows:
+    """The cached rows of one model: its own row per window context, the trigram's per pair."""
+
+    def __init__(self, model, window: int, capacity: int):
+        self.model, self.window = model, window
+        self.n = model.n_symbols
+        self.capacity = max(int(capacity), 4 * self.n)
+        self.size = 0
+        self._cache: OrderedDict = OrderedDict()
+        self._buckets: dict[tuple[int, int], int] = {}
+
+    def _get(self, key, make):
+        row = self._cache.get(key)
+        if row is None:
+            row = make()
+            self._cache[key] = row
+            self.size += row.size
+            while self.size > self.capacity and len(self._cache) > 1:
+                self.size -= self._cache.popitem(last=False)[1].size
+        else:
+            self._cache.move_to_end(key)
+        return row
+
+    def own(self, digits: tuple[int, ...]) -> np.ndarray:
+        """The model's own row after the known symbols ``digits`` (oldest first). O(n · d) once."""
+        return self._get(("own", digits), lambda: self.model.predict_from_state(
+            self.model.state_for(np.asarray(digits, dtype=np.int64))))
+
+    def trigram(self, u: int, v: int) -> np.ndarray:
+        """The trigram's row after ``(u, v)``. O(n + entries) once."""
+        return self._get(("tri", u, v), lambda: self.model.backoff.trigram.predict(u, v))
+
+    def trigram_proba(self, u: int, v: int, i: int) -> float:
+        """The trigram's probability of ``i`` after ``(u, v)``: from the cached row if there is
+        one, else one lookup, O(log nnz), without making the row."""
+        row = self._cache.get(("tri", u, v))
+        if row is not None:
+            return float(row[i])
+        return float(self.model.backoff.trigram.proba_of([u], [v], [i])[0])
+
+    def bucket(self, u: int, v: int) -> int:
+        """The weights' bucket of context ``(u, v)`` (cached: one integer each, at most
+        :data:`_BUCKETS_KEPT`). O(log nnz) once."""
+        b = self._buckets.get((u, v))
+        if b is None:
+            if len(self._buckets) >= _BUCKETS_KEPT:
+                self._buckets.clear()
+            b = self._buckets[(u, v)] = int(self.model.backoff.buckets([u], [v])[0])
+        return b
+
+
+class OnlinePredictor:
+    """Per-stream contexts and hidden states, and the weights learned from every symbol.
+
+    Parameters
+    ----------
+    window
+        Symbols of context the model's own prediction uses (its window filter).
+    switching
+        The weights' switching rate when there is no model yet to take them from.
+    cache_floats
+        Capacity of the cache of rows (floats).
+
+    Attributes
+    ----------
+    model
+        The current model (``None`` before the first :meth:`set_model`).
+    mixture
+        The :class:`~streamspec.core.mixture.ExpertMixture` learned so far.
+    loss, n_scored
+        The sum of ``-log p`` of the symbols scored (each predicted before it was learned)
+        and their number: ``loss / n_scored`` is the prequential log loss.
+
+    Examples
+    --------
+    >>> from streamspec import MomentAccumulator, SpectralEstimator
+    >>> acc = MomentAccumulator(n_symbols=3)
+    >>> acc.learn_many([0, 1, 2] * 200)
+    >>> online = OnlinePredictor(window=2)
+    >>> online.set_model(SpectralEstimator(rank=3).fit(acc))
+    >>> [round(online.observe("s", x), 2) for x in (0, 1, 2)]
+    [0.33, 0.67, 1.0]
+    >>> int(online.row("s").argmax())
+    0
+    """
+
+    def __init__(self, window: int = 2, cache_floats: int = ROW_CACHE_FLOATS):
+        self.window = int(window)
+        self.cache_floats = cache_floats
+        self.model = None
+        self.mixture: ExpertMixture | None = None
+        self._rows: _Rows | None = None
+        self._keep = max(self.window, 2)  # symbols kept per stream
+        self._mask = (1 << (CONTEXT_BITS * self._keep)) - 1
+        self._codes: dict[Hashable, int] = {}
+        self._post: dict[Hashable, np.ndarray] = {}  # the HMM filter after each stream's last symbol
+        self.loss = 0.0
+        self.n_scored = 0
+
+    # ---------------------------------------------------------------- models
+
+    def set_model(self, model) -> None:
+        """Swap in a model (its backoff carries the trigram and the HMM). The streams keep
+        their symbols; their hidden states are kept when the HMM has as many states (warm
+        refits keep the states' order); the weights are kept when the components match,
+        else taken from the model. O(1) (rows are computed lazily)."""
+        old = self.model
+        self.model = model
+        self._rows = _Rows(model, self.window, self.cache_floats)
+        if model.backoff is None:  # the model alone: nothing to mix, nothing to learn
+            self._post.clear()
+            return
+        new_k = model.backoff.mixture.n_components
+        if self.mixture is None or self.mixture.n_components != new_k:
+            self.mixture = model.backoff.mixture.copy()
+        old_hmm = None if old is None or old.backoff is None else old.backoff.hmm
+        hmm = model.backoff.hmm
+        if hmm is None or old_hmm is None or old_hmm.n_states != hmm.n_states:
+            self._post.clear()
+
+    # ---------------------------------------------------------------- one stream
+
+    def _digits(self, key: Hashable) -> list[int]:
+        """The stream's last symbols (oldest first), -1 for a position before its start."""
+        code = self._codes.get(key, 0)
+        return [((code >> (CONTEXT_BITS * a)) & _DIGIT) - 1 for a in range(self._keep - 1, -1, -1)]
+
+    def _context(self, key: Hashable) -> tuple[tuple[int, ...], int, int]:
+        """The stream's context: the known symbols of the model's window (oldest first) and the
+        trigram's ``(u, v)`` (-1: the start, -2: a symbol the model does not know). O(window)."""
+        digits = self._digits(key)
+        n = self.model.n_symbols
+        known = []
+        for x in reversed(digits[len(digits) - self.window:] if self.window else []):
+            if not 0 <= x < n:
+                break
+            known.append(x)
+        u, v = (UNKNOWN if x >= n else START if x < 0 else x for x in digits[-2:])
+        return tuple(reversed(known)), (START if v == START else u), v
+
+    def _own(self, window: tuple[int, ...]) -> np.ndarray | None:
+        """The model's own row after the window, when it is a component (or the whole prediction)."""
+        backoff = self.model.backoff
+        return self._rows.own(window) if backoff is None or backoff.use_model else None
+
+    def _predictive(self, key: Hashable) -> np.ndarray | None:
+        """The HMM's predictive state of the stream's next symbol (``None`` without an HMM). O(K²)."""
+        hmm = None if self.model.backoff is None else self.model.backoff.hmm
+        if hmm is None:
+            return None
+        post = self._post.get(key)
+        return hmm.startprob_ if post is None else post @ hmm.transmat_
+
+    def posterior(self, key: Hashable) -> np.ndarray:
+        """The HMM's filtered state after the stream's last symbol (``startprob_`` before one). O(K)."""
+        post = self._post.get(key)
+        return self.model.backoff.hmm.startprob_.copy() if post is None else post.copy()
+
+    def hmm_row(self, key: Hashable) -> np.ndarray:
+        """The HMM filter's next-symbol distribution alone. O(K² + n · K)."""
+        return self._predictive(key) @ self.model.backoff.hmm.emissionprob_
+
+    def row(self, key: Hashable) -> np.ndarray | None:
+        """The distribution of the stream's next symbol over the model's symbols (``None``
+        before a model). O(n · K) (plus its rows on a context's first use)."""
+        if self.model is None:
+            return None
+        window, u, v = self._context(key)
+        own, backoff = self._own(window), self.model.backoff
+        if backoff is None:
+            return own
+        parts = {"model": own, "trigram": self._rows.trigram(u, v)}
+        if backoff.hmm is not None:
+            parts["hmm"] = self._predictive(key) @ backoff.hmm.emissionprob_
+        lam = self.mixture.blend(self._rows.bucket(u, v))
+        return sum(w * parts[c] for w, c in zip(lam, backoff.components, strict=True))
+
+    def observe(self, key: Hashable, i: int, learn: bool = True) -> float | None:
+        """Stream ``key`` showed symbol index ``i``: its prequential probability (``None`` before a
+        model, or for a symbol new since the model's fit), then the weights learn from it
+        (``learn``) and the stream moves on. O(E · K + K² + log nnz), plus O(n · d) for a new
+        context when the model itself is a component."""
+        p = None
+        model = self.model
+        if model is not None:
+            backoff = model.backoff
+            window, u, v = self._context(key)
+            state = self._predictive(key)
+            if 0 <= i < model.n_symbols:
+                if backoff is None:  # the model alone
+                    p = float(self._own(window)[i])
+                else:
+                    probs = {"trigram": self._rows.trigram_proba(u, v, i)}
+                    if backoff.use_model:
+                        probs["model"] = self._own(window)[i]
+                    if state is not None:
+                        probs["hmm"] = float(state @ backoff.hmm.emissionprob_[:, i])
+                    P = np.array([probs[c] for c in backoff.components])
+                    bucket = self._rows.bucket(u, v)
+                    mix = self.mixture
+                    p = mix.observe(bucket, P) if learn else float(mix.blend(bucket) @ P)
+                self.loss -= math.log(max(p, 1e-300))
+                self.n_scored += 1
+            if state is not None:
+                self._post[key] = filtered(state, backoff.hmm.emissionprob_, i)
+        self._codes[key] = ((self._codes.get(key, 0) << CONTEXT_BITS) | (i + 1)) & self._mask
+        return p
+
+    def end(self, key: Hashable) -> None:
+        """The stream's sequence is over: its next symbol starts a new one. O(1)."""
+        self._codes.pop(key, None)
+        self._post.pop(key, None)
+
+    @property
+    def log_loss(self) -> float:
+        """The prequential log loss so far, nats per symbol (NaN before any symbol was scored)."""
+        return self.loss / self.n_scored if self.n_scored else float("nan")
+
+    def __len__(self) -> int:
+        return len(self._codes)
