@@ -15,7 +15,7 @@ from streamspec.core.projected_state import settings_of
 from streamspec.core.projected_weighting import PROJECTED_WEIGHTINGS
 from streamspec.core.spectral import select_rank_by_spectrum
 from streamspec.core.triples import Triples
-from streamspec.core.warm_fit import cold_fit
+from streamspec.core.warm_fit import cold_fit, with_state
 
 __all__ = ["MEstimator", "MFactors", "FACTORIZATIONS", "FORMULATIONS", "DENSE_MEMORY_LIMIT",
            "select_rank_by_spectrum"]
@@ -359,6 +359,7 @@ class MEstimator(StatefulFits, Estimator):
             return self.formulation
         return "dense" if self._dense_only() else "projected"
 
+    @with_state
     def fit(self, data, init=None) -> ObservableOperatorModel:
         """Fit on counts; returns the model.
 

@@ -25,7 +25,7 @@ from streamspec.core.rank_selection import resolve_rank
 from streamspec.core.spectral_basis import MAX_AUTO_RANK, check_rank, select_rank_by_spectrum
 from streamspec.core.subspace import project_triples, top_singular
 from streamspec.core.triples import Triples
-from streamspec.core.warm_fit import fit_projected, previous_model
+from streamspec.core.warm_fit import fit_projected, previous_model, with_state
 
 __all__ = [
     "SpectralEstimator",
@@ -184,6 +184,7 @@ class SpectralEstimator(Estimator):
                                 random_state=self.random_state, hmm_states=self.hmm_states,
                                 basis_tol=self.basis_tol)
 
+    @with_state
     def fit(self, data, init=None) -> ObservableOperatorModel:
         """Fit on a MomentAccumulator, :class:`Triples` or dense counts ``c3[x2, x3, x1]``.
 
@@ -208,6 +209,7 @@ class SpectralEstimator(Estimator):
 
     def _fit(self, data, init, keep_state: bool):
         self._validate()  # the settings may have been changed since construction
+        self.__dict__.pop("state_", None)
         triples, labels = triples_of(data)
         state = getattr(init, "state_", init)
         state = state if isinstance(state, ProjectedState) else None
@@ -219,7 +221,8 @@ class SpectralEstimator(Estimator):
                             backoff=self.backoff, random_state=self.random_state,
                             starts=starts_of(data, triples.n) if self.backoff else None,
                             hmm_states=self.hmm_states, previous=previous)
-        for name, value in fit.fitted.items():
-            setattr(self, name, value)
+        for name in ("refit_", "state_", "basis_"):  # θ_M's own attributes (losses, W) are not its
+            if name in fit.fitted:
+                setattr(self, name, fit.fitted[name])
         self.model_, self.rank_, self.rank_scores_ = fit.model, k, scores
         return fit.model, fit.fitted.get("state_")

@@ -25,7 +25,14 @@ from streamspec.core.projected_warm import WarmPlan, WarmProjectedFit, plan_refi
 from streamspec.core.triples import Triples
 
 __all__ = ["FitResult", "state_of", "previous_model", "plan_for", "run_steps", "cold_fit",
-           "rebased_bases", "fit_projected"]
+           "rebased_bases", "fit_projected", "with_state"]
+
+
+def with_state(fit):
+    """Mark an estimator's ``fit`` as the one its ``fit_with_state`` keeps a state for, so that a
+    refitter hands it the previous state (a subclass overriding ``fit`` loses the mark). O(1)."""
+    fit.keeps_state = True
+    return fit
 
 
 @dataclass

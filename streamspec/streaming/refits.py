@@ -79,15 +79,13 @@ def refit_estimator(estimator, n: int, prev, sweeps: int, state: Any = None) -> 
 
 
 def keeps_state(estimator) -> bool:
-    """Whether ``estimator.fit_with_state`` is its fit: defined by the class that defines its
-    ``fit`` or by a subclass of it (a subclass overriding ``fit`` alone, e.g. one fitting in
-    another process, keeps its own ``fit``)."""
-    cls = type(estimator)
-    owner = {name: next((c for c in cls.__mro__ if name in vars(c)), None)
-             for name in ("fit", "fit_with_state")}
-    if owner["fit_with_state"] is None or owner["fit"] is None:
-        return False
-    return issubclass(owner["fit_with_state"], owner["fit"])
+    """Whether ``estimator.fit_with_state`` is the state-keeping form of its ``fit``: its class's
+    ``fit`` is marked so (:func:`~streamspec.core.warm_fit.with_state`). A subclass that
+    overrides ``fit`` alone (e.g. one fitting in another process) is not, and keeps its own
+    ``fit``. O(1)."""
+    fit = getattr(type(estimator), "fit", None)
+    return bool(getattr(fit, "keeps_state", False)) and callable(
+        getattr(estimator, "fit_with_state", None))
 
 
 def _accepts(estimator, name: str) -> bool:
