@@ -81,6 +81,7 @@ def case_refit(path: str, n: int, rank, kind: str, backoff, strict: bool, repeat
         cold_s.append(time.perf_counter() - t0)
     return {"warm": min(warm_s), "cold": min(cold_s), "path": info.path,
             "residual": float(info.residual), "reused": info.reused, "rebuilt": info.rebuilt,
+            "sines": [float(v) for v in info.sines],
             "rank": warm.rank, "warm_loss": warm.log_loss([test]), "cold_loss": cold.log_loss([test]),
             "state_mb": state.nbytes() / 2**20}
 
@@ -96,6 +97,8 @@ def _table(name: str, path: str, n: int, rank, repeats: int, cases) -> None:
             print(f"| {label} | | | | | {r['error']} | | | | |", flush=True)
             continue
         blocks = f"; blocks {r['reused']} kept, {r['rebuilt']} rebuilt" if kind == "m" else ""
+        if r["sines"]:  # the Krylov rounds: the largest principal sine of each against the last
+            blocks += "; Krylov sines " + ", ".join(f"{v:.1e}" for v in r["sines"])
         print(f"| {label} | {r['rank']} | {r['warm']:.2f} | {r['cold']:.2f} | "
               f"{r['warm'] / r['cold']:.3f} | {r['path']} ({r['residual']:.3f}{blocks}) | "
               f"{r['warm_loss']:.4f} | {r['cold_loss']:.4f} | {r['warm_loss'] - r['cold_loss']:+.1e} "
