@@ -168,7 +168,7 @@ class WarmProjectedFit(ProjectedFit):
                  state: ProjectedState, plan: WarmPlan, keep_state: bool = False):
         super().__init__(est, max_outer, triples, labels, keep_state=keep_state)
         self.previous, self.plan, self.info = state, plan, plan.info
-        self.first_weighted = True
+        self.first_weighted, self.reuse = True, None
 
     def prepare(self) -> None:
         """Moments, b1, b∞ and θ_spec's operators from the previous ones and the change."""
@@ -234,6 +234,7 @@ class WarmProjectedFit(ProjectedFit):
         state, est = self.previous, self.est
         active = self.active
         if not self.first_weighted or state.blocks is None:
+            self.reuse = None  # the blocks this step records are all new
             return self._fresh(ops, active)
         self.first_weighted = False
         counts = _padded(state.block_counts, self.n)
@@ -263,7 +264,7 @@ class WarmProjectedFit(ProjectedFit):
     def state(self, ops: np.ndarray) -> ProjectedState:
         """The new state; reused blocks keep the counts and scales they were built with."""
         out = super().state(ops)
-        if out.blocks is not None and getattr(self, "reuse", None) is not None:
+        if out.blocks is not None and self.reuse is not None:
             out.block_counts = np.where(self.reuse, self.counts_used, self.n_middle)
             out.tau_x = self.tau_used
         return out
