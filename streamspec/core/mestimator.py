@@ -356,9 +356,11 @@ class MEstimator(Estimator):
         """
         self._validate()
         if isinstance(self.rank, str):  # "auto": chosen once, by held-out loss, then fitted
-            k, scores = resolve_rank(self, triples_of(data)[0], _model_of(init))
+            k, scores, meta = resolve_rank(self, triples_of(data)[0], _model_of(init))
             est = self.clone(rank=k)
             model = est.fit(data, init=init)
+            if meta:
+                model = est.model_ = model.replace(metadata={**model.metadata, **meta})
             self.__dict__.update({name: v for name, v in vars(est).items() if name.endswith("_")})
             self.rank_scores_ = scores
             return model

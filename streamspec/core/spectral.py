@@ -229,12 +229,14 @@ class SpectralEstimator(Estimator):
         """
         self._validate()  # the settings may have been changed since construction
         triples, labels = triples_of(data)
-        k, scores = resolve_rank(self, triples, init)
+        k, scores, meta = resolve_rank(self, triples, init)
         if self.backoff is None:
             model = self._fit_hmm(triples, labels, k)
         else:
             model = fit_with_backoff(lambda t: self._fit_hmm(t, labels, k), triples,
                                      starts_of(data, triples.n), random_state=self.random_state,
                                      hmm_states=self.hmm_states, previous=init)
+        if meta:
+            model = model.replace(metadata={**model.metadata, **meta})
         self.model_, self.rank_, self.rank_scores_ = model, k, scores
         return self.model_

@@ -112,6 +112,19 @@ class _Level:
             return np.ones(rank.shape)
         return np.where(rank >= 0, self.gamma[np.maximum(rank, 0)], 1.0)
 
+    def find1(self, ctx: int) -> int:
+        """:meth:`find` of one context, without arrays. O(log contexts)."""
+        at = int(np.searchsorted(self.contexts, ctx))
+        return at if at < self.contexts.size and self.contexts[at] == ctx else -1
+
+    def entry1(self, rank: int, w: int) -> float:
+        """:meth:`entry` of one (context rank, w). O(log nnz)."""
+        if rank < 0:
+            return 0.0
+        key = rank * self.n + w
+        at = int(np.searchsorted(self.keys, key))
+        return float(self.direct[at]) if at < self.keys.size and self.keys[at] == key else 0.0
+
     def entry(self, rank: np.ndarray, w: np.ndarray) -> np.ndarray:
         """``direct`` of (context rank, w), 0 where absent (or the context unseen). O(m log nnz)."""
         if self.keys.size == 0:
@@ -268,6 +281,32 @@ class KneserNeyTrigram:
     def predict(self, u: int, v: int) -> np.ndarray:
         """``p(· | u, v)``, shape (n,). O(n + entries)."""
         return self.predict_many([u], [v])[0]
+
+    def context1(self, u: int, v: int) -> tuple[int, int, float]:
+        """One context at a time, for online predictors: ``(top rank, middle rank, count)``
+        (ranks -1 where unseen; a middle rank of -2: the lower distribution is the unigram).
+        Plain integers, no arrays: O(log nnz) in a few microseconds."""
+        if v == START:
+            u = START
+        if not (UNKNOWN <= u < self.n and UNKNOWN <= v < self.n):
+            raise ValueError(f"context symbols must be in -2..{self.n - 1} (-1: start, -2: unknown)")
+        s = self.n
+        top = -1
+        if u >= START and v >= START:
+            top = self._top.find1((s if u == START else u) * (s + 1) + (s if v == START else v))
+        mid = self._mid.find1(v) if v >= 0 else -2
+        return top, mid, float(self._top.totals[top]) if top >= 0 else 0.0
+
+    def proba1(self, context: tuple[int, int, float], w: int) -> float:
+        """``p(w | context)`` for a context of :meth:`context1`. O(log nnz), no arrays."""
+        top, mid, _ = context
+        if mid == -2:
+            lower = float(self._freq[w])
+        else:
+            g2 = float(self._mid.gamma[mid]) if mid >= 0 else 1.0
+            lower = self._mid.entry1(mid, w) + g2 * float(self._p1[w])
+        g3 = float(self._top.gamma[top]) if top >= 0 else 1.0
+        return self._top.entry1(top, w) + g3 * lower
 
     def context_counts(self, u, v) -> np.ndarray:
         """``c(u v ·)``, the weight of each context at the top level (0 if unseen). O(m log nnz)."""
