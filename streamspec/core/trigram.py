@@ -40,6 +40,7 @@ from streamspec.core.triples import Triples, unpack
 __all__ = ["KneserNeyTrigram", "modified_discounts", "START", "UNKNOWN"]
 
 START = -1  # the stream-start boundary <s> in a context
+_NO_NEXT, _NO_DIRECT = np.empty(0, dtype=np.int64), np.empty(0)  # a context without entries
 UNKNOWN = -2  # a context symbol the model cannot use (unseen, or a history cut short)
 
 
@@ -307,6 +308,51 @@ class KneserNeyTrigram:
             lower = self._mid.entry1(mid, w) + g2 * float(self._p1[w])
         g3 = float(self._top.gamma[top]) if top >= 0 else 1.0
         return self._top.entry1(top, w) + g3 * lower
+
+    def row1(self, context: tuple[int, int, float]) -> np.ndarray:
+        """``p(· | context)`` for a context of :meth:`context1`, shape (n,): a few vector
+        operations, without the batch machinery of :meth:`predict_many`. O(n + entries)."""
+        top, mid, _ = context
+        g3 = float(self._top.gamma[top]) if top >= 0 else 1.0
+        if mid == -2:
+            out = self._freq * g3
+        else:
+            g2 = float(self._mid.gamma[mid]) if mid >= 0 else 1.0
+            out = self._p1 * (g3 * g2)
+            if mid >= 0:
+                lo, hi = self._mid.indptr[mid], self._mid.indptr[mid + 1]
+                out[self._mid.next[lo:hi]] += g3 * self._mid.direct[lo:hi]
+        if top >= 0:
+            lo, hi = self._top.indptr[top], self._top.indptr[top + 1]
+            out[self._top.next[lo:hi]] += self._top.direct[lo:hi]
+        return out
+
+    def tables(self, top: int, mid: int) -> tuple:
+        """The parts of a context of :meth:`context1` that :meth:`row1` adds up: ``(γ3, γ2, next
+        symbols and direct terms of the context, of its last symbol, whether the lower
+        distribution is the unigram)``. Views, no copies. O(1)."""
+        g3 = float(self._top.gamma[top]) if top >= 0 else 1.0
+        g2 = float(self._mid.gamma[mid]) if mid >= 0 else 1.0
+        tn, td, mn, md = _NO_NEXT, _NO_DIRECT, _NO_NEXT, _NO_DIRECT
+        if top >= 0:
+            lo, hi = self._top.indptr[top], self._top.indptr[top + 1]
+            tn, td = self._top.next[lo:hi], self._top.direct[lo:hi]
+        if mid >= 0:
+            lo, hi = self._mid.indptr[mid], self._mid.indptr[mid + 1]
+            mn, md = self._mid.next[lo:hi], self._mid.direct[lo:hi]
+        return g3, g2, tn, td, mn, md, mid == -2
+
+    def continuation(self) -> np.ndarray:
+        """``p1``: the continuation unigram the bigram level backs off to, shape (n,). O(n)."""
+        return self._p1.copy()
+
+    def continuation_of(self) -> np.ndarray:
+        """``p1`` itself (not a copy: read only). O(1)."""
+        return self._p1
+
+    def unigram_of(self) -> np.ndarray:
+        """``p_freq`` itself (not a copy: read only). O(1)."""
+        return self._freq
 
     def context_counts(self, u, v) -> np.ndarray:
         """``c(u v ·)``, the weight of each context at the top level (0 if unseen). O(m log nnz)."""

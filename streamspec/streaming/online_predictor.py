@@ -30,6 +30,7 @@ ROW_CACHE_FLOATS = 1 << 22  # rows kept per model (floats: 32 MiB)
 CONTEXT_BITS = 22  # bits per symbol in a stream's context code (0: no symbol, the start)
 _DIGIT = (1 << CONTEXT_BITS) - 1
 _CONTEXTS_KEPT = 1 << 18  # trigram contexts remembered (then forgotten all at once)
+TOP = 32  # argmax: candidates per part before the exact bound is checked
 UNSEEN = _DIGIT - 1  # the index of a label no model knows (above every alphabet: 2²¹ symbols)
 
 
@@ -47,6 +48,7 @@ class _Rows:
         # the HMM's arrays as the per-symbol steps read them: a row of E per symbol, contiguous
         self.E_T = None if hmm is None else np.ascontiguousarray(hmm.emissionprob_.T)
         self.T = None if hmm is None else np.ascontiguousarray(hmm.transmat_)
+        self._tops = None  # the top symbols of each part, for argmax (made on first use)
 
     def _get(self, key, make):
         row = self._cache.get(key)
@@ -67,7 +69,7 @@ class _Rows:
 
     def trigram(self, u: int, v: int) -> np.ndarray:
         """The trigram's row after ``(u, v)``. O(n + entries) once."""
-        return self._get(("tri", u, v), lambda: self.model.backoff.trigram.predict(u, v))
+        return self._get(("tri", u, v), lambda: self.model.backoff.trigram.row1(self.context(u, v)[:3]))
 
     def context(self, u: int, v: int) -> tuple[int, int, float, int]:
         """The trigram's context ``(u, v)``: its ranks and count (:meth:`KneserNeyTrigram.context1`)
@@ -88,6 +90,26 @@ class _Rows:
         if row is not None:
             return float(row[i])
         return self.model.backoff.trigram.proba1(self.context(u, v)[:3], i)
+
+
+    def tops(self) -> dict:
+        """The :data:`TOP` most probable symbols of the trigram's lowest levels and of each HMM
+        state, and the TOP-th value of each (a bound on every other symbol). O(n · K) once."""
+        if self._tops is None:
+            trigram, hmm = self.model.backoff.trigram, self.model.backoff.hmm
+            k = min(TOP, self.n)
+
+            def top(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                idx = np.argpartition(-p, k - 1, axis=-1)[..., :k]
+                kth = np.take_along_axis(p, idx, axis=-1).min(axis=-1)
+                return idx, kth
+
+            self._tops = {"p1": top(trigram.continuation()), "freq": top(trigram.unigram())}
+            if hmm is not None:
+                idx, kth = top(hmm.emissionprob_)
+                self._tops["hmm"] = (idx.ravel(), kth)
+            self._scratch = np.zeros(self.n)  # direct trigram entries of one context, then reset
+        return self._tops
 
 
 def _bucket(count: float) -> int:
@@ -221,6 +243,28 @@ class OnlinePredictor:
         lam = self.mixture.blend(self._rows.context(u, v)[3])
         return sum(w * parts[c] for w, c in zip(lam, backoff.components, strict=True))
 
+    def argmax(self, key: Hashable) -> tuple[int, float] | None:
+        """The most probable next symbol of the stream and its probability (``row(key)``'s
+        argmax and maximum), ``None`` before a model. Without the model's own part, without
+        O(n) work: the candidates are the context's trigram entries and the top :data:`TOP`
+        symbols of the trigram's lowest level and of each HMM state; every other symbol is bounded by those lists' last values, so
+        when the best candidate beats the bound it is the argmax; otherwise (rare) the whole
+        row is computed. O(K · TOP + entries) typically."""
+        model = self.model
+        if model is None:
+            return None
+        backoff = model.backoff
+        if not (backoff is None or backoff.use_model or model.n_symbols <= 4 * TOP):
+            _, u, v = self._context(key)
+            top, mid, _, bucket = self._rows.context(u, v)
+            best = _pruned_argmax(backoff.trigram, self._rows, top, mid, self.mixture.blend(bucket),
+                                  self._predictive(key))
+            if best is not None:
+                return best
+        row = self.row(key)
+        i = int(row.argmax())
+        return i, float(row[i])
+
     def observe(self, key: Hashable, i: int, learn: bool = True) -> float | None:
         """Stream ``key`` showed symbol index ``i``: its prequential probability (``None`` before a
         model, or for a symbol new since the model's fit), then the weights learn from it
@@ -274,3 +318,34 @@ class OnlinePredictor:
 
     def __len__(self) -> int:
         return len(self._codes)
+
+
+def _pruned_argmax(trigram, rows: _Rows, top: int, mid: int, lam: np.ndarray,
+                   state) -> tuple[int, float] | None:
+    """The exact argmax of ``lam[0]·trigram + lam[1]·HMM`` from candidates, or ``None`` when the
+    bound on the other symbols does not rule them out (:meth:`OnlinePredictor.argmax`)."""
+    tops = rows.tops()
+    t = trigram.tables(top, mid)  # (g3, g2, direct slices, lower is the unigram)
+    g3, g2, top_next, top_direct, mid_next, mid_direct, unigram = t
+    low_idx, low_kth = tops["freq"] if unigram else tops["p1"]
+    low = trigram.unigram_of() if unigram else trigram.continuation_of()
+    parts = [top_next, mid_next, low_idx]
+    bound = lam[0] * g3 * (low_kth if unigram else g2 * low_kth)
+    if state is not None:
+        idx, kth = tops["hmm"]
+        parts.append(idx)
+        bound += lam[1] * float(state @ kth)
+    cand = np.concatenate(parts)  # repeats score alike: no need to remove them
+    scratch = rows._scratch
+    scratch[mid_next] += g3 * mid_direct
+    scratch[top_next] += top_direct
+    tri = scratch[cand] + g3 * (low[cand] if unigram else g2 * low[cand])
+    scratch[mid_next] = 0.0
+    scratch[top_next] = 0.0
+    score = lam[0] * tri
+    if state is not None:
+        score += lam[1] * (rows.E_T[cand] @ state)
+    best = score.max()
+    if not best > bound:
+        return None
+    return int(cand[score == best].min()), float(best)  # the lowest index among ties, as argmax

@@ -188,3 +188,4 @@ def test_one_context_at_a_time_equals_the_vectorised_probabilities(case):
             want = kn.predict(u, v)
             got = [kn.proba1(ctx, w) for w in range(n)]
             np.testing.assert_allclose(got, want, atol=1e-14)
+            np.testing.assert_allclose(kn.row1(ctx), want, atol=1e-14)
