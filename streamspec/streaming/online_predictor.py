@@ -247,9 +247,9 @@ class OnlinePredictor:
         """The most probable next symbol of the stream and its probability (``row(key)``'s
         argmax and maximum), ``None`` before a model. Without the model's own part, without
         O(n) work: the candidates are the context's trigram entries and the top :data:`TOP`
-        symbols of the trigram's lowest level and of each HMM state; every other symbol is bounded by those lists' last values, so
-        when the best candidate beats the bound it is the argmax; otherwise (rare) the whole
-        row is computed. O(K · TOP + entries) typically."""
+        symbols of the trigram's lowest level and of each HMM state; every other symbol is
+        bounded by those lists' last values, so when the best candidate beats the bound it
+        is the argmax; otherwise (rare) the whole row is computed. O(K · TOP + entries)."""
         model = self.model
         if model is None:
             return None
