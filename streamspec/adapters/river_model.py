@@ -385,10 +385,22 @@ class SpectralHMM(base.Classifier):
 
     def predict_one(self, x: dict, **kwargs: Any) -> Hashable | None:
         """The most probable next symbol of the stream of ``x`` (``None`` before any symbol).
-        O(n · K)."""
+        Typically O(K · 32 + the context's trigram entries), exact
+        (:meth:`~streamspec.streaming.online_predictor.OnlinePredictor.argmax`); O(n · K) when
+        the spectral model is one of the parts or labels are newer than the model."""
         if not self._built:
             return None
-        p = self._row(x.get(self.key) if self.key is not None else None)
+        key = x.get(self.key) if self.key is not None else None
+        if self.predictor == "mixture":
+            with self._lock:
+                model = self._sync()
+                best = None if model is None else self._online.argmax(key)  # no O(n) work if it can
+                n_labels = len(self._freq)
+            # labels newer than the model have the floor (before renormalising): they win only
+            # if every other symbol is below it
+            if best is not None and best[1] >= min(self.min_proba, 0.5 / n_labels):
+                return self._labels[best[0]]
+        p = self._row(key)  # the HMM alone, or a floor above every symbol
         if p is None:
             return self._labels[self._best] if self._freq else None
         return self._labels[int(p.argmax())]

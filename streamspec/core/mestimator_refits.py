@@ -13,7 +13,7 @@ from __future__ import annotations
 from streamspec.core.fit_data import starts_of, triples_of
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.projected_state import ProjectedState, settings_of
-from streamspec.core.rank_selection import resolve_rank
+from streamspec.core.rank_selection import resolve_rank, with_metadata
 from streamspec.core.warm_fit import fit_projected, previous_model, state_of
 
 __all__ = ["StatefulFits"]
@@ -35,9 +35,10 @@ class StatefulFits:
         state = state_of(init)
         if isinstance(self.rank, str):  # "auto": chosen once, by held-out loss, then fitted
             previous = previous_model(init, state)
-            k, scores = resolve_rank(self, triples_of(data)[0], previous)
+            k, scores, meta = resolve_rank(self, triples_of(data)[0], previous)
             est = self.clone(rank=k)
             model, new_state = est._fit(data, init, keep_state)
+            model = est.model_ = with_metadata(model, new_state, meta)
             self.__dict__.update({name: v for name, v in vars(est).items() if name.endswith("_")})
             self.rank_scores_ = scores
             return model, new_state

@@ -28,19 +28,20 @@ from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.subspace import DENSE_SVD_MAX, project_triples, top_singular
 from streamspec.core.triples import Triples
 
-__all__ = ["select_rank", "resolve_rank", "max_rank", "rank_candidates", "MODEL_FLOATS_MAX", "SCORE_BUDGET"]
+__all__ = ["select_rank", "resolve_rank", "max_rank", "rank_candidates", "MODEL_FLOATS_MAX", "SCORE_BUDGET",
+           "RANK_CHOSEN_ON", "with_metadata"]
 
-MODEL_FLOATS_MAX = 1 << 25  # a candidate model holds n · k² floats: at most this many (256 MiB)
+MODEL_FLOATS_MAX = 1 << 23  # a candidate model holds n · k² floats: at most this many (64 MiB)
 SCORE_BUDGET = 1.5e8  # context × symbol × rank products spent on scoring (~1.5 s)
-_MAX_RANK = 128
+_MAX_RANK = 64
 
 
 def max_rank(n: int) -> int:
-    """The largest rank tried on ``n`` symbols: ``n·k² ≤ 2²⁵``, ``k ≤ 128``, and below n above
+    """The largest rank tried on ``n`` symbols: ``n·k² ≤ 2²³``, ``k ≤ 64``, and below n above
     :data:`~streamspec.core.subspace.DENSE_SVD_MAX` symbols (a truncated SVD). O(1).
 
     >>> max_rank(27), max_rank(20_000), max_rank(10**5)
-    (27, 40, 18)
+    (27, 20, 9)
     """
     k = min(_MAX_RANK, int(np.sqrt(MODEL_FLOATS_MAX / max(n, 1))), n if n <= DENSE_SVD_MAX else n - 1)
     return max(1, k)
@@ -130,24 +131,46 @@ def select_rank(triples: Triples, *, k_max: int | None = None, holdout: float = 
     return min(scores, key=scores.get), scores
 
 
-def resolve_rank(estimator, triples: Triples, init=None) -> tuple[int, dict[int, float]]:
-    """``(rank, scores)`` an estimator fits ``triples`` with: its integer rank; with ``"auto"``,
-    a previous model's rank (``init``: a refit keeps its rank, so that it can start from its
-    solution) or :func:`select_rank` with the estimator's window, floor and seed. O(1), or
-    the cost of :func:`select_rank`.
+RANK_CHOSEN_ON = "rank_chosen_on"  # model metadata: the triples the rank was chosen on
+
+
+def resolve_rank(estimator, triples: Triples, init=None) -> tuple[int, dict[int, float], dict[str, str]]:
+    """``(rank, scores, metadata)`` an estimator fits ``triples`` with.
+
+    An integer rank as it is. ``"auto"``: :func:`select_rank` with the estimator's window,
+    floor and seed; in a refit (``init``, a previous model) the previous rank, so that the
+    refit can start from its solution, until the counts have doubled since it was chosen
+    (the model's metadata ``rank_chosen_on``), then chosen again. ``metadata`` is what the
+    fitted model should carry (``{}`` for an integer rank). O(1), or the cost of
+    :func:`select_rank`.
 
     >>> from streamspec import SpectralEstimator
     >>> t = Triples.from_arrays(3, [0, 1, 2] * 9, [1, 2, 0] * 9, [2, 0, 1] * 9)
     >>> resolve_rank(SpectralEstimator(rank=2), t)
-    (2, {})
+    (2, {}, {})
     """
     rank = estimator.rank
     if not (isinstance(rank, str) and rank == "auto"):
-        return int(rank), {}
+        return int(rank), {}, {}
     previous = getattr(init, "rank", None)
-    if isinstance(previous, int | np.integer) and 1 <= previous <= max_rank(triples.n):
-        return int(previous), {}
+    chosen_on = float((getattr(init, "metadata", None) or {}).get(RANK_CHOSEN_ON, "nan"))
+    if (isinstance(previous, int | np.integer) and 1 <= previous <= max_rank(triples.n)
+            and not triples.total >= 2 * chosen_on):  # NaN (not recorded): keep it
+        return int(previous), {}, ({} if chosen_on != chosen_on else {RANK_CHOSEN_ON: f"{chosen_on:.0f}"})
     window = estimator.window if estimator.filter == "window" else 2
     seed = getattr(estimator, "random_state", 0)
-    return select_rank(triples, min_proba=estimator.min_proba, window=window,
-                       random_state=0 if seed is None else seed)
+    k, scores = select_rank(triples, min_proba=estimator.min_proba, window=window,
+                            random_state=0 if seed is None else seed)
+    return k, scores, {RANK_CHOSEN_ON: f"{triples.total:.0f}"}
+
+
+def with_metadata(model: ObservableOperatorModel, state, metadata: dict[str, str]) -> ObservableOperatorModel:
+    """``model`` carrying ``metadata`` besides its own (``model`` itself when there is none);
+    a refit state (anything with a ``model`` attribute) is pointed at the new model, so
+    that the next refit reads it. O(1)."""
+    if not metadata:
+        return model
+    model = model.replace(metadata={**model.metadata, **metadata})
+    if state is not None and hasattr(state, "model"):
+        state.model = model
+    return model

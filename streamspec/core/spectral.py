@@ -21,7 +21,7 @@ from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.pair_index import PairIndex
 from streamspec.core.params import Estimator
 from streamspec.core.projected_state import ProjectedState, settings_of
-from streamspec.core.rank_selection import resolve_rank
+from streamspec.core.rank_selection import resolve_rank, with_metadata
 from streamspec.core.spectral_basis import MAX_AUTO_RANK, check_rank, select_rank_by_spectrum
 from streamspec.core.subspace import project_triples, top_singular
 from streamspec.core.triples import Triples
@@ -214,7 +214,7 @@ class SpectralEstimator(Estimator):
         state = getattr(init, "state_", init)
         state = state if isinstance(state, ProjectedState) else None
         previous = previous_model(init, state)
-        k, scores = resolve_rank(self, triples, previous)
+        k, scores, meta = resolve_rank(self, triples, previous)
         settings = settings_of(self, rank=k, weighting="identity", per_rank=1,
                                auto_cap=MAX_AUTO_RANK)
         fit = fit_projected(settings, 1, triples, labels, state, keep_state=keep_state,
@@ -224,5 +224,6 @@ class SpectralEstimator(Estimator):
         for name in ("refit_", "state_", "basis_"):  # θ_M's own attributes (losses, W) are not its
             if name in fit.fitted:
                 setattr(self, name, fit.fitted[name])
-        self.model_, self.rank_, self.rank_scores_ = fit.model, k, scores
-        return fit.model, fit.fitted.get("state_")
+        model = with_metadata(fit.model, fit.fitted.get("state_"), meta)
+        self.model_, self.rank_, self.rank_scores_ = model, k, scores
+        return model, fit.fitted.get("state_")

@@ -40,6 +40,7 @@ from streamspec.core.triples import Triples, unpack
 __all__ = ["KneserNeyTrigram", "modified_discounts", "START", "UNKNOWN"]
 
 START = -1  # the stream-start boundary <s> in a context
+_NO_NEXT, _NO_DIRECT = np.empty(0, dtype=np.int64), np.empty(0)  # a context without entries
 UNKNOWN = -2  # a context symbol the model cannot use (unseen, or a history cut short)
 
 
@@ -111,6 +112,19 @@ class _Level:
         if self.gamma.size == 0:
             return np.ones(rank.shape)
         return np.where(rank >= 0, self.gamma[np.maximum(rank, 0)], 1.0)
+
+    def find1(self, ctx: int) -> int:
+        """:meth:`find` of one context, without arrays. O(log contexts)."""
+        at = int(np.searchsorted(self.contexts, ctx))
+        return at if at < self.contexts.size and self.contexts[at] == ctx else -1
+
+    def entry1(self, rank: int, w: int) -> float:
+        """:meth:`entry` of one (context rank, w). O(log nnz)."""
+        if rank < 0:
+            return 0.0
+        key = rank * self.n + w
+        at = int(np.searchsorted(self.keys, key))
+        return float(self.direct[at]) if at < self.keys.size and self.keys[at] == key else 0.0
 
     def entry(self, rank: np.ndarray, w: np.ndarray) -> np.ndarray:
         """``direct`` of (context rank, w), 0 where absent (or the context unseen). O(m log nnz)."""
@@ -268,6 +282,77 @@ class KneserNeyTrigram:
     def predict(self, u: int, v: int) -> np.ndarray:
         """``p(· | u, v)``, shape (n,). O(n + entries)."""
         return self.predict_many([u], [v])[0]
+
+    def context1(self, u: int, v: int) -> tuple[int, int, float]:
+        """One context at a time, for online predictors: ``(top rank, middle rank, count)``
+        (ranks -1 where unseen; a middle rank of -2: the lower distribution is the unigram).
+        Plain integers, no arrays: O(log nnz) in a few microseconds."""
+        if v == START:
+            u = START
+        if not (UNKNOWN <= u < self.n and UNKNOWN <= v < self.n):
+            raise ValueError(f"context symbols must be in -2..{self.n - 1} (-1: start, -2: unknown)")
+        s = self.n
+        top = -1
+        if u >= START and v >= START:
+            top = self._top.find1((s if u == START else u) * (s + 1) + (s if v == START else v))
+        mid = self._mid.find1(v) if v >= 0 else -2
+        return top, mid, float(self._top.totals[top]) if top >= 0 else 0.0
+
+    def proba1(self, context: tuple[int, int, float], w: int) -> float:
+        """``p(w | context)`` for a context of :meth:`context1`. O(log nnz), no arrays."""
+        top, mid, _ = context
+        if mid == -2:
+            lower = float(self._freq[w])
+        else:
+            g2 = float(self._mid.gamma[mid]) if mid >= 0 else 1.0
+            lower = self._mid.entry1(mid, w) + g2 * float(self._p1[w])
+        g3 = float(self._top.gamma[top]) if top >= 0 else 1.0
+        return self._top.entry1(top, w) + g3 * lower
+
+    def row1(self, context: tuple[int, int, float]) -> np.ndarray:
+        """``p(· | context)`` for a context of :meth:`context1`, shape (n,): a few vector
+        operations, without the batch machinery of :meth:`predict_many`. O(n + entries)."""
+        top, mid, _ = context
+        g3 = float(self._top.gamma[top]) if top >= 0 else 1.0
+        if mid == -2:
+            out = self._freq * g3
+        else:
+            g2 = float(self._mid.gamma[mid]) if mid >= 0 else 1.0
+            out = self._p1 * (g3 * g2)
+            if mid >= 0:
+                lo, hi = self._mid.indptr[mid], self._mid.indptr[mid + 1]
+                out[self._mid.next[lo:hi]] += g3 * self._mid.direct[lo:hi]
+        if top >= 0:
+            lo, hi = self._top.indptr[top], self._top.indptr[top + 1]
+            out[self._top.next[lo:hi]] += self._top.direct[lo:hi]
+        return out
+
+    def tables(self, top: int, mid: int) -> tuple:
+        """The parts of a context of :meth:`context1` that :meth:`row1` adds up: ``(γ3, γ2, next
+        symbols and direct terms of the context, of its last symbol, whether the lower
+        distribution is the unigram)``. Views, no copies. O(1)."""
+        g3 = float(self._top.gamma[top]) if top >= 0 else 1.0
+        g2 = float(self._mid.gamma[mid]) if mid >= 0 else 1.0
+        tn, td, mn, md = _NO_NEXT, _NO_DIRECT, _NO_NEXT, _NO_DIRECT
+        if top >= 0:
+            lo, hi = self._top.indptr[top], self._top.indptr[top + 1]
+            tn, td = self._top.next[lo:hi], self._top.direct[lo:hi]
+        if mid >= 0:
+            lo, hi = self._mid.indptr[mid], self._mid.indptr[mid + 1]
+            mn, md = self._mid.next[lo:hi], self._mid.direct[lo:hi]
+        return g3, g2, tn, td, mn, md, mid == -2
+
+    def continuation(self) -> np.ndarray:
+        """``p1``: the continuation unigram the bigram level backs off to, shape (n,). O(n)."""
+        return self._p1.copy()
+
+    def continuation_of(self) -> np.ndarray:
+        """``p1`` itself (not a copy: read only). O(1)."""
+        return self._p1
+
+    def unigram_of(self) -> np.ndarray:
+        """``p_freq`` itself (not a copy: read only). O(1)."""
+        return self._freq
 
     def context_counts(self, u, v) -> np.ndarray:
         """``c(u v ·)``, the weight of each context at the top level (0 if unseen). O(m log nnz)."""

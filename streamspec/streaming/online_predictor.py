@@ -21,8 +21,7 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from streamspec.core.hmm_filter import filtered
-from streamspec.core.mixture import ExpertMixture
+from streamspec.core.mixture import N_BUCKETS, ExpertMixture
 from streamspec.core.trigram import START, UNKNOWN
 
 __all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS", "UNSEEN"]
@@ -30,7 +29,8 @@ __all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS", "UNSEEN"]
 ROW_CACHE_FLOATS = 1 << 22  # rows kept per model (floats: 32 MiB)
 CONTEXT_BITS = 22  # bits per symbol in a stream's context code (0: no symbol, the start)
 _DIGIT = (1 << CONTEXT_BITS) - 1
-_BUCKETS_KEPT = 1 << 18  # contexts whose bucket is remembered (then forgotten all at once)
+_CONTEXTS_KEPT = 1 << 18  # trigram contexts remembered (then forgotten all at once)
+TOP = 32  # argmax: candidates per part before the exact bound is checked
 UNSEEN = _DIGIT - 1  # the index of a label no model knows (above every alphabet: 2²¹ symbols)
 
 
@@ -43,7 +43,12 @@ class _Rows:
         self.capacity = max(int(capacity), 4 * self.n)
         self.size = 0
         self._cache: OrderedDict = OrderedDict()
-        self._buckets: dict[tuple[int, int], int] = {}
+        self._contexts: dict[tuple[int, int], tuple[int, int, float, int]] = {}
+        hmm = None if model.backoff is None else model.backoff.hmm
+        # the HMM's arrays as the per-symbol steps read them: a row of E per symbol, contiguous
+        self.E_T = None if hmm is None else np.ascontiguousarray(hmm.emissionprob_.T)
+        self.T = None if hmm is None else np.ascontiguousarray(hmm.transmat_)
+        self._tops = None  # the top symbols of each part, for argmax (made on first use)
 
     def _get(self, key, make):
         row = self._cache.get(key)
@@ -64,25 +69,52 @@ class _Rows:
 
     def trigram(self, u: int, v: int) -> np.ndarray:
         """The trigram's row after ``(u, v)``. O(n + entries) once."""
-        return self._get(("tri", u, v), lambda: self.model.backoff.trigram.predict(u, v))
+        return self._get(("tri", u, v), lambda: self.model.backoff.trigram.row1(self.context(u, v)[:3]))
+
+    def context(self, u: int, v: int) -> tuple[int, int, float, int]:
+        """The trigram's context ``(u, v)``: its ranks and count (:meth:`KneserNeyTrigram.context1`)
+        and the weights' bucket, cached (at most :data:`_CONTEXTS_KEPT`, then forgotten at once).
+        O(log nnz) once."""
+        c = self._contexts.get((u, v))
+        if c is None:
+            if len(self._contexts) >= _CONTEXTS_KEPT:
+                self._contexts.clear()
+            top, mid, count = self.model.backoff.trigram.context1(u, v)
+            c = self._contexts[(u, v)] = (top, mid, count, _bucket(count))
+        return c
 
     def trigram_proba(self, u: int, v: int, i: int) -> float:
         """The trigram's probability of ``i`` after ``(u, v)``: from the cached row if there is
-        one, else one lookup, O(log nnz), without making the row."""
+        one, else a few lookups, O(log nnz), without making the row."""
         row = self._cache.get(("tri", u, v))
         if row is not None:
             return float(row[i])
-        return float(self.model.backoff.trigram.proba_of([u], [v], [i])[0])
+        return self.model.backoff.trigram.proba1(self.context(u, v)[:3], i)
 
-    def bucket(self, u: int, v: int) -> int:
-        """The weights' bucket of context ``(u, v)`` (cached: one integer each, at most
-        :data:`_BUCKETS_KEPT`). O(log nnz) once."""
-        b = self._buckets.get((u, v))
-        if b is None:
-            if len(self._buckets) >= _BUCKETS_KEPT:
-                self._buckets.clear()
-            b = self._buckets[(u, v)] = int(self.model.backoff.buckets([u], [v])[0])
-        return b
+
+    def tops(self) -> dict:
+        """The :data:`TOP` most probable symbols of the trigram's lowest levels and of each HMM
+        state, and the TOP-th value of each (a bound on every other symbol). O(n · K) once."""
+        if self._tops is None:
+            trigram, hmm = self.model.backoff.trigram, self.model.backoff.hmm
+            k = min(TOP, self.n)
+
+            def top(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                idx = np.argpartition(-p, k - 1, axis=-1)[..., :k]
+                kth = np.take_along_axis(p, idx, axis=-1).min(axis=-1)
+                return idx, kth
+
+            self._tops = {"p1": top(trigram.continuation()), "freq": top(trigram.unigram())}
+            if hmm is not None:
+                idx, kth = top(hmm.emissionprob_)
+                self._tops["hmm"] = (idx.ravel(), kth)
+            self._scratch = np.zeros(self.n)  # direct trigram entries of one context, then reset
+        return self._tops
+
+
+def _bucket(count: float) -> int:
+    """:func:`~streamspec.core.mixture.bucket_of_counts` of one count, without arrays. O(1)."""
+    return min(math.ceil(math.log(1.0 + max(count, 0.0)) / math.log(4.0) - 1e-12), N_BUCKETS - 1)
 
 
 class OnlinePredictor:
@@ -181,11 +213,11 @@ class OnlinePredictor:
 
     def _predictive(self, key: Hashable) -> np.ndarray | None:
         """The HMM's predictive state of the stream's next symbol (``None`` without an HMM). O(K²)."""
-        hmm = None if self.model.backoff is None else self.model.backoff.hmm
-        if hmm is None:
+        T = self._rows.T
+        if T is None:
             return None
         post = self._post.get(key)
-        return hmm.startprob_ if post is None else post @ hmm.transmat_
+        return self.model.backoff.hmm.startprob_ if post is None else post @ T
 
     def posterior(self, key: Hashable) -> np.ndarray:
         """The HMM's filtered state after the stream's last symbol (``startprob_`` before one). O(K)."""
@@ -208,8 +240,30 @@ class OnlinePredictor:
         parts = {"model": own, "trigram": self._rows.trigram(u, v)}
         if backoff.hmm is not None:
             parts["hmm"] = self._predictive(key) @ backoff.hmm.emissionprob_
-        lam = self.mixture.blend(self._rows.bucket(u, v))
+        lam = self.mixture.blend(self._rows.context(u, v)[3])
         return sum(w * parts[c] for w, c in zip(lam, backoff.components, strict=True))
+
+    def argmax(self, key: Hashable) -> tuple[int, float] | None:
+        """The most probable next symbol of the stream and its probability (``row(key)``'s
+        argmax and maximum), ``None`` before a model. Without the model's own part, without
+        O(n) work: the candidates are the context's trigram entries and the top :data:`TOP`
+        symbols of the trigram's lowest level and of each HMM state; every other symbol is
+        bounded by those lists' last values, so when the best candidate beats the bound it
+        is the argmax; otherwise (rare) the whole row is computed. O(K · TOP + entries)."""
+        model = self.model
+        if model is None:
+            return None
+        backoff = model.backoff
+        if not (backoff is None or backoff.use_model or model.n_symbols <= 4 * TOP):
+            _, u, v = self._context(key)
+            top, mid, _, bucket = self._rows.context(u, v)
+            best = _pruned_argmax(backoff.trigram, self._rows, top, mid, self.mixture.blend(bucket),
+                                  self._predictive(key))
+            if best is not None:
+                return best
+        row = self.row(key)
+        i = int(row.argmax())
+        return i, float(row[i])
 
     def observe(self, key: Hashable, i: int, learn: bool = True) -> float | None:
         """Stream ``key`` showed symbol index ``i``: its prequential probability (``None`` before a
@@ -226,21 +280,31 @@ class OnlinePredictor:
                 if backoff is None:  # the model alone
                     p = float(self._own(window)[i])
                 else:
-                    probs = {"trigram": self._rows.trigram_proba(u, v, i)}
+                    P = [self._rows.trigram_proba(u, v, i)]
                     if backoff.use_model:
-                        probs["model"] = self._own(window)[i]
+                        P.insert(0, float(self._own(window)[i]))
                     if state is not None:
-                        probs["hmm"] = float(state @ backoff.hmm.emissionprob_[:, i])
-                    P = np.array([probs[c] for c in backoff.components])
-                    bucket = self._rows.bucket(u, v)
+                        P.append(float(self._rows.E_T[i] @ state))
+                    P = np.array(P)
+                    bucket = self._rows.context(u, v)[3]
                     mix = self.mixture
                     p = mix.observe(bucket, P) if learn else float(mix.blend(bucket) @ P)
                 self.loss -= math.log(max(p, 1e-300))
                 self.n_scored += 1
             if state is not None:
-                self._post[key] = filtered(state, backoff.hmm.emissionprob_, i)
+                self._post[key] = self._filtered(state, i)
         self._codes[key] = ((self._codes.get(key, 0) << CONTEXT_BITS) | (i + 1)) & self._mask
         return p
+
+    def _filtered(self, state: np.ndarray, i: int) -> np.ndarray:
+        """:func:`~streamspec.core.hmm_filter.filtered` with the cached rows of E. O(K)."""
+        E_T = self._rows.E_T
+        if 0 <= i < E_T.shape[0]:
+            post = state * E_T[i]
+            z = post.sum()
+            if z > 0:
+                return post / z
+        return state / state.sum()
 
     def end(self, key: Hashable) -> None:
         """The stream's sequence is over: its next symbol starts a new one. O(1)."""
@@ -254,3 +318,34 @@ class OnlinePredictor:
 
     def __len__(self) -> int:
         return len(self._codes)
+
+
+def _pruned_argmax(trigram, rows: _Rows, top: int, mid: int, lam: np.ndarray,
+                   state) -> tuple[int, float] | None:
+    """The exact argmax of ``lam[0]·trigram + lam[1]·HMM`` from candidates, or ``None`` when the
+    bound on the other symbols does not rule them out (:meth:`OnlinePredictor.argmax`)."""
+    tops = rows.tops()
+    t = trigram.tables(top, mid)  # (g3, g2, direct slices, lower is the unigram)
+    g3, g2, top_next, top_direct, mid_next, mid_direct, unigram = t
+    low_idx, low_kth = tops["freq"] if unigram else tops["p1"]
+    low = trigram.unigram_of() if unigram else trigram.continuation_of()
+    parts = [top_next, mid_next, low_idx]
+    bound = lam[0] * g3 * (low_kth if unigram else g2 * low_kth)
+    if state is not None:
+        idx, kth = tops["hmm"]
+        parts.append(idx)
+        bound += lam[1] * float(state @ kth)
+    cand = np.concatenate(parts)  # repeats score alike: no need to remove them
+    scratch = rows._scratch
+    scratch[mid_next] += g3 * mid_direct
+    scratch[top_next] += top_direct
+    tri = scratch[cand] + g3 * (low[cand] if unigram else g2 * low[cand])
+    scratch[mid_next] = 0.0
+    scratch[top_next] = 0.0
+    score = lam[0] * tri
+    if state is not None:
+        score += lam[1] * (rows.E_T[cand] @ state)
+    best = score.max()
+    if not best > bound:
+        return None
+    return int(cand[score == best].min()), float(best)  # the lowest index among ties, as argmax

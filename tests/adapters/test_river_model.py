@@ -450,3 +450,34 @@ def test_more_states_than_symbols_are_clamped_to_the_alphabet():
     assert model.refitter.n_fits >= 1 and model.hmm.n_states == 2
     assert sorted(model.predict_state_one({})) == [0, 1]
     assert_distribution(model.predict_proba_one({}))
+
+
+def test_predict_one_without_the_whole_row_is_still_the_argmax():
+    """Large alphabets: the argmax comes from candidates and a bound (no O(n) row); it must
+    equal the whole row's argmax, which this test computes for every prediction."""
+    rng = np.random.default_rng(5)
+    n = 400
+    zipf = 1 / np.arange(1, n + 1) ** 1.1
+    zipf /= zipf.sum()
+    perms = [rng.permutation(n) for _ in range(4)]
+    model = SpectralHMM(key="k", refit_every=None, estimator=SpectralEstimator(rank=1))
+    data = []
+    for _ in range(30_000):
+        k = int(rng.integers(50))
+        data.append(({"k": k}, f"w{perms[k % 4][rng.choice(n, p=zipf)]}"))
+    for x, y in data[:20_000]:
+        model.learn_one(x, y)
+    model.refit()
+    assert not model.model.backoff.use_model
+    pruned = 0
+    for x, y in data[20_000:22_000]:
+        if len(model.symbols) == model.model.n_symbols:
+            key = x["k"]
+            with model._lock:
+                model._sync()  # the refitted model, as every call of the learner does
+                row = model.online.row(key)
+                got = model.online.argmax(key)
+            assert got == (int(row.argmax()), pytest.approx(row.max(), rel=1e-12))
+            pruned += 1
+        model.learn_one(x, y)
+    assert pruned > 1000

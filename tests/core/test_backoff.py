@@ -271,3 +271,18 @@ def test_forgetting_weights_are_thinned_in_units_not_whole_triples():
         model = SpectralEstimator(rank=2, random_state=seed).fit(t)
         assert model.predict_proba_next([1, 0]).argmax() == 0  # "b a" -> "a"
         assert model.predict_proba_next([0, 0]).argmax() == 1  # "a a" -> "b"
+
+
+def test_a_refit_keeps_the_rank_until_the_counts_have_doubled():
+    h = sticky_hmm(seed=3)
+    x = h.sample(40_000, random_state=1)
+    first = SpectralEstimator()
+    model = first.fit(accumulate(12, [x[:10_000]]))
+    assert model.metadata["rank_chosen_on"] == "9998" and first.rank_scores_
+    again = SpectralEstimator()
+    refit = again.fit(accumulate(12, [x[:15_000]]), init=model)  # 1.5 times the counts: kept
+    assert refit.rank == model.rank and again.rank_scores_ == {}
+    assert refit.metadata["rank_chosen_on"] == "9998"
+    chosen = SpectralEstimator()
+    later = chosen.fit(accumulate(12, [x[:20_000]]), init=refit)  # doubled: chosen again
+    assert chosen.rank_scores_ and later.metadata["rank_chosen_on"] == "19998"

@@ -174,3 +174,18 @@ def test_modified_discounts_follow_chen_and_goodman():
     y = 10 / (10 + 2 * 5)
     np.testing.assert_allclose(modified_discounts(counts),
                                [1 - 2 * y * 5 / 10, 2 - 3 * y * 3 / 5, 3 - 4 * y * 2 / 3])
+
+
+@settings(max_examples=30, deadline=None)
+@given(sequences_st)
+def test_one_context_at_a_time_equals_the_vectorised_probabilities(case):
+    n, seqs = case
+    kn = KneserNeyTrigram(*_counts(n, seqs))
+    for u in range(-2, n):
+        for v in range(-2, n):
+            ctx = kn.context1(u, v)
+            assert ctx[2] == kn.context_counts([u], [v])[0]
+            want = kn.predict(u, v)
+            got = [kn.proba1(ctx, w) for w in range(n)]
+            np.testing.assert_allclose(got, want, atol=1e-14)
+            np.testing.assert_allclose(kn.row1(ctx), want, atol=1e-14)
