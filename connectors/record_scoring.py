@@ -143,12 +143,18 @@ class RecordScorer:
         keys, symbols = self._keys, self._symbols
         if not keys:
             self._first = number
-        for r in records:
-            if r.symbol is not None or r.end:
+        if len(records) == 1 and not records[0].end:  # the common case: one symbol
+            r = records[0]
+            if r.symbol is not None:
                 keys.append(r.key)
                 symbols.append(r.symbol)
-                if r.end:
-                    self._ends.append(len(keys) - 1)
+        else:
+            for r in records:
+                if r.symbol is not None or r.end:
+                    keys.append(r.key)
+                    symbols.append(r.symbol)
+                    if r.end:
+                        self._ends.append(len(keys) - 1)
         if len(keys) >= _BUFFERED:
             self.flush()
 
@@ -165,9 +171,14 @@ class RecordScorer:
                        for i, s in zip(indices, symbols, strict=True)]
         scored = None
         if self.every > 1:
-            has = np.fromiter((s is not None for s in symbols), bool, len(symbols))
-            number = self._first + np.cumsum(has) - 1  # each symbol's number
-            scored = (has & (number % self.every == 0)).tolist()
+            if ends:  # ends alone take no number
+                has = np.fromiter((s is not None for s in symbols), bool, len(symbols))
+                number = self._first + np.cumsum(has) - 1  # each symbol's number
+                mask = has & (number % self.every == 0)
+            else:  # the symbols are numbered in a row: every every-th one
+                mask = np.zeros(len(keys), dtype=bool)
+                mask[-self._first % self.every::self.every] = True
+            scored = mask.tolist()
         end_mask = None
         if ends:
             end_mask = [False] * len(keys)

@@ -101,7 +101,7 @@ class _Batch:
         self.arrays: tuple | None = None  # or the items as arrays already (a batch without ends)
         self.hmm_proba = np.zeros(0)
 
-    def set_items(self, t: list[int], row: list[int], has_state: list[bool]) -> None:
+    def set_items(self, t, row: list[int], has_state: list[bool]) -> None:
         """The HMM's items of a batch without ends: positions and stream rows; each one's rank
         in its stream, and whether it starts from no state, follow. O(items log items)."""
         row_a = np.array(row, dtype=np.int64)
@@ -110,7 +110,7 @@ class _Batch:
         rank = np.empty_like(row_a)
         rank[order] = np.arange(row_a.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
         fresh = (rank == 0) & ~np.array(has_state, dtype=bool)[row_a]
-        self.arrays = (np.array(t, dtype=np.int64), row_a, fresh, rank)
+        self.arrays = (np.asarray(t, dtype=np.int64), row_a, fresh, rank)
 
     def hmm_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Positions, stream rows, restarts and ranks of the HMM's items, as arrays."""
@@ -336,12 +336,13 @@ class OnlinePredictor:
         own = backoff is None or backoff.use_model
         batch = _Batch()
         S, U, V, X, rows = batch.scored, batch.u, batch.v, batch.x, batch.rows
-        t_hmm, row_hmm = [], []
+        row_hmm, rget, cget = [], rows.get, codes.get
+        every = scored is None
         for t, (key, i) in enumerate(zip(keys, indices, strict=True)):
             if i < 0:
                 continue
-            code = codes.get(key, 0)
-            if i < n and (scored is None or scored[t]):
+            code = cget(key, 0)
+            if i < n and (every or scored[t]):
                 v = (code & _DIGIT) - 1
                 u = ((code >> CONTEXT_BITS) & _DIGIT) - 1
                 v = UNKNOWN if v >= n else v  # -1 (the start) stays
@@ -350,10 +351,13 @@ class OnlinePredictor:
                 if own:
                     batch.windows.append(self._context(key)[0])
             if with_hmm:
-                t_hmm.append(t)
-                row_hmm.append(rows.setdefault(key, len(rows)))
+                row = rget(key)
+                if row is None:
+                    row = rows[key] = len(rows)
+                row_hmm.append(row)
             codes[key] = ((code << CONTEXT_BITS) | (i + 1)) & mask
-        if t_hmm:
+        if row_hmm:
+            t_hmm = np.flatnonzero(np.asarray(indices) >= 0)  # the items with a symbol
             batch.set_items(t_hmm, row_hmm, [k in post for k in rows])
         return batch
 
