@@ -31,7 +31,7 @@ from connectors.malformed import parse_limit
 from streamspec.core import defaults
 
 __all__ = ["DaemonConfig", "load_toml", "mestimator_params", "ESTIMATOR_SETTINGS",
-           "DEFAULT_BOOTSTRAP"]
+           "DEFAULT_BOOTSTRAP", "SCORE_EVERY"]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"  # used when no broker address is given
 
@@ -44,6 +44,7 @@ ESTIMATOR_SETTINGS = {  # setting of the CLI and the daemon -> parameter of MEst
     "formulation": "formulation",
 }
 _WARM_SWEEPS = defaults.WARM_SWEEPS  # sweeps of a warm-started refit when ``sweeps`` is not given
+SCORE_EVERY = 16  # the daemon scores its partitions' symbols 0, N, 2N, ... (docs/kafka-daemon.md)
 
 
 def mestimator_params(**settings: Any) -> dict[str, Any]:
@@ -138,6 +139,13 @@ class DaemonConfig:
     checkpoint_every, checkpoint_interval
         Write the checkpoints (then commit offsets) after this many records or
         seconds, whichever comes first.
+    score_every
+        Once a model is served, each partition's symbols numbered 0, N, 2N, ... are
+        predicted before they are learned (:mod:`connectors.kafka.scoring`): their
+        prequential log loss is reported per partition, and the mixing weights learn
+        from them (saved in the partition's checkpoint). Every symbol still moves its
+        stream's context and hidden state. 1: every symbol; 0: none (no loss, the weights
+        stay the model's). With a predictions topic every symbol is scored.
     dead_letter_topic
         Where poison messages go (default ``<topic>.dead-letters``; ``""``: nowhere,
         they are only counted and logged).
@@ -230,6 +238,7 @@ class DaemonConfig:
     refit_process: bool = True
     refit_duty: float = 0.5
     checkpoint_every: int = 50_000
+    score_every: int = SCORE_EVERY
     checkpoint_interval: float = 1.0
     dead_letter_topic: str | None = None
     predictions_topic: str | None = None
@@ -265,7 +274,7 @@ class DaemonConfig:
         if not isinstance(self.format, Mapping):
             raise ValueError(f"format must be a table of options, got {self.format!r}")
         object.__setattr__(self, "format", dict(self.format))
-        for name in ("refit_every", "checkpoint_every", "min_triples"):
+        for name in ("refit_every", "checkpoint_every", "min_triples", "score_every"):
             if _bad_int(getattr(self, name), minimum=0):
                 raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
         for name in ("max_symbols", "hmm_states"):

@@ -17,6 +17,9 @@ position of the last record learned from each input, and calls its hooks:
     the durable state is never behind the model saved.
 ``progress(records, positions)``
     after every item, for a progress bar.
+``learned(records, number)``
+    after every record learned, with the symbols learned before it (``learn --follow``
+    scores it: :class:`~connectors.record_scoring.RecordScorer`).
 
 Malformed records are counted by the source (``errors_by_reason``);
 :meth:`IngestLoop.errors` adds them to the counts of earlier runs. ``learn``
@@ -123,6 +126,9 @@ class IngestLoop:
         The periodic save hook (``None``: none) and its cadence in seconds.
     progress
         ``progress(records, positions)`` after every item.
+    learned
+        ``learned(records, number)`` after every record learned (``[record]``, and the
+        symbols learned before it).
     """
 
     def __init__(self, source: Any, acc: Any, *, records: int = 0,
@@ -131,7 +137,8 @@ class IngestLoop:
                  checkpoint: Callable[[], Any] | None = None, checkpoint_every: int = 100_000,
                  checkpoint_interval: float = 1.0,
                  save: Callable[[], Any] | None = None, save_interval: float = math.inf,
-                 progress: Callable[[int, dict], Any] | None = None) -> None:
+                 progress: Callable[[int, dict], Any] | None = None,
+                 learned: Callable[[list, int], Any] | None = None) -> None:
         self.source = source
         self.acc = acc
         self.records = records
@@ -144,6 +151,7 @@ class IngestLoop:
         self._save = save
         self.save_interval = save_interval
         self._progress = progress
+        self._learned = learned
         self.finished = False  # the source ended (rather than being stopped)
         self._stop = False
         self._last_ckpt, self._since = time.monotonic(), 0  # records since the checkpoint
@@ -191,6 +199,8 @@ class IngestLoop:
     def learn(self, rec: Any, pos: Any) -> None:
         """Learn one record read at ``pos``, then checkpoint or save if it is time."""
         learned = learn_record(self.acc, [rec])  # all or nothing, as the daemon learns
+        if self._learned is not None:
+            self._learned([rec], self.records)
         self.records += learned
         self._unsaved += learned
         if pos is not None:

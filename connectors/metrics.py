@@ -10,6 +10,10 @@ Examples
 streamspec_records_total 10
 >>> 'streamspec_dead_letters_total{reason="empty"} 2' in text
 True
+>>> text = m.prometheus(per_partition={"prequential_log_loss": ("gauge", {0: 1.25, 3: 1.5})})
+>>> [ln for ln in text.splitlines() if "prequential" in ln]  # doctest: +NORMALIZE_WHITESPACE
+['# TYPE streamspec_prequential_log_loss gauge', 'streamspec_prequential_log_loss{partition="0"} 1.25',
+ 'streamspec_prequential_log_loss{partition="3"} 1.5']
 """
 
 from __future__ import annotations
@@ -60,8 +64,13 @@ class DaemonMetrics:
         self._last_status_time, self._last_status_messages = now, self.messages
         return rate
 
-    def prometheus(self, gauges: dict[str, float] | None = None) -> str:
-        """The counters (and extra gauges) in the Prometheus text exposition format."""
+    def prometheus(self, gauges: dict[str, float] | None = None,
+                   per_partition: dict[str, tuple[str, dict[int, float]]] | None = None) -> str:
+        """The counters (and extra gauges) in the Prometheus text exposition format.
+
+        ``per_partition``: ``{name: (type, {partition: value})}``, one series per
+        partition (label ``partition``), e.g. the prequential log loss.
+        """
         lines = [
             "# TYPE streamspec_records_total counter",
             f"streamspec_records_total {self.records}",
@@ -107,6 +116,10 @@ class DaemonMetrics:
         ]
         for name, value in sorted((gauges or {}).items()):
             lines += [f"# TYPE streamspec_{name} gauge", f"streamspec_{name} {_num(value)}"]
+        for name, (kind, values) in sorted((per_partition or {}).items()):
+            lines.append(f"# TYPE streamspec_{name} {kind}")
+            lines += [f'streamspec_{name}{{partition="{p}"}} {_num(v)}'
+                      for p, v in sorted(values.items())]
         return "\n".join(lines) + "\n"
 
 

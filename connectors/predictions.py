@@ -46,6 +46,10 @@ class StreamPredictor:
     history
         Symbols listed in a prediction's ``history`` (default: the model's window, at least
         2).
+    online
+        The :class:`~streamspec.streaming.online_predictor.OnlinePredictor` to predict with
+        (default: a new one): the daemon passes a partition's own, so that the predictions
+        and the partition's prequential loss and weights are one piece of work.
 
     Attributes
     ----------
@@ -55,12 +59,13 @@ class StreamPredictor:
     """
 
     def __init__(
-        self, model: ObservableOperatorModel, version: int = 0, history: int | None = None
+        self, model: ObservableOperatorModel, version: int = 0, history: int | None = None,
+        online: OnlinePredictor | None = None,
     ):
         self.version = version
         self._histories: dict[Hashable, deque] = {}
         self._length = history if history is not None else max(2, int(model.window))
-        self.online = OnlinePredictor(window=model.window)
+        self.online = online if online is not None else OnlinePredictor(window=model.window)
         self.set_model(model, version)
 
     def set_model(self, model: ObservableOperatorModel, version: int) -> None:
@@ -70,16 +75,19 @@ class StreamPredictor:
         labels = model.symbols if model.symbols is not None else list(range(model.n_symbols))
         self._labels = list(labels)
         self._index = {s: i for i, s in enumerate(self._labels)}
-        self.online.set_model(model)
+        if self.online.model is not model:
+            self.online.set_model(model)
 
     def forget(self, key: Hashable) -> None:
         """The stream's sequence ended: its next symbol starts from no history."""
         self._histories.pop(key, None)
         self.online.end(key)
 
-    def observe(self, key: Hashable, symbol: Hashable) -> dict[str, Any]:
+    def observe(self, key: Hashable, symbol: Hashable, index: int | None = None) -> dict[str, Any]:
         """Append ``symbol`` to stream ``key``; the distribution of its next symbol.
 
+        ``index``: the symbol's index in the model, if the caller knows it (e.g. the index of
+        ``"<other>"`` for a label a capped alphabet counts as it); else looked up by label.
         O(E · K + K²) to learn from the symbol, O(n · K) for the distribution (the 20 most
         probable are listed).
         """
@@ -87,7 +95,7 @@ class StreamPredictor:
         if h is None:
             h = self._histories[key] = deque(maxlen=self._length)
         h.append(symbol)
-        self.online.observe(key, self._index.get(symbol, UNSEEN))
+        self.online.observe(key, self._index.get(symbol, UNSEEN) if index is None else index)
         p = self.online.row(key)
         order = _top(p, _MAX_LISTED)
         return {

@@ -37,7 +37,7 @@ import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from streamspec.core.factors import factors_of
+from connectors.refit_start import RefitStart
 from streamspec.core.fit_data import triples_of
 from streamspec.core.mestimator import MEstimator
 from streamspec.core.model import ObservableOperatorModel
@@ -135,15 +135,17 @@ class ProcessMEstimator(MEstimator):
     def fit(self, data, init=None) -> ObservableOperatorModel:
         """Fit in the worker process; same arguments and result as ``MEstimator.fit``.
 
-        Sends O(distinct triples + n·k²) bytes to the worker and back; the fit costs
-        what ``MEstimator.fit`` costs on sparse counts.
+        A previous model ``init`` goes as its :class:`~connectors.refit_start.RefitStart`
+        (factors, HMM, learned weights; no rank: ``"auto"`` chooses again). Sends O(distinct
+        triples + n·k²) bytes to the worker and back; the fit costs what ``MEstimator.fit``
+        costs on sparse counts.
         """
         self._validate()
         triples, labels = sparse_counts(data)
-        factors = factors_of(init)
+        start = init if isinstance(init, RefitStart) or init is None else RefitStart.of(init)
         for attempt in range(2):
             try:
-                future = _submit(_fit_in_worker, self.get_params(), triples, labels, factors)
+                future = _submit(_fit_in_worker, self.get_params(), triples, labels, start)
                 model, attrs = future.result()
                 break
             except BrokenProcessPool:  # the worker died (e.g. killed): start a new one

@@ -20,6 +20,13 @@ once with the log identity removed from the checkpoints (as written before it
 was kept: offsets only), interleaved, fresh groups; per partition, the time from
 its assignment to its first new record counted.
 
+With ``--score-compare`` the daemon reads the topic with its partitions' records
+predicted before they are learned (:mod:`connectors.kafka.scoring`) with each
+``score_every`` of ``--score-rates`` (default 0, 1, 8, 32: none, i.e. the daemon before
+scoring, every symbol, one in 8, one in 32), interleaved with the bare loop in each run,
+and prints each one's rate and ratio to the bare loop, with the prequential log loss
+the scoring daemons report.
+
 With ``--fetch-compare`` it compares instead the daemon's fetch size before and
 after partitions were interleaved (``fetch_max_bytes`` 50 MiB, kafka-python's
 default, against the daemon's 1 MiB), with a backlog (the topic written first)
@@ -30,7 +37,7 @@ Usage::
 
     python demos/bench_kafka.py [--messages 200000] [--runs 3] [--partitions 1]
                                 [--weighting W] [--rank 2] [--fetch-compare] [--verify-cost]
-                                [--quick]
+                                [--score-compare [--score-rates 0,1,8,32]] [--quick]
 
 ``--weighting`` defaults to the daemon's own default (MEstimator's); ``--quick``
 is a smoke run (20,000 messages, one run).
@@ -62,6 +69,10 @@ from connectors.kafka import ConsumerDaemon  # noqa: E402
 GROUP = dict(session_timeout_ms=3000, heartbeat_interval_ms=500, max_poll_interval_ms=10000)
 
 
+DATA = {"source": "?"}  # what symbols() read: said in the benchmark's first line
+CPU = {"us": float("nan")}  # CPU time of this process per message, over the last timed read
+
+
 def symbols(n: int) -> list[str]:
     """Letters of Alice in Wonderland (falls back to a synthetic text without the data)."""
     try:
@@ -69,8 +80,11 @@ def symbols(n: int) -> list[str]:
 
         text = load_alice_letters()
         letters = [c for c in (text if isinstance(text, str) else "".join(map(str, text)))]
+        DATA["source"] = f"Alice's {len(letters):,} letters"
     except Exception:  # the data set is optional for a benchmark
         letters = list("the quick brown fox jumps over the lazy dog ") * 1000
+        DATA["source"] = ("a repeated pangram (no Alice data found: set STREAMSPEC_DATA); every "
+                          "stream is periodic, so its prequential loss is near 0")
     return [letters[i % len(letters)] for i in range(n)]
 
 
@@ -86,15 +100,16 @@ def produce(bootstrap: str, topic: str, n: int, streams: int = 100) -> None:
 def bare(bootstrap: str, topic: str, group: str, n: int) -> float:
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
                              enable_auto_commit=False, auto_offset_reset="earliest", **GROUP)
-    seen, first, t0 = 0, 0, 0.0
+    seen, first, t0, c0 = 0, 0, 0.0, 0.0
     while seen < n:
         batch = consumer.poll(timeout_ms=200, max_records=500)
         got = sum(len(v) for v in batch.values())
         if got and not seen:
-            first, t0 = got, time.perf_counter()
+            first, t0, c0 = got, time.perf_counter(), time.process_time()
         seen += got
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     consumer.close(autocommit=False)
+    CPU["us"] = 1e6 * (c1 - c0) / (seen - first)
     return (seen - first) / (t1 - t0)
 
 
@@ -104,8 +119,95 @@ def daemon(bootstrap: str, topic: str, group: str, n: int, state_dir: str,
     return rate, refits
 
 
+def _scoring_label(every: int) -> str:
+    if every == 0:
+        return "no scoring (score_every=0)"
+    return "every symbol (score_every=1)" if every == 1 else f"1 symbol in {every} (score_every={every})"
+
+
+def scorer_cost(n: int, rates_of: list[int], streams: int = 100) -> None:
+    """CPU time of a partition's scorer alone (no broker), per message, for each ``score_every``.
+
+    The model: MEstimator (rank 2) on the first 100,000 messages; then the scorer reads
+    the next ones as the daemon does (one ``add`` per message, a flush per 500).
+    """
+    from connectors.record_scoring import RecordScorer
+    from connectors.records import Record
+    from streamspec import MEstimator, MomentAccumulator
+
+    letters = symbols(min(n, 400_000))
+    keys = [f"reader-{i % streams}".encode() for i in range(len(letters))]
+    acc = MomentAccumulator()
+    for k, x in zip(keys[:100_000], letters[:100_000], strict=True):
+        acc.learn_one(x, k)
+    model = MEstimator(rank=2).fit(acc)
+    records = [[Record(k, x)] for k, x in zip(keys[100_000:], letters[100_000:], strict=True)]
+    print(f"scorer alone, {len(records):,} messages, model parts {'+'.join(model.backoff.components)}:")
+    for every in rates_of:
+        if not every:
+            continue
+        scorer = RecordScorer(acc, every=every)
+        scorer.follow(model)
+        c0 = time.process_time()
+        for j in range(0, len(records), 500):
+            for t, r in enumerate(records[j:j + 500]):
+                scorer.add(r, j + t)
+            scorer.flush()
+        cpu = 1e6 * (time.process_time() - c0) / len(records)
+        print(f"  {_scoring_label(every):<34}{cpu:6.2f} µs CPU per message, prequential loss "
+              f"{scorer.online.log_loss:.4f}", flush=True)
+
+
+def score_compare(bootstrap: str, topic: str, tmp: str, n: int, runs: int, rates_of: list[int],
+                  **settings) -> None:
+    """Rates of the daemon scoring with each ``score_every`` of ``rates_of``, beside the bare loop."""
+    scoring = {_scoring_label(e): e for e in rates_of}
+    rates: dict[str, list[float]] = {"bare": []}
+    cpu: dict[str, list[float]] = {"bare": []}
+    losses: dict[str, list[float]] = {}
+    for run in range(runs):
+        rates["bare"].append(bare(bootstrap, topic, f"bare-s{run}", n))
+        cpu["bare"].append(CPU["us"])
+        labels = list(scoring) if run % 2 == 0 else list(scoring)[::-1]
+        for label in labels:
+            group = f"score-{scoring[label]}-{run}"
+            d = _ScoredDaemon(bootstrap, topic, group, n, f"{tmp}/{group}",
+                              score_every=scoring[label], **settings)
+            rates.setdefault(label, []).append(d.rate)
+            cpu.setdefault(label, []).append(CPU["us"])
+            losses.setdefault(label, []).append(d.loss)
+        print(f"run {run + 1}: " + ", ".join(f"{k} {v[-1]:,.0f} msg/s ({cpu[k][-1]:.1f} µs CPU)"
+                                             for k, v in rates.items()), flush=True)
+    b, bc = statistics.median(rates["bare"]), statistics.median(cpu["bare"])
+    print(f"\nmedian of {runs} run(s), {n:,} messages; ratio to the bare loop of the same runs "
+          f"(CPU: this process's CPU time per message, the refits' worker excluded):")
+    print(f"{'reader':<34}{'msg/s':>10}{'ratio':>8}{'CPU µs/msg':>12}{'prequential loss':>18}")
+    print(f"{'bare kafka-python loop':<34}{b:>10,.0f}{1:>8.2f}{bc:>12.1f}")
+    for label in scoring:
+        loss = statistics.median(losses[label])
+        print(f"{label:<34}{statistics.median(rates[label]):>10,.0f}"
+              f"{statistics.median(rates[label]) / b:>8.2f}{statistics.median(cpu[label]):>12.1f}"
+              f"{loss:>18.4f}")
+
+
+class _ScoredDaemon:
+    """One timed daemon run; its rate and the prequential loss of its partitions at the end."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, n: int, state_dir: str,
+                 **settings):
+        holder: list = []
+        self.rate, self.refits, _ = _timed_daemon(
+            bootstrap, topic, group, n, state_dir,
+            at_end=lambda d: holder.append(d.prequential()), **settings)
+        learned = holder[0] if holder else {}
+        total = sum(w.loss for w in learned.values())
+        scored = sum(w.scored for w in learned.values())
+        self.loss = total / scored if scored else float("nan")
+
+
 def _timed_daemon(bootstrap: str, topic: str, group: str, n: int, state_dir: str,
                   ends: dict[int, int] | None = None, feed: Callable[[], None] | None = None,
+                  at_end: Callable[[ConsumerDaemon], None] | None = None,
                   **settings) -> tuple[float, int, float | None]:
     """Rate (msg/s), refits, and the share of the others read when one partition was done.
 
@@ -126,13 +228,16 @@ def _timed_daemon(bootstrap: str, topic: str, group: str, n: int, state_dir: str
         feeder.start()
     while m.messages == 0:
         time.sleep(0.001)
-    first, t0 = m.messages, time.perf_counter()
+    first, t0, c0 = m.messages, time.perf_counter(), time.process_time()
     share = None
     while m.messages < n:
         if ends and share is None:
             share = _others_share(d.offsets(), ends)
         time.sleep(0.005)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
+    CPU["us"] = 1e6 * (c1 - c0) / (m.messages - first)  # the refits run in another process
+    if at_end is not None:
+        at_end(d)
     d.stop()
     thread.join()
     if feed is not None:
@@ -292,6 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fetch-compare", action="store_true",
                         help="compare the fetch size before/after partitions were interleaved")
     parser.add_argument("--quick", action="store_true", help="20,000 messages, one run")
+    parser.add_argument("--score-compare", action="store_true",
+                        help="the daemon scoring with each --score-rates, beside the bare loop")
+    parser.add_argument("--score-rates", default="0,1,8,32",
+                        help="--score-compare: the score_every values compared (default 0,1,8,32)")
     parser.add_argument("--verify-cost", action="store_true",
                         help="time a restored partition's log verification (assignment -> "
                              "first new record, with and without it)")
@@ -313,8 +422,14 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         produce(bootstrap, topic, n)
         print(f"produced {n} messages in {time.perf_counter() - t:.1f}s "
-              f"({args.partitions} partition(s)); refits: rank {args.rank}, "
+              f"({args.partitions} partition(s)) from {DATA['source']}; refits: rank {args.rank}, "
               f"{args.weighting or 'the default'} weighting, every 20,000 symbols")
+        if args.score_compare:
+            scorer_cost(n, [int(v) for v in args.score_rates.split(",")])
+            score_compare(bootstrap, topic, tmp, n, args.runs,
+                          [int(v) for v in args.score_rates.split(",")],
+                          weighting=args.weighting, rank=args.rank)
+            return 0
         bare_rates, daemon_rates, refits = [], [], []
         for run in range(args.runs):
             bare_rates.append(bare(bootstrap, topic, f"bare-{run}", n))

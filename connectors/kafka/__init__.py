@@ -68,12 +68,23 @@ each refit also fits a K-state HMM (:class:`~streamspec.WithHMM`), saved to
 the headers ``format`` (``streamspec.HiddenMarkovModel/1``), ``model-version``,
 ``records`` and ``refitter`` (value :meth:`HiddenMarkovModel.to_bytes`).
 
+Prequential loss and learned weights
+------------------------------------
+Once a model is served, each partition's records are predicted before they are
+learned by the partition's own online predictor (:mod:`connectors.kafka.scoring`;
+``score_every``: every symbol, or the symbols numbered 0, N, 2N, ...): the
+partition's prequential log loss (status line ``loss=``, metric
+``streamspec_prequential_log_loss``) and the mixing weights learned from it, saved in
+the partition's checkpoint and merged into the weights each refit starts from
+(:mod:`connectors.kafka.refit_policy`).
+
 Predictions
 -----------
 With ``predictions_topic`` set, every record learned once a model exists gives
 one JSON message (key: the message's key): ``{"key", "symbol", "partition",
 "offset", "history", "next": {symbol: probability}, "top", "model_version"}``,
-``next`` listing the 20 most probable next symbols of that stream.
+``next`` listing the 20 most probable next symbols of that stream. They come from
+the same per-partition predictor, which scores every symbol then.
 
 Streams must be partitioned by their key (the default for keyed messages):
 each partition keeps the tails of its own streams.
@@ -112,6 +123,8 @@ Modules
 * :mod:`connectors.kafka.local_refits`: refits on this daemon's partitions (local state);
 * :mod:`connectors.kafka.group_refits`: one refitter for the group (state topic);
 * :mod:`connectors.kafka.outputs`: dead letters, predictions, model messages;
+* :mod:`connectors.kafka.scoring`: each partition's records predicted before they are
+  learned (prequential loss, learned weights, predictions);
 * :mod:`connectors.kafka.status`: the daemon's figures, the status line and the Prometheus metrics;
 * the state backends live in :mod:`connectors.state` (files, state topic).
 """

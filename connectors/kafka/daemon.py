@@ -62,6 +62,9 @@ class ConsumerDaemon(Reporting):
     assignment, ownership, learner, checkpoints
         The partitions held, their take-over and hand-back, the learning of batches,
         checkpoint-then-commit (see the module docstring).
+    scoring
+        The partitions' online predictors: prequential loss, learned weights, predictions
+        (:mod:`connectors.kafka.scoring`).
     consumer
         The group's ``KafkaConsumer`` (``None`` until connected).
 
@@ -94,6 +97,7 @@ class ConsumerDaemon(Reporting):
         self.backend, self.refits, self.checkpoints = w.backend, w.refits, w.checkpoints
         self.learner, self.ownership, self.services = w.learner, w.ownership, w.services
         self.watch, self.verifier, self.group_watch = w.watch, w.verifier, w.group_watch
+        self.scoring = w.scoring
         self.states, self.failed = self.assignment.states, self.assignment.failed
         self._listener: RebalanceListener | None = None
 

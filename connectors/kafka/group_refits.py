@@ -253,7 +253,8 @@ class _GlobalView:
 
     Decoded and merged once, when created (in the poll loop); ``copy()`` hands the
     merged accumulator to :class:`~streamspec.streaming.refitter.Refitter`, keeping the
-    previous model's label order so that the refit can warm-start from it.
+    previous model's label order so that the refit can warm-start from it; the
+    snapshots' learned weights, merged, become the previous model's.
     """
 
     def __init__(self, snapshots: LatestSnapshots, policy: RefitPolicy):
@@ -261,6 +262,7 @@ class _GlobalView:
         self.records = sum(s.records for s in states)
         self._acc = merge_accumulators((s.acc for s in states), policy.label_order)
         policy.label_order = list(self._acc.symbols)
+        policy.learned_into_model([s.weights for s in states])
 
     @property
     def n_triples(self) -> float:

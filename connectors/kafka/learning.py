@@ -6,6 +6,10 @@ counts, in offset order, one message at a time and all or nothing
 a symbol outside the fixed alphabet, or whose learning raised is a dead letter and
 is skipped; a valid message whose learning fails because the state cannot grow is
 a state failure: the batch stops before it (its partition's offset stays on it).
+Once a model is served, each message learned is also given to the partition's
+predictor (:mod:`connectors.kafka.scoring`): its symbols are scored (their prequential
+probability, the weights learning from it) at the end of the batch, in order, or
+predicted at once with a predictions topic; what is counted never depends on it.
 The partition's offset moves past every message handled, so the checkpoint is
 always "the counts of every message before this offset", and the last message
 handled is the partition's mark (:class:`~connectors.state.identity.RecordMark`:
@@ -25,6 +29,7 @@ from connectors.kafka.assignment import Assignment
 from connectors.kafka.checkpoints import Checkpointer
 from connectors.kafka.outputs import Outputs
 from connectors.kafka.refit_policy import RefitPolicy
+from connectors.kafka.scoring import Scoring
 from connectors.kafka.verification import LogVerifier
 from connectors.metrics import DaemonMetrics
 from connectors.records import MalformedRecord, RecordFormat, parse_kafka
@@ -65,17 +70,19 @@ class BatchLearner:
     verifier
         Checks the first batch of a partition held back until its log is verified,
         and marks the last record counted.
+    scoring
+        The partitions' predictors: each message learned is scored (or predicted).
     """
 
     def __init__(self, fmt: RecordFormat, allowed: frozenset | None, assignment: Assignment,
                  outputs: Outputs, metrics: DaemonMetrics, refits: RefitPolicy,
                  checkpoints: Checkpointer,
                  on_state_failure: Callable[[str, TopicPartition, int], None],
-                 verifier: LogVerifier):
+                 verifier: LogVerifier, scoring: Scoring):
         self.fmt, self.allowed, self.assignment = fmt, allowed, assignment
         self.outputs, self.metrics, self.refits = outputs, metrics, refits
         self.checkpoints, self.on_state_failure = checkpoints, on_state_failure
-        self.verifier = verifier
+        self.verifier, self.scoring = verifier, scoring
         # parsed records of short (key, value) pairs: streams repeat a few symbols, and
         # parsing depends on nothing else (records are immutable; timestamps are not used)
         self._cache: dict[tuple, list] = {}
@@ -90,7 +97,7 @@ class BatchLearner:
             if not messages:
                 return
         acc, cache, allowed = state.acc, self._cache, self.allowed
-        predicting = self.outputs.predictor is not None
+        scorer = self.scoring.scorer(state)
         learned, start = 0, state.offset
         if messages:
             self.outputs.malformed.read(len(messages))  # the base of --max-malformed's share
@@ -107,15 +114,19 @@ class BatchLearner:
                 state.offset = m.offset + 1  # sent as a dead letter
                 continue
             try:
-                learned += learn_record(acc, records)
+                n = learn_record(acc, records)
             except Exception as exc:  # deterministic, so a replay does exactly the same
                 if is_state_failure(exc):  # the record is valid: stop, never a dead letter
                     self.on_state_failure(f"{type(exc).__name__}: {exc}", tp, m.offset)
                     break
                 self.outputs.dead_letter(state, m, "unprocessable", f"{type(exc).__name__}: {exc}")
-            if predicting:  # outputs only: they never change what is counted
-                self.outputs.predict_all(m, records)
+            else:
+                if scorer is not None:  # outputs only: they never change what is counted
+                    self.scoring.add(scorer, m, records, state.records + learned)
+                learned += n
             state.offset = m.offset + 1
+        if scorer is not None:
+            self.scoring.flush(scorer)
         if state.offset > start:
             self._mark(tp, state, messages)
         state.records += learned

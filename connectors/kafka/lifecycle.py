@@ -39,6 +39,7 @@ from connectors.kafka.log_watch import BrokerWatch
 from connectors.kafka.outputs import Outputs
 from connectors.kafka.rebalance import Ownership
 from connectors.kafka.refit_policy import RefitPolicy, make_estimator
+from connectors.kafka.scoring import Scoring
 from connectors.kafka.verification import LogVerifier
 from connectors.metrics import DaemonMetrics, MetricsServer
 from connectors.process_fit import shutdown_worker, start_worker
@@ -73,6 +74,7 @@ class Wiring:
     watch: BrokerWatch
     verifier: LogVerifier
     group_watch: GroupWatch
+    scoring: Scoring
 
 
 def wire(config: DaemonConfig, fail: Callable[..., None]) -> Wiring:
@@ -98,14 +100,16 @@ def wire(config: DaemonConfig, fail: Callable[..., None]) -> Wiring:
     verifier = LogVerifier(config, assignment, metrics,
                            lambda tp, reason, error: ownership.fail_partition(tp, reason, error),
                            watch)
+    scoring = Scoring(config, outputs)
     learner = BatchLearner(fmt, frozenset(alphabet) if alphabet is not None else None,
-                           assignment, outputs, metrics, refits, checkpoints, fail, verifier)
+                           assignment, outputs, metrics, refits, checkpoints, fail, verifier,
+                           scoring)
     ownership = Ownership(config, metrics, backend, refits, assignment,
                           lambda: new_accumulator(config), checkpoints.save_released,
                           verifier.expect)
     return Wiring(fmt, client_id, store, metrics, assignment, probe, outputs, backend, refits,
                   checkpoints, learner, ownership, Services(config), watch, verifier,
-                  GroupWatch(config, metrics))
+                  GroupWatch(config, metrics), scoring)
 
 
 def choose_state(config: DaemonConfig, store: StateStore, outputs: Outputs,

@@ -144,7 +144,8 @@ class _PartitionsView:
 
     ``n_triples`` is a cheap sum; ``copy()`` (called only when a refit starts)
     merges the partitions by label, keeping the previous model's label order so
-    that the refit can warm-start from it.
+    that the refit can warm-start from it, and their learned weights into the
+    previous model, so that the refit keeps them.
     """
 
     def __init__(self, policy: LocalRefits):
@@ -159,4 +160,5 @@ class _PartitionsView:
         p = self._policy
         acc = merge_accumulators((s.acc for s in p.states.values()), p.label_order)
         p.label_order = list(acc.symbols)
+        p.learned_into_model([s.learned() for s in p.states.values()])
         return acc

@@ -2,13 +2,13 @@
 
 All go through one producer (``linger_ms=5``); they are flushed before every
 checkpoint that moves past their messages, so they are delivered at least once.
-:class:`Outputs` also holds the model being served (for predictions and the
-status line).
+:class:`Outputs` also holds the model being served (for predictions, the partitions'
+scoring and the status line; the predictions themselves are made by each partition's
+predictor, :mod:`connectors.kafka.scoring`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import NamedTuple
@@ -21,7 +21,6 @@ from connectors.kafka.clients import BOOTSTRAP_TIMEOUT_MS
 from connectors.malformed import MalformedReport, TooManyMalformed
 from connectors.metrics import DaemonMetrics
 from connectors.model_topic import encode_hmm
-from connectors.predictions import StreamPredictor
 from connectors.state.files import PartitionState
 from streamspec.core.model import ObservableOperatorModel
 
@@ -75,7 +74,6 @@ class Outputs:
         self.producer: KafkaProducer | None = None
         self.model: ObservableOperatorModel | None = None
         self.version = 0
-        self.predictor: StreamPredictor | None = None
 
     def connect(self) -> KafkaProducer | None:
         """Create the producer if any output topic is set (``KafkaError`` to be retried)."""
@@ -98,14 +96,10 @@ class Outputs:
             self.producer.close(timeout=10)
 
     def serve(self, model: ObservableOperatorModel, version: int) -> None:
-        """Serve ``model`` (predictions, metrics) as version ``version``."""
+        """Serve ``model`` (predictions, scoring, metrics) as version ``version``; the
+        partitions' predictors follow it at their next batch."""
         self.model = model
         self.version = version
-        if self.config.predictions_topic:
-            if self.predictor is None:
-                self.predictor = StreamPredictor(model, version)
-            else:
-                self.predictor.set_model(model, version)
 
     def flush(self) -> bool:
         """Wait until every output sent is acknowledged; False (logged) if it failed."""
@@ -147,25 +141,10 @@ class Outputs:
             self.producer.send(topic, key=m.key, value=m.value[: self.max_bytes],
                                headers=headers)
 
-    def predict_all(self, m, records) -> None:
-        """One prediction message per symbol of ``m``; outputs only, counts never change."""
-        predictor = self.predictor
-        try:
-            for r in records:
-                if r.symbol is not None:
-                    out = predictor.observe(r.key, r.symbol)
-                    out.update(symbol=r.symbol, partition=m.partition, offset=m.offset)
-                    self.producer.send(
-                        self.config.predictions_topic,
-                        key=m.key,
-                        value=json.dumps(out, default=str).encode(),
-                    )
-                    self.metrics.predictions += 1
-                if r.end:
-                    predictor.forget(r.key)
-        except (KafkaError, ValueError) as exc:
-            log.warning("event=prediction-failed partition=%s-%d offset=%d error=%r",
-                        m.topic, m.partition, m.offset, str(exc))
+    def send_prediction(self, key: bytes | None, value: bytes) -> None:
+        """Send one prediction message (JSON ``value``) to ``predictions_topic``."""
+        self.producer.send(self.config.predictions_topic, key=key, value=value)
+        self.metrics.predictions += 1
 
     def publish_model(self, model: ObservableOperatorModel, version: int, records: int,
                       loss: float) -> None:

@@ -17,6 +17,15 @@ policies, chosen with the state backend (:func:`connectors.kafka.lifecycle.choos
 
 Refits run in the background (:class:`~streamspec.streaming.refitter.Refitter`);
 the poll loop only takes finished models (:meth:`RefitPolicy.after_batch`).
+
+What a refit starts from: the previous model, with its mixing weights replaced by the
+partitions' learned ones merged (:meth:`RefitPolicy.learned_into_model`, when the refit's
+counts are taken: each partition's weights, from its scorer or its snapshot, averaged per
+bucket over the symbols each learned from, :func:`~connectors.state.weights.merge_weights`).
+A warm refit (``fit(counts, init=previous)``) keeps those weights, starts the HMM from
+the previous one and skips the held-out stage of a first fit; so the model saved and
+published carries what the stream taught, and a partition met for the first time starts
+from it. Each partition's predictor keeps its own weights across refits.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from connectors.config import DaemonConfig, mestimator_params
 from connectors.kafka.outputs import DETAIL_MAX, Outputs
 from connectors.metrics import DaemonMetrics
 from connectors.process_fit import ProcessMEstimator
+from connectors.state.weights import LearnedWeights, merge_weights
 from streamspec.core.mestimator import MEstimator
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.streaming.refitter import FitRecord, Refitter
@@ -226,6 +236,16 @@ class RefitPolicy:
             self.metrics.last_loss = record.loss
             self.metrics.last_fit_seconds = record.seconds
         return record
+
+    def learned_into_model(self, learned: list[LearnedWeights | None]) -> None:
+        """Before a refit starts: the previous model's weights become the partitions' learned
+        ones merged, so that the refit keeps them. O(partitions · buckets · blends)."""
+        backoff = getattr(self.refitter.model, "backoff", None)
+        if backoff is None:
+            return
+        merged = merge_weights(learned, backoff.mixture, backoff.components)
+        if merged is not None:
+            backoff.mixture = merged  # the served model's copies in the partitions are theirs
 
     def _duty_waits(self, now: float) -> bool:
         """Whether ``refit_duty`` asks to wait (refits kept to a fraction of the time)."""

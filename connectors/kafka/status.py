@@ -7,11 +7,19 @@ partitions, the refit policy's own); :func:`status_line` and
 One ``event=status`` line every ``status_interval`` seconds::
 
     event=status rate=… records=… lag=… partitions=0,1 refits=… last_loss=… dead_letters=…
-    model_version=… symbols=… counts_mb=… failed=- paused=- refit_failures=0 offsets=0:…,1:…
+    model_version=… symbols=… counts_mb=… failed=- paused=- refit_failures=0
+    loss=0:…,1:… scored=0:…,1:… offsets=0:…,1:…
 
 followed, with the state topic, by ``refitter=`` and ``global_records=``.
 ``offsets`` is the next offset to read of each assigned partition. ``symbols`` is
-the alphabet of the partitions' merged counts (the one refits fit). Only when
+the alphabet of the partitions' merged counts (the one refits fit). ``loss`` is each
+partition's prequential log loss (nats per symbol: every scored symbol predicted by the
+model served before it was learned, since the partition was first read; carried by its
+checkpoint) and ``scored`` how many symbols that is (``-`` before any:
+:mod:`connectors.kafka.scoring`); the metrics give both per partition
+(``streamspec_prequential_log_loss``, ``streamspec_scored_symbols_total``, and
+``streamspec_prequential_loss_nats_total``, whose rate over the scored symbols' rate is
+the loss of a recent window). Only when
 there is something to say: ``refit_error=`` (the exception of the last refit, if
 it failed), ``deleted_unread=`` (records deleted before they were read, since
 start), ``log_resets=`` (partitions read again from a new log's start) and
@@ -31,6 +39,7 @@ from connectors.kafka.group_watch import GroupWatch
 from connectors.kafka.lifecycle import Services
 from connectors.kafka.outputs import Outputs
 from connectors.kafka.refit_policy import RefitPolicy
+from connectors.kafka.scoring import Scoring, describe
 from connectors.metrics import DaemonMetrics
 from connectors.state.backend import StateBackend
 from streamspec.core.model import ObservableOperatorModel
@@ -68,6 +77,8 @@ class Reportable(Protocol):
 
     def notes(self) -> dict[str, str]: ...
 
+    def prequential(self) -> dict: ...
+
 
 class Reporting:
     """The daemon's figures, read from its collaborators (a base of the daemon).
@@ -83,6 +94,7 @@ class Reporting:
     services: Services
     consumer: KafkaConsumer | None
     group_watch: GroupWatch
+    scoring: Scoring
 
     @property
     def model(self) -> ObservableOperatorModel | None:
@@ -126,6 +138,11 @@ class Reporting:
         """The refit policy's figures (with the state topic: ``refitter``, ``global_records``)."""
         return self.refits.status()
 
+    def prequential(self) -> dict:
+        """``{partition: LearnedWeights}`` of the partitions held that scored a symbol."""
+        with self.assignment.lock:
+            return self.scoring.status(self.assignment.states)
+
     def unassigned_seconds(self) -> float:
         """Seconds without any partition (0 while holding some)."""
         return self.group_watch.unassigned_seconds()
@@ -158,6 +175,7 @@ def status_line(daemon: Reportable) -> str:
     extra = "".join(f" {k}={v}" for k, v in daemon.extra_status().items())
     offsets = ",".join(f"{p}:{o}" for p, o in sorted(daemon.offsets().items()))
     notes = "".join(f" {k}={v}" for k, v in daemon.notes().items())
+    loss, scored = describe(daemon.prequential())
     return (
         f"rate={rate:.0f}/s records={m.records} lag={'?' if lag is None else lag} "
         f"partitions={_partitions(sorted(daemon.states))} refits={m.refits} "
@@ -165,7 +183,8 @@ def status_line(daemon: Reportable) -> str:
         f"dead_letters={sum(m.dead_letters.values())} model_version={daemon.model_version} "
         f"symbols={daemon.n_symbols()} counts_mb={daemon.counts_bytes() / 1e6:.1f} "
         f"failed={failed or '-'} paused={_partitions(daemon.paused())} "
-        f"refit_failures={daemon.refit_failures()}{notes}{extra} offsets={offsets or '-'}"
+        f"refit_failures={daemon.refit_failures()}{notes}{extra} loss={loss} scored={scored} "
+        f"offsets={offsets or '-'}"
     )
 
 
@@ -180,4 +199,10 @@ def render_metrics(daemon: Reportable, connected: bool) -> str:
               **daemon.extra_status()}
     if lag is not None:
         gauges["lag"] = lag
-    return daemon.metrics.prometheus(gauges)
+    learned = daemon.prequential()
+    per_partition = {
+        "prequential_log_loss": ("gauge", {p: w.log_loss for p, w in learned.items()}),
+        "prequential_loss_nats_total": ("counter", {p: w.loss for p, w in learned.items()}),
+        "scored_symbols_total": ("counter", {p: w.scored for p, w in learned.items()}),
+    }
+    return daemon.metrics.prometheus(gauges, per_partition)

@@ -16,7 +16,9 @@ Layout of a state folder::
     <state_dir>/<topic>/model.ckpt                  the latest model
 
 A partition checkpoint names what it belongs to: its header holds the topic,
-the partition and the consumer group (format version 2), and
+the partition and the consumer group (format version 2), and the mixing weights its
+stream taught with its prequential loss (version 3, :mod:`connectors.state.weights`;
+an older file has none and loads all the same), and
 :meth:`StateStore.restore` refuses, with :class:`ForeignCheckpoint`, a file
 written for any other. A version-1 file (written before the group was recorded)
 is accepted only when its topic and partition match the file's name.
@@ -51,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.state.identity import LogIdentity
+from connectors.state.weights import HEADER_KEY, LearnedWeights
 from streamspec.core.checkpoint import (
     CheckpointError,
     dump_checkpoint,
@@ -67,7 +70,7 @@ __all__ = ["PartitionState", "SourceState", "StateStore", "merge_accumulators",
 _PARTITION_FORMAT = "streamspec.PartitionState"
 _SOURCE_FORMAT = "streamspec.SourceState"
 _VERSION = 1
-_PARTITION_VERSION = 2  # 2: the header names the consumer group
+_PARTITION_VERSION = 3  # 2: the header names the consumer group; 3: and the learned weights
 
 
 class ForeignCheckpoint(CheckpointError):
@@ -133,6 +136,13 @@ class PartitionState:
         What identifies the log read: the last record counted, records deleted before
         they were read (:class:`~connectors.state.identity.LogIdentity`; header entry
         ``log``, absent from checkpoints written before it was kept).
+    weights
+        The mixing weights and prequential loss the checkpoint held
+        (:class:`~connectors.state.weights.LearnedWeights`; ``None`` in older ones).
+    scorer
+        The daemon's online predictor of the partition, if any
+        (:class:`connectors.kafka.scoring.PartitionScorer`: anything with
+        ``learned_weights()``): its weights, when it has some, are the ones checkpointed.
     """
 
     topic: str
@@ -145,6 +155,13 @@ class PartitionState:
     written_at: float = 0.0
     group: str | None = None
     log: LogIdentity = field(default_factory=LogIdentity)
+    weights: LearnedWeights | None = None
+    scorer: Any = field(default=None, repr=False, compare=False)
+
+    def learned(self) -> LearnedWeights | None:
+        """The weights and loss learned so far: the scorer's, else the checkpoint's. O(1)."""
+        live = self.scorer.learned_weights() if self.scorer is not None else None
+        return live if live is not None else self.weights
 
     def checkpoint_parts(self) -> tuple[dict, dict]:
         acc_header, arrays = _split_acc(self.acc)
@@ -160,6 +177,10 @@ class PartitionState:
             "log": self.log.to_header(),
             "accumulator": acc_header,
         }
+        learned = self.learned()
+        if learned is not None:
+            header[HEADER_KEY], weight_arrays = learned.to_parts()
+            arrays = {**arrays, **weight_arrays}
         return header, arrays
 
     @classmethod
@@ -182,6 +203,7 @@ class PartitionState:
                 written_at=float(header.get("written_at", 0.0)),
                 group=None if header.get("group") is None else str(header["group"]),
                 log=LogIdentity.from_header(header.get("log")),
+                weights=LearnedWeights.from_parts(header.get(HEADER_KEY), arrays, source),
             )
         except CheckpointError:
             raise

@@ -13,7 +13,10 @@ Message layout
 * value: the bytes of :func:`streamspec.core.checkpoint.dump_checkpoint` with the
   format ``streamspec.PartitionState`` (the same header and arrays as the
   checkpoint files of :mod:`connectors.state.files`: npz + JSON header, versioned,
-  SHA-256 checksummed, never a pickle);
+  SHA-256 checksummed, never a pickle); version 2 holds the partition's learned
+  mixing weights (:mod:`connectors.state.weights`), version 1 (before them) is read
+  too. A daemon older than version 2 refuses the new snapshots as unreadable (the
+  partition stays paused, never recounted): upgrade the daemons of a group together;
 * headers: ``format`` (``streamspec.PartitionState/1``), ``source-topic``,
   ``source-partition``, ``source-offset`` (the next offset to read), ``records``,
   ``owner`` and ``group`` (the consumer group, when known), so that a reader picks
@@ -91,8 +94,8 @@ __all__ = [
 log = logging.getLogger("streamspec.daemon")
 
 STATE_FORMAT = "streamspec.PartitionState"
-_STATE_VERSION = 1
-_FORMAT_HEADER = f"{STATE_FORMAT}/{_STATE_VERSION}".encode()
+_STATE_VERSION = 2  # of the value's checkpoint: 2 holds the learned weights (1 is read too)
+_FORMAT_HEADER = f"{STATE_FORMAT}/1".encode()  # the message's layout, unchanged
 
 
 def state_partition(source_partition: int, n_state_partitions: int) -> int:
@@ -121,7 +124,8 @@ def encode_snapshot(state: PartitionState, owner: str = "") -> tuple[bytes, byte
     header, arrays = state.checkpoint_parts()
     state.written_at = header["written_at"]
     # decoded once before it is sent: a snapshot that would not read back is never published
-    value = dump_verified(STATE_FORMAT, header, arrays, PartitionState.from_parts)
+    value = dump_verified(STATE_FORMAT, header, arrays, PartitionState.from_parts,
+                          version=_STATE_VERSION)
     headers = [
         ("format", _FORMAT_HEADER),
         ("source-topic", state.topic.encode()),

@@ -120,6 +120,10 @@ def _add_schedule_options(p) -> None:
     g.add_argument("--checkpoint-interval", type=float, metavar="S",
                    help="checkpoint every S seconds (default 1)")
     g = p.add_argument_group("monitoring")
+    g.add_argument("--score-every", type=int, metavar="N",
+                   help="predict each partition's symbols 0, N, 2N, ... before learning them: "
+                        "their prequential log loss (status loss=, metrics) and the mixing "
+                        "weights learned from them (1: every symbol; 0: none; default 16)")
     g.add_argument("--status-interval", type=float, metavar="S",
                    help="seconds between status lines (default 10; 0: none)")
     g.add_argument("--metrics-port", type=int, metavar="PORT",
@@ -135,7 +139,7 @@ _CONSUME_SETTINGS = (
     "weighting", "formulation", "sweeps", "mode", "max_symbols", "hmm_states",
     "refit_every", "refit_interval", "min_triples",
     "refit_duty", "refit_process",
-    "checkpoint_every", "checkpoint_interval", "status_interval", "metrics_port",
+    "checkpoint_every", "checkpoint_interval", "score_every", "status_interval", "metrics_port",
     "state_backend", "state_topic", "on_offset_out_of_range", "max_malformed",
 )
 

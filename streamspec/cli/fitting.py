@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import time
 from typing import Any
@@ -124,7 +125,7 @@ def _rank(args: argparse.Namespace, acc) -> Any:
     return rank
 
 
-def fit_and_save(args, acc, log: logging.Logger, final: bool = True) -> int:
+def fit_and_save(args, acc, log: logging.Logger, final: bool = True, scorer=None) -> int:
     """Fit θ_M on the counts with the command's settings, save it to ``--out`` (and the HMM).
 
     Unset settings take MEstimator's own defaults; an integer rank is clamped to the
@@ -132,7 +133,13 @@ def fit_and_save(args, acc, log: logging.Logger, final: bool = True) -> int:
     their held-out log loss beside the unigram's and the trigram's.
     ``final=False`` (a periodic save of ``learn --follow``): problems are logged as
     warnings, and counts that cannot be fitted yet are skipped silently; otherwise
-    they raise :class:`CommandError`. Cost: that of the fit, O(nnz·k + n·k²) and up.
+    they raise :class:`CommandError`. ``scorer`` (``learn --follow``): a
+    :class:`~connectors.record_scoring.RecordScorer` that predicted the records read since
+    the last fit before they were learned: their prequential loss is logged
+    (``event=prequential``), the fit starts from the previous model with the weights
+    those records taught (:class:`~connectors.refit_start.RefitStart`: kept, not
+    re-estimated from held-out counts), and the scorer follows the new model. Cost: that
+    of the fit, O(nnz·k + n·k²) and up.
     """
     def fail(message: str) -> int:
         if final:
@@ -152,15 +159,19 @@ def fit_and_save(args, acc, log: logging.Logger, final: bool = True) -> int:
 
     rank = _rank(args, acc)
     est = MEstimator(**_params(args, rank))
+    start = _refit_start(scorer, log)
     t0 = time.perf_counter()
     try:
         with step(f"fitting the model ({acc.n:,} symbols, rank {rank})", final and show_progress(args)):
-            model = est.fit(acc)
+            model = est.fit(acc, init=start)
     except (ValueError, MemoryError) as exc:  # bad settings, or counts too large to fit
         return fail(explain_fit_error(exc, args))
     parts = "+".join(model.backoff.components) if model.backoff is not None else "model"
-    log.info("event=fitted rank=%d requested_rank=%s symbols=%d seconds=%.2f predictor=%s",
-             model_rank(model), rank, model.n_symbols, time.perf_counter() - t0, parts)
+    log.info("event=fitted rank=%d requested_rank=%s symbols=%d seconds=%.2f predictor=%s "
+             "weights=%s", model_rank(model), rank, model.n_symbols, time.perf_counter() - t0,
+             parts, "held-out" if start is None else "learned")
+    if scorer is not None:
+        scorer.follow(model)
     quality = quality_log(model)
     if quality:  # held-out log loss of the predictions, beside the unigram, trigram and parts
         log.info("event=quality %s", quality)
@@ -171,6 +182,23 @@ def fit_and_save(args, acc, log: logging.Logger, final: bool = True) -> int:
     if states:
         return fit_and_save_hmm(args, acc, log, final=final)
     return 0
+
+
+def _refit_start(scorer, log: logging.Logger) -> Any:
+    """What a ``learn --follow`` save refits from (``None``: a first fit); logs the
+    prequential loss of the records read since the last fit. O(E)."""
+    if scorer is None or scorer.online is None or scorer.online.model is None:
+        return None
+    from connectors.refit_start import RefitStart
+
+    scorer.flush()
+    nats, symbols = scorer.since_model()
+    if symbols:
+        log.info("event=prequential symbols=%d log_loss=%.4f perplexity=%.2f (the records read "
+                 "since the last fit, each predicted by its model before it was learned)",
+                 symbols, nats / symbols, math.exp(nats / symbols))
+    online = scorer.online
+    return RefitStart.of(online.model, online.mixture)
 
 
 def no_triples_message(args: argparse.Namespace, malformed: str = "") -> str:

@@ -99,7 +99,7 @@ def describe_checkpoint(path: str | os.PathLike, top: int = _TOP_EMISSIONS) -> d
                    last_record=(mark.describe() if mark is not None else
                                 None if st.log.recorded else "not recorded (older checkpoint)"),
                    deleted_unread=st.log.deleted_unread, log_resets=st.log.resets,
-                   **_describe_acc(st.acc))
+                   **_describe_learned(st.weights), **_describe_acc(st.acc))
     elif kind == "streamspec.SourceState":
         from connectors.state import SourceState
 
@@ -149,6 +149,17 @@ def _listed(symbols):
     if symbols is None or len(symbols) <= _LISTED_SYMBOLS:
         return symbols
     return [*symbols[:_LISTED_SYMBOLS], f"... ({len(symbols) - _LISTED_SYMBOLS:,} more)"]
+
+
+def _describe_learned(weights) -> dict:
+    """A partition's prequential loss and the weights its records taught (docs/kafka-daemon.md)."""
+    if weights is None:
+        return {"prequential": "not recorded (older checkpoint, or nothing scored yet)"}
+    out = {"prequential_log_loss": round(weights.log_loss, 4) if weights.scored else None,
+           "scored_symbols": weights.scored, "weights_of": "+".join(weights.components)}
+    if weights.mixture is not None:  # the mean blend of each bucket of context counts
+        out["learned_blends"] = np.round(weights.mixture.blends(range(6)), 3).tolist()
+    return out
 
 
 def _describe_acc(acc) -> dict[str, Any]:

@@ -196,11 +196,12 @@ def _learn_by_chunks(args, fmt, report) -> int:
     return _counted(args, result.acc, result.records, report)
 
 
-def _counted(args, acc, records: int, report, fit: bool = True) -> int:
+def _counted(args, acc, records: int, report, fit: bool = True, scorer=None) -> int:
     """After counting: the log line, the malformed summary and limit, the counts, the fit.
 
     ``fit=False``: a read stopped before its end (it resumes from ``--state``): the
-    counts are saved, nothing is fitted or judged.
+    counts are saved, nothing is fitted or judged. ``scorer``: ``--follow``'s (the fit
+    starts from the weights its records taught).
     """
     from connectors.malformed import TooManyMalformed
 
@@ -215,7 +216,7 @@ def _counted(args, acc, records: int, report, fit: bool = True) -> int:
             raise CommandError(str(exc)) from None
     if args.counts:
         acc.save(args.counts)
-    return 0 if args.no_fit or not fit else fit_and_save(args, acc, log)
+    return 0 if args.no_fit or not fit else fit_and_save(args, acc, log, scorer=scorer)
 
 
 def _load_state(args) -> Any:
@@ -259,8 +260,13 @@ def _learn_by_records(args, fmt, report) -> int:
     sources.append(source)
     log = logging.getLogger("streamspec.learn")
     log.info("event=%s files=%s", "following" if args.follow else "reading", ",".join(args.files))
+    scorer = None
+    if args.follow and args.out and not args.no_fit:  # saves periodically: weights learned online
+        from connectors.record_scoring import RecordScorer
+
+        scorer = RecordScorer(state.acc)
     try:
-        signum = _ingest(args, state, source, log)
+        signum = _ingest(args, state, source, log, scorer)
     except TooManyMalformed as exc:
         raise CommandError(str(exc)) from None
     report.seen = max(report.seen, source.lines)
@@ -270,14 +276,16 @@ def _learn_by_records(args, fmt, report) -> int:
             # a one-pass read stopped early resumes from --state: no model of part of the files
             return _counted(args, state.acc, state.records, report, fit=False)
         # following has no end: stopping is how it ends, so the model of everything is saved
-    return _counted(args, state.acc, state.records, report)
+    return _counted(args, state.acc, state.records, report, scorer=scorer)
 
 
-def _ingest(args, state, source, log: logging.Logger) -> int | None:
+def _ingest(args, state, source, log: logging.Logger, scorer=None) -> int | None:
     """Learn ``source`` into ``state`` until its end or SIGTERM/SIGINT; the signal, if any.
 
     ``state`` is checkpointed to ``--state`` on the way (and at the end); with
-    ``--follow --out`` the model is also saved every ``--save-interval`` seconds.
+    ``--follow --out`` the model is also saved every ``--save-interval`` seconds, and
+    from the first save on every record is predicted by the model saved before it is
+    learned (``scorer``): the weights the next save starts from are the ones they taught.
     """
     from connectors.ingest_loop import IngestLoop
 
@@ -297,8 +305,10 @@ def _ingest(args, state, source, log: logging.Logger) -> int | None:
         source, state.acc, records=state.records, positions=state.positions, errors=state.errors,
         checkpoint=checkpoint if args.state else None, checkpoint_every=args.checkpoint_every,
         checkpoint_interval=args.checkpoint_interval,
-        save=(lambda: fit_and_save(args, state.acc, log, final=False)) if periodic else None,
-        save_interval=args.save_interval, progress=progress.update)
+        save=(lambda: fit_and_save(args, state.acc, log, final=False, scorer=scorer))
+        if periodic else None,
+        save_interval=args.save_interval, progress=progress.update,
+        learned=scorer.add if scorer is not None else None)
     stop: list[int] = []
 
     def on_signal(signum, frame):

@@ -439,7 +439,9 @@ class MEstimator(StatefulFits, Estimator):
             return model
 
         seed = 0 if self.random_state is None else self.random_state
-        previous = init if isinstance(init, ObservableOperatorModel) else None
+        # a previous model, or anything that carries its backoff (a refit's start sent to a
+        # worker process without the operators): the refit keeps its weights and its HMM
+        previous = init if getattr(init, "backoff", None) is not None else None
         self.model_ = fit_with_backoff(fit, triples, starts_of(data, triples.n), random_state=seed,
                                        hmm_states=self.hmm_states, previous=previous)
         state = getattr(self, "state_", None)

@@ -159,8 +159,31 @@ class ExpertMixture:
         if P.ndim != 2 or b_all.shape != (P.shape[0],):
             raise ValueError(f"one bucket per row of probabilities: {b_all.shape} and {P.shape}")
         out = np.empty(P.shape[0])
-        for t, b in enumerate(b_all):
-            out[t] = self.observe(b, P[t])
+        if P.shape[0] == 0:
+            return out
+        # why: the experts' probabilities of every row in one product, each posterior updated
+        # in place, the blends once per bucket at the end: 4 small vector operations a symbol
+        # instead of 9 (the same updates, up to rounding)
+        PE = P @ self.grid.T
+        keep, share = 1.0 - self.switching, self.switching / self.n_experts
+        rows = list(self._posterior)  # views: updated in place
+        learned = np.zeros(N_BUCKETS)
+        dot = np.dot
+        for t, (b, pe) in enumerate(zip(b_all.tolist(), PE, strict=True)):
+            w = rows[b]
+            p = float(dot(w, pe))
+            if not p > 0 or p == np.inf:  # as observe: nothing to learn from it
+                out[t] = max(p, 0.0) if np.isfinite(p) else 0.0
+                continue
+            out[t] = p
+            w *= pe
+            w *= keep / p
+            if share:
+                w += share
+            learned[b] += 1
+        touched = learned > 0
+        self._blends[touched] = self._posterior[touched] @ self.grid
+        self.n_observed += learned
         return out
 
     @classmethod

@@ -23,15 +23,14 @@ import numpy as np
 
 from streamspec.core.mixture import N_BUCKETS, ExpertMixture
 from streamspec.core.trigram import START, UNKNOWN
+from streamspec.streaming.batch_observation import BatchObservation
+from streamspec.streaming.context_codes import CONTEXT_BITS, DIGIT, UNSEEN
 
 __all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS", "UNSEEN"]
 
 ROW_CACHE_FLOATS = 1 << 22  # rows kept per model (floats: 32 MiB)
-CONTEXT_BITS = 22  # bits per symbol in a stream's context code (0: no symbol, the start)
-_DIGIT = (1 << CONTEXT_BITS) - 1
 _CONTEXTS_KEPT = 1 << 18  # trigram contexts remembered (then forgotten all at once)
 TOP = 32  # argmax: candidates per part before the exact bound is checked
-UNSEEN = _DIGIT - 1  # the index of a label no model knows (above every alphabet: 2²¹ symbols)
 
 
 class _Rows:
@@ -117,7 +116,7 @@ def _bucket(count: float) -> int:
     return min(math.ceil(math.log(1.0 + max(count, 0.0)) / math.log(4.0) - 1e-12), N_BUCKETS - 1)
 
 
-class OnlinePredictor:
+class OnlinePredictor(BatchObservation):
     """Per-stream contexts and hidden states, and the weights learned from every symbol.
 
     Parameters
@@ -157,6 +156,7 @@ class OnlinePredictor:
         self.cache_floats = cache_floats
         self.model = None
         self.mixture: ExpertMixture | None = None
+        self.components: tuple[str, ...] = ()  # the components the weights are for
         self._rows: _Rows | None = None
         self._keep = max(self.window, 2)  # symbols kept per stream
         self._mask = (1 << (CONTEXT_BITS * self._keep)) - 1
@@ -170,28 +170,35 @@ class OnlinePredictor:
     def set_model(self, model) -> None:
         """Swap in a model (its backoff carries the trigram and the HMM). The streams keep
         their symbols; their hidden states are kept when the HMM has as many states (warm
-        refits keep the states' order); the weights are kept when the components match,
-        else taken from the model. O(1) (rows are computed lazily)."""
+        refits keep the states' order); the weights are kept when they are for the same
+        components, else taken from the model. O(1) (rows are computed lazily)."""
         old = self.model
         self.model = model
         self._rows = _Rows(model, self.window, self.cache_floats)
         if model.backoff is None:  # the model alone: nothing to mix, nothing to learn
             self._post.clear()
             return
-        new_k = model.backoff.mixture.n_components
-        if self.mixture is None or self.mixture.n_components != new_k:
+        if self.mixture is None or self.components != model.backoff.components:
             self.mixture = model.backoff.mixture.copy()
+            self.components = model.backoff.components
         old_hmm = None if old is None or old.backoff is None else old.backoff.hmm
         hmm = model.backoff.hmm
         if hmm is None or old_hmm is None or old_hmm.n_states != hmm.n_states:
             self._post.clear()
+
+    def set_weights(self, mixture: ExpertMixture, components: tuple[str, ...]) -> None:
+        """Go on from learned weights (e.g. read from a checkpoint) over ``components``: the
+        next :meth:`set_model` keeps them if its model mixes the same components. O(1)."""
+        if mixture.n_components != len(components):
+            raise ValueError(f"weights of {mixture.n_components} components for {components}")
+        self.mixture, self.components = mixture, tuple(components)
 
     # ---------------------------------------------------------------- one stream
 
     def _digits(self, key: Hashable) -> list[int]:
         """The stream's last symbols (oldest first), -1 for a position before its start."""
         code = self._codes.get(key, 0)
-        return [((code >> (CONTEXT_BITS * a)) & _DIGIT) - 1 for a in range(self._keep - 1, -1, -1)]
+        return [((code >> (CONTEXT_BITS * a)) & DIGIT) - 1 for a in range(self._keep - 1, -1, -1)]
 
     def _context(self, key: Hashable) -> tuple[tuple[int, ...], int, int]:
         """The stream's context: the known symbols of the model's window (oldest first) and the
