@@ -156,9 +156,9 @@ class KneserNeyNGram:
     --------
     >>> kn = KneserNeyNGram(n_symbols=2, order=1).fit([[0, 1, 0, 1, 0, 1]])
     >>> kn.predict_proba_next([0]).round(4).tolist()
-    [0.1146, 0.8854]
+    [0.1667, 0.8333]
     >>> round(kn.log_loss([[0, 1, 0]]), 4)
-    0.2751
+    0.2012
     """
 
     def __init__(self, n_symbols: int, order: int = 2, discount: float = 0.75):
