@@ -38,9 +38,9 @@ from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_em import refine, refine_windows, triple_log_likelihood
 from streamspec.core.hmm_moments import exact_triples, moment_estimate, normalise_columns
 from streamspec.core.params import Estimator
+from streamspec.core.triples import Triples
 from streamspec.core.window_rank import window_for_states
 from streamspec.core.window_triples import WindowTriples
-from streamspec.core.triples import Triples
 from streamspec.core.windows import MAX_WINDOW, PAD, WindowCounts
 
 __all__ = ["HMMEstimator", "moment_estimate", "refine", "triple_log_likelihood", "exact_triples"]
@@ -71,7 +71,8 @@ class HMMEstimator(Estimator):
         number of distinct windows, recovered when the window Hankel matrix has rank m.
     n_iter
         Iterations of the refinement (EM on the counted triples or grams); 0 keeps the
-        method-of-moments estimate.
+        method-of-moments estimate. None (default): 50 over triples, 300 over windows
+        (cycles of the accelerated EM; the tolerance usually stops it well before).
     tol
         The refinement stops when an iteration raises the mean triple (gram)
         log-likelihood by less than this.
@@ -149,7 +150,7 @@ class HMMEstimator(Estimator):
         self,
         *,
         n_states: int,
-        n_iter: int = defaults.HMM_N_ITER,
+        n_iter: int | None = None,
         tol: float = defaults.HMM_TOL,
         n_restarts: int = 0,
         random_state=None,
@@ -305,15 +306,17 @@ class HMMEstimator(Estimator):
         n = counts.n
         best = None
         for name, (pi, T, O) in starts:
-            if self.n_iter > 0 and name != "warm":
+            if self.n_iter != 0 and name != "warm":
                 # a floor keeps every counted triple possible, so EM's log-likelihood is finite
                 O = normalise_columns(O, floor=_FLOOR / n)
                 T = normalise_columns(T, floor=_FLOOR)
                 pi = (pi + _FLOOR) / (pi + _FLOOR).sum()
             if isinstance(counts, Triples):
-                *params, hist, conv = refine(counts, pi, T, O, self.n_iter, self.tol)
+                n_iter = defaults.HMM_N_ITER if self.n_iter is None else self.n_iter
+                *params, hist, conv = refine(counts, pi, T, O, n_iter, self.tol)
             else:
-                *params, hist, conv = refine_windows(counts, pi, pi, T, O, self.n_iter, self.tol)
+                n_iter = defaults.HMM_WINDOW_N_ITER if self.n_iter is None else self.n_iter
+                *params, hist, conv = refine_windows(counts, pi, pi, T, O, n_iter, self.tol)
             if best is None or hist[-1] > best[1][-1]:
                 best = (name, hist, conv, tuple(params))
         return best

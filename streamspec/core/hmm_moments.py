@@ -221,6 +221,6 @@ def exact_windows(hmm, window: int, scale: float = 1e12) -> WindowCounts:
     for _ in range(span - 1):
         nxt = (alpha[:, 0, :] @ T.T)  # Pr(prefix, h_{t+1})
         alpha = (nxt[:, None, :] * O[None, :, :]).reshape(-1, 1, m)
-        digits = np.concatenate([np.repeat(digits, n, axis=0), np.tile(np.arange(n), digits.shape[0])[:, None]],
-                                axis=1)
+        digits = np.concatenate([np.repeat(digits, n, axis=0),
+                                 np.tile(np.arange(n), digits.shape[0])[:, None]], axis=1)
     return WindowCounts.from_digits(n, int(window), digits, alpha[:, 0, :].sum(axis=1) * scale)

@@ -14,8 +14,9 @@ the population (a shorter window's Hankel is a marginal of a longer one's).
   windows already give every dimension the next longer window adds, ``r_l ≥ r_{l+1}``
   (else the longest). Counts of window 1 — every alphabet of 128 symbols or more under
   ``window="auto"`` — give 1 without any SVD.
-- :func:`window_for_states` (``HMMEstimator``): the smallest l with ``r_l ≥ K`` for K
-  states (else the l of largest ``r_l``); 1 without any SVD when the counts are triples.
+- :func:`window_for_states` (``HMMEstimator``'s moments): the smallest l with ``r_l ≥ K``
+  for K states (else, among the windows with ``n^l ≥ K``, the l of largest ``r_l``); 1
+  without any SVD when the counts are triples.
 
 Cost per window tried: the Hankel from the distinct grams, O(nnz · L + nnz log nnz), and
 its singular values, dense up to 1,000 windows (O(W³)), else the top ``AUTO_RANK + 1`` by
@@ -90,8 +91,9 @@ def choose_window(counts: WindowCounts, max_rank: int = AUTO_RANK) -> int:
 
 
 def window_for_states(counts: WindowCounts, n_states: int, max_rank: int = AUTO_RANK) -> int:
-    """The smallest window whose Hankel supports ``n_states`` dimensions, else the one that supports
-    the most (the longest of those). 1 for counts of window 1 (no SVD). At most L SVDs.
+    """The smallest window whose Hankel supports ``n_states`` dimensions; when none does, of the
+    windows with room for them (``n^l ≥ n_states``, else the longest) the one that supports the
+    most (the shorter on a tie). 1 for counts of window 1 (no SVD). At most L SVDs.
 
     Examples
     --------
@@ -104,11 +106,12 @@ def window_for_states(counts: WindowCounts, n_states: int, max_rank: int = AUTO_
     """
     if counts.window == 1:
         return 1
-    best, best_rank = 1, -1
-    for level in range(1, counts.window + 1):
+    room = [level for level in range(1, counts.window + 1) if counts.n**level >= n_states]
+    best, best_rank = None, -1
+    for level in room or [counts.window]:
         r = supported_rank(counts.marginal(level), max(max_rank, n_states))
         if r >= n_states:
             return level
-        if r >= best_rank:
+        if r > best_rank:
             best, best_rank = level, r
     return best

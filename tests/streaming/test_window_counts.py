@@ -196,7 +196,7 @@ def test_version_3_checkpoints_still_load():
     acc.learn_many(["b", "c"], key="t")  # "a" + "b c"
     acc.learn_one("a", key="u")  # done in a v3 sliding file cannot happen; read as a fresh one
     t = acc.triples()
-    assert sorted(zip(t.x1.tolist(), t.x2.tolist(), t.x3.tolist(), t.weights.tolist())) == [
+    assert sorted(zip(t.x1.tolist(), t.x2.tolist(), t.x3.tolist(), t.weights.tolist(), strict=True)) == [
         (0, 1, 2, 3.0), (1, 2, 0, 1.0)]
     bad = dict(arrays, tail_b=np.array([2, 9, -2]))
     data = dump_checkpoint(MomentAccumulator._FORMAT, 3, header, bad)
