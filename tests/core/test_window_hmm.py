@@ -100,7 +100,8 @@ def test_choose_window_takes_the_shortest_with_all_the_rank():
 # ---------------------------------------------------------------------- recovery
 
 
-@pytest.mark.parametrize("m,n,L,seed", [(6, 3, 2, 0), (8, 4, 2, 1), (8, 2, 3, 2), (10, 3, 3, 3), (5, 2, 3, 4)])
+@pytest.mark.parametrize("m,n,L,seed", [(6, 3, 2, 0), (8, 4, 2, 1), (8, 2, 3, 2), (10, 3, 3, 3),
+                                        (5, 2, 3, 4)])
 def test_exact_recovery_with_more_states_than_symbols(m, n, L, seed):
     truth = more_states_than_symbols(m, n, seed)
     est = HMMEstimator(n_states=m, n_iter=0, random_state=seed)
