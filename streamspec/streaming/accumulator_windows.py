@@ -64,8 +64,6 @@ class WindowedStreams:
             self._base = int(self.n_symbols) + (L > 1)
         else:
             self._base = 1 << window_bits(L)
-        self._pad = self._base - 1 if L > 1 else None
-        self._P0 = L - 1 if self.mode == "sliding" else 0  # pads before a sequence's first symbol
         self._tail_mod = self._base ** (2 * L)
         # learn_one's fast path for a hot tail: not while heads still need symbols (2L > 2)
         self._hot = self._plain and not (self.track_heads and L > 1)
@@ -73,6 +71,18 @@ class WindowedStreams:
         self._grow_at = max_symbols_for(L)
         if self.window == "auto" and self.n_symbols is None and L > 1:
             self._grow_at = next(n for n in range(1, 1 << 8) if auto_window(n + 1) < L)
+
+    # why properties: an instance with more than 30 attributes loses CPython's fast attribute
+    # access (shared keys), which learn_one's hot path feels (~10%)
+    @property
+    def _pad(self) -> int | None:
+        """The digit of a pad in stream codes (``base − 1``), None at L = 1 (no pads)."""
+        return self._base - 1 if self._L > 1 else None
+
+    @property
+    def _P0(self) -> int:
+        """Pads before a sequence's first symbol: L − 1 in sliding mode, none in sequences mode."""
+        return self._L - 1 if self.mode == "sliding" else 0
 
     @property
     def current_window(self) -> int:
