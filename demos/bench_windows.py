@@ -1,12 +1,14 @@
 """More hidden states than symbols: window counts and HMMEstimator over windows (issue 19, phase 1).
 
     python demos/bench_windows.py [synthetic|sticky|real|all] [--quick] [--sizes 10000,100000]
-                                  [--large] [--em-iter 100] [--em-restarts 3] [--test 20000]
+                                  [--large] [--full-grid] [--em-iter 100] [--em-restarts 3]
+                                  [--test 20000]
 
 ``synthetic`` (the default with ``all``): sparse random automata like PAutomaC's (each
 state with 3 successors, one of them the next state of a cycle so that the chain is
 irreducible, Dirichlet(1) weights; each state emitting 3 symbols, Dirichlet(1); 2 start
-states), with K = 10, 25 and 50 states over n = 4, 8 and 20 symbols, seeded. Training
+states), with (K, n) = (10, 4), (25, 8) and (50, 20) (``--full-grid``: all nine pairs of K = 10,
+25, 50 states and n = 4, 8, 20 symbols), seeded. Training
 data: independent sequences of mean length 5, 20 or 50 (1 + geometric), until the
 size is reached (10⁴ and 10⁵ symbols; ``--large`` adds 10⁶ for K = 10 and 25); held
 out: ``--test`` symbols (20,000) of fresh sequences, each scored from its start.
@@ -205,7 +207,9 @@ def synthetic(args) -> None:
     sizes = args.sizes if not args.quick else [10_000]
     means = {4: 5.0, 8: 20.0, 20: 50.0}
     print("\n### Synthetic sparse automata (PAutomaC-like)")
-    for K, n in grid + ([] if args.quick else [(10, 8), (25, 4), (50, 8), (10, 20), (25, 20), (50, 4)]):
+    if args.full_grid:
+        grid += [(10, 8), (25, 4), (50, 8), (10, 20), (25, 20), (50, 4)]
+    for K, n in grid:
         truth = sparse_automaton(K, n, seed=100 * K + n)
         mean = means[n]
         test = sequences(truth, args.test if not args.quick else 3_000, mean, seed=1)
@@ -266,6 +270,8 @@ def main(argv=None) -> None:
     p.add_argument("--quick", action="store_true", help="one small case of each section")
     p.add_argument("--sizes", default="10000,100000", help="training sizes (symbols)")
     p.add_argument("--large", action="store_true", help="also 10⁶ training symbols (K ≤ 25)")
+    p.add_argument("--full-grid", action="store_true",
+                   help="every (K, n) of 10, 25, 50 states and 4, 8, 20 symbols, not only the diagonal")
     p.add_argument("--test", type=int, default=20_000, help="held-out symbols (synthetic)")
     p.add_argument("--em-iter", type=int, default=100)
     p.add_argument("--em-restarts", type=int, default=3, help="0: no hmmlearn EM")

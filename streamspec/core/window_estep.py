@@ -7,7 +7,7 @@ and one backward pass per *distinct* future serve every gram. The expected count
 past are linear in the backward message the grams send into it, so those messages are
 summed over the grams that share the past, and one backward pass per distinct past gives
 all their counts (likewise forward into each distinct future). Cost per E-step:
-O(nnz · m² + (P + F) · L · m²) for nnz distinct grams, P distinct pasts and F distinct
+O(nnz · m + (P + F) · L · m²) for nnz distinct grams, P distinct pasts and F distinct
 futures, instead of O(nnz · L · m²) gram by gram.
 
 Pads: a past padded before its first symbol starts a sequence, its first real state is
@@ -49,16 +49,25 @@ class GramMessages:
         wt = WindowTriples.of(counts)
         t = wt.triples
         self.L, self.n = counts.window, counts.n
-        self.x = t.x2
         self.w = t.weights / t.total
         pasts, self.past_of = np.unique(t.x1, return_inverse=True)
-        futures, self.future_of = np.unique(t.x3, return_inverse=True)
+        futures, future_of = np.unique(t.x3, return_inverse=True)
         self.past = wt.windows[pasts]  # (P, L) digits, pads -1 first
         self.future = wt.windows[futures]  # (F, L) digits, pads -1 last
         self.first = (self.past < 0).sum(axis=1)  # each past's first real position
-        self.to_past = _gather(self.past_of, pasts.size)
-        self.to_future = _gather(self.future_of, futures.size)
-        self.center = _gather(self.x, self.n)
+        # the grams sort by (x, future, past): each distinct pair (x, future) is a run of them
+        pair = t.x2 * futures.size + future_of
+        new = np.concatenate(([True], pair[1:] != pair[:-1]))
+        self.pair_of = np.cumsum(new) - 1
+        starts = np.flatnonzero(new)
+        self.pair_x, self.pair_future = t.x2[starts], future_of[starts]
+        # C[p, q] = the weight of the gram (past p, pair q), data in gram order (CSC, sorted)
+        self.C = sp.csc_matrix((self.w, self.past_of, np.append(starts, t.nnz)),
+                               shape=(pasts.size, starts.size))
+        self.pair_to_future = _gather(self.pair_future, futures.size)
+        self.pair_to_x = _gather(self.pair_x, self.n)
+        self.past_symbol = [_gather(np.maximum(self.past[:, t], 0), self.n) for t in range(self.L)]
+        self.future_symbol = [_gather(np.maximum(self.future[:, t], 0), self.n) for t in range(self.L)]
 
     def _forward_pasts(self, pi, pi0, T, O):
         """Scaled forward messages (L, P, m), their step normalisers (L, P) and log-scale sums."""
@@ -94,24 +103,34 @@ class GramMessages:
 
     def estep(self, pi, pi0, T, O, stats: bool = True):
         """``(ll, (s_pi, s_pi0, s_T, s_O))``: mean log-likelihood per gram weight and expected
-        counts (``T[h2, h1]``, ``O[x, h]`` column-stochastic). O(nnz · m² + (P + F) · L · m²)."""
+        counts (``T[h2, h1]``, ``O[x, h]`` column-stochastic). O(nnz · m + (P + F) · L · m²)."""
         alpha, a_scale, a_log = self._forward_pasts(pi, pi0, T, O)
         beta, b_scale, b_log = self._backward_futures(T, O)
-        u = (alpha[-1] @ T.T)[self.past_of] * O[self.x]  # Pr(past, x, state at x), scaled
-        B = beta[0][self.future_of]
-        z = (u * B).sum(axis=1)
+        AT = alpha[-1] @ T.T  # (P, m): Pr(past, state at x), scaled
+        Y = O[self.pair_x] * beta[0][self.pair_future]  # (pairs, m): Pr(x, future | state at x)
+        z = self._gram_probas(AT, Y)  # Pr(gram), scaled
         with np.errstate(divide="ignore"):
-            ll = float(self.w @ (np.log(z) + a_log[self.past_of] + b_log[self.future_of]))
+            ll = float(self.w @ (np.log(z) + a_log[self.past_of] + b_log[self.pair_future[self.pair_of]]))
         if not stats:
             return ll, None
-        coef = np.divide(self.w, z, out=np.zeros_like(z), where=z > 0)
-        V = O[self.x] * B * coef[:, None]  # into x from its past, per gram
-        s_T = T * (V.T @ alpha[-1][self.past_of])
-        s_O = np.asarray(self.center @ (u * B * coef[:, None]))  # the posterior at x
-        s_pi, s_pi0 = self._past_counts(alpha, a_scale, np.asarray(self.to_past @ V) @ T, T, O, s_T, s_O)
-        Q = np.asarray(self.to_future @ (u * coef[:, None]))
-        self._future_counts(Q, beta, b_scale, T, O, s_T, s_O)
+        C = self.C.copy()
+        C.data = np.divide(self.w, z, out=np.zeros_like(z), where=z > 0)  # weight / Pr, per gram
+        Vp = np.asarray(C @ Y)  # (P, m): the messages into each past's last state, summed
+        Uq = np.asarray(C.T @ AT) * O[self.pair_x]  # (pairs, m): Σ weight/Pr · Pr(past, x, state)
+        s_T = T * (Vp.T @ alpha[-1])  # ξ between the past's last symbol and x
+        s_O = np.asarray(self.pair_to_x @ (Uq * beta[0][self.pair_future]))  # the posterior at x
+        s_pi, s_pi0 = self._past_counts(alpha, a_scale, Vp @ T, T, O, s_T, s_O)
+        self._future_counts(np.asarray(self.pair_to_future @ Uq), beta, b_scale, T, O, s_T, s_O)
         return ll, (s_pi, s_pi0, s_T, s_O)
+
+    def _gram_probas(self, AT: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """``z[g] = AT[past of g] · Y[pair of g]``: through the dense (P × pairs) product when it is
+        not much larger than the grams (one BLAS product: O(P · pairs · m)), else row by row
+        (O(nnz · m), but many times slower per operation)."""
+        P, Q = AT.shape[0], Y.shape[0]
+        if P * Q <= min(32 * self.w.size, 1 << 22):
+            return (AT @ Y.T)[self.past_of, self.pair_of]
+        return (AT[self.past_of] * Y[self.pair_of]).sum(axis=1)
 
     def _past_counts(self, alpha, scale, R, T, O, s_T, s_O):
         """Backward inside every distinct past from its summed message R (P, m); adds its counts
@@ -122,7 +141,7 @@ class GramMessages:
             live = self.first <= t
             g = alpha[t] * R * live[:, None]
             d = self.past[:, t]
-            s_O += np.asarray(_gather(np.maximum(d, 0), self.n) @ g)
+            s_O += np.asarray(self.past_symbol[t] @ g)
             at_start = self.first == t
             s_pi += g[at_start & (self.first == 0)].sum(axis=0)
             s_pi0 += g[at_start & (self.first > 0)].sum(axis=0)
@@ -144,4 +163,4 @@ class GramMessages:
             v = e * beta[t + 1] / scale[t][:, None]
             s_T += T * (v.T @ A)
             A = (A @ T.T) * e / scale[t][:, None]
-            s_O += np.asarray(_gather(np.maximum(d, 0), self.n) @ (A * beta[t + 1]))
+            s_O += np.asarray(self.future_symbol[t] @ (A * beta[t + 1]))
