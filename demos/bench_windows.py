@@ -53,8 +53,14 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from streamspec import HMM, HiddenMarkovModel, HMMEstimator, MEstimator, MomentAccumulator  # noqa: E402
-from streamspec import SpectralEstimator  # noqa: E402
+from streamspec import (  # noqa: E402
+    HMM,
+    HiddenMarkovModel,
+    HMMEstimator,
+    MEstimator,
+    MomentAccumulator,
+    SpectralEstimator,  # noqa: E402
+)
 from streamspec.core.backoff import contexts_of  # noqa: E402
 from streamspec.core.trigram import KneserNeyTrigram  # noqa: E402
 
