@@ -111,8 +111,11 @@ class WindowTriples:
         the last future symbol summed out. At L = 1, ``Triples.P21``. O(nnz).
         """
         t = self.triples
-        return sp.csr_matrix((t.weights / t._checked_total(), (self.current, t.x1)),
-                             shape=(self.size, self.size))
+        # counts first, then one division: at L = 1 the very floats of Triples.P21
+        counts = sp.csr_matrix((t.weights, (self.current, t.x1)), shape=(self.size, self.size))
+        if not t.total > 0:
+            raise ValueError("no grams counted: cannot form probabilities from empty counts")
+        return counts / t.total
 
     def past_marginal(self) -> np.ndarray:
         """``Pr(past = p)`` (size,): the column sums of :meth:`hankel`. O(nnz)."""

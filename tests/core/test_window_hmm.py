@@ -63,6 +63,17 @@ def test_window_hankel_and_its_one_step_marginal_equal_brute_force():
     assert supported_rank(exact_windows(truth, 3)) == 5  # three: every state
 
 
+def test_at_window_one_the_hankel_is_p21_to_the_last_bit():
+    acc = MomentAccumulator(5)
+    acc.learn_many(np.random.default_rng(0).integers(0, 5, 3000))
+    t = acc.triples()
+    wt = WindowTriples.of(acc.windows())
+    assert wt.triples == t and wt.n_windows == 5
+    assert np.array_equal(wt.hankel().toarray(), t.P21().toarray())
+    assert np.array_equal(wt.past_marginal(), t.P1())
+    assert np.array_equal(wt.one_step().toarray(), np.eye(5)) and np.array_equal(wt.current, t.x2)
+
+
 def test_window_operators_predict_like_the_hmm_filter():
     """B_x = P3x1[x] H⁺ on window space, b1 = H 1, next-symbol distribution M b: the forward
     filter of the HMM exactly, with 5 states over 2 symbols (section 10)."""
