@@ -40,7 +40,7 @@ __all__ = [
     "FILTER", "MIN_PROBA", "BACKOFF", "HMM_STATES", "REFIT_EVERY", "ONLINE_MIN_PROBA",
     "BASIS_TOL", "WEIGHTING_RTOL",
     "WEIGHTINGS", "FACTORIZATIONS", "FORMULATIONS", "FILTERS", "BACKOFFS",
-    "HMM_N_ITER", "HMM_TOL", "HMM_INIT", "HMM_INITS",
+    "HMM_N_ITER", "HMM_WINDOW_N_ITER", "HMM_TOL", "HMM_INIT", "HMM_INITS",
     "check_settings", "check_setting", "check_hmm_settings",
 ]
 
@@ -71,6 +71,7 @@ BASIS_TOL = 0.1
 WEIGHTING_RTOL = 0.05
 # HMMEstimator (the HMM itself, docs/math.md section 8)
 HMM_N_ITER = 50  # EM iterations on the counted triples after the moment start
+HMM_WINDOW_N_ITER = 300  # over windows: SQUAREM cycles (each up to 3 E-steps), the tolerance ends most
 HMM_TOL = 1e-8  # EM stops when the mean triple log-likelihood rises by less
 HMM_INIT = "moments"
 
@@ -136,7 +137,7 @@ _RULES = {
 # tolerance may be 0 (run every iteration)
 _HMM_RULES = _RULES | {
     "n_states": ((lambda v: _is_int(v) and v >= 1), "a positive integer"),
-    "n_iter": ((lambda v: _is_int(v) and v >= 0), "an integer >= 0"),
+    "n_iter": ((lambda v: v is None or (_is_int(v) and v >= 0)), "None or an integer >= 0"),
     "tol": ((lambda v: _is_real(v) and v >= 0), "a number >= 0"),
     "init": _choice(HMM_INITS),
 }

@@ -1,4 +1,4 @@
-"""The data an estimator fits on: an accumulator, sparse :class:`Triples` or dense counts.
+"""The data an estimator fits on: an accumulator, sparse :class:`Triples`, window counts or dense counts.
 
 One place turns any of them into what the estimators use (sparse triples or, for small
 alphabets, dense counts, with the labels of a growing alphabet), and refuses empty,
@@ -11,8 +11,9 @@ import numpy as np
 
 from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.triples import Triples
+from streamspec.core.windows import WindowCounts
 
-__all__ = ["EMPTY_COUNTS", "alphabet_size", "counts_of", "triples_of", "starts_of"]
+__all__ = ["EMPTY_COUNTS", "alphabet_size", "counts_of", "triples_of", "starts_of", "windows_of"]
 
 EMPTY_COUNTS = ("cannot fit on an empty accumulator (empty counts): no triple counted yet "
                 "(each stream needs 3 symbols)")
@@ -103,6 +104,33 @@ def triples_of(data) -> tuple[Triples, list | None]:
     if not triples.total > 0:
         raise ValueError(EMPTY_COUNTS)
     return triples, labels
+
+
+def windows_of(data) -> tuple[WindowCounts, list | None]:
+    """``(grams, labels)``: the window counts of an accumulator (``data.windows()``) or a
+    :class:`~streamspec.core.windows.WindowCounts`, else the triples of :func:`triples_of` as
+    counts of window 1 (the same codes). Raises like :func:`triples_of` on empty counts.
+    O(nnz) from sparse inputs.
+
+    Examples
+    --------
+    >>> c3 = np.zeros((2, 2, 2)); c3[0, 1, 1] = 3
+    >>> g, labels = windows_of(c3)
+    >>> g.window, g.total, labels
+    (1, 3.0, None)
+    """
+    if isinstance(data, WindowCounts):
+        grams, labels = data, None
+    elif hasattr(data, "windows") and hasattr(data, "symbols"):
+        grams, labels = data.windows(), _labels_of(data)
+    else:
+        triples, labels = triples_of(data)
+        return WindowCounts.from_triples(triples), labels
+    if not np.isfinite(grams.weights).all():
+        raise ValueError("counts hold NaN or infinite values")
+    if not grams.total > 0:
+        raise ValueError(EMPTY_COUNTS)
+    return grams, labels
 
 
 def starts_of(data, n: int) -> StreamStarts:

@@ -9,19 +9,19 @@ The accumulator is one class built of mixins, each in its own module: counting b
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
 from streamspec.core.alphabet import MAX_LABELS, OTHER, Alphabet
-from streamspec.core.triples import BITS, MAX_SYMBOLS, Triples
+from streamspec.core.triples import MAX_SYMBOLS, Triples
 from streamspec.streaming.accumulator_io import AccumulatorIO
 from streamspec.streaming.accumulator_merge import AccumulatorMerge
 from streamspec.streaming.accumulator_views import AccumulatorViews
+from streamspec.streaming.accumulator_windows import WindowedStreams
 from streamspec.streaming.count_buffer import FLUSH_AT, CountBuffer
 from streamspec.streaming.start_counts import StartCounting
-from streamspec.streaming.stream_tails import DONE, NEW
+from streamspec.streaming.stream_tails import DONE, NEW, tail_code, tail_digits
 
 __all__ = ["MomentAccumulator", "OTHER"]
 
@@ -29,13 +29,18 @@ _MODES = ("sliding", "sequences")
 assert MAX_LABELS == MAX_SYMBOLS
 
 
-class MomentAccumulator(CountBuffer, StartCounting, AccumulatorViews, AccumulatorMerge, AccumulatorIO):
-    """Counts of symbol triples (x1, x2, x3), kept one symbol at a time, sparse.
+class MomentAccumulator(CountBuffer, StartCounting, WindowedStreams, AccumulatorViews, AccumulatorMerge,
+                        AccumulatorIO):
+    """Counts of symbol triples (x1, x2, x3), or of windows around each symbol, kept one symbol at a
+    time, sparse.
 
     The counts ``c3[x2, x3, x1]`` are all the state: ``c21`` and ``c1`` are their
     marginals, because in both modes P1 and P21 are taken from the same triples
     as P3x1 (``docs/math.md`` section 1). Probabilities divide by the
-    number (or, with forgetting, the total weight) of triples.
+    number (or, with forgetting, the total weight) of triples. With ``window`` L ≥ 2
+    the state is the counts of the (2L+1)-grams around each symbol (:meth:`windows`),
+    of which the triples are a marginal (section 11); merges, ``concat``, forgetting,
+    checkpoints and keyed streams work on them alike.
 
     Parameters
     ----------
@@ -65,6 +70,15 @@ class MomentAccumulator(CountBuffer, StartCounting, AccumulatorViews, Accumulato
         label is counted as the reserved symbol :data:`OTHER` (``"<other>"``), which
         takes the last index, ``max_symbols-1``, the first time it is needed, and
         :meth:`learn_one` returns that index. Labels already known keep their index.
+    window
+        L, the symbols of past and future kept around each counted symbol: 1 (default)
+        counts triples; L ≥ 2 counts (2L+1)-grams (:meth:`windows`, ``docs/math.md``
+        section 11), and the symbol indices must stay below ``2^b − 1``, ``b = 63 //
+        (2L+1)`` (4,095 symbols at L = 2, 511 at 3). ``"auto"``: the window
+        :func:`~streamspec.core.windows.auto_window` gives the alphabet (the smallest L
+        with n^L ≥ 128: 1 from 128 symbols on); a growing alphabet starts long and its
+        counts are reduced exactly (to :meth:`windows` at the smaller L) as it grows, so
+        large alphabets count plain triples after their first 128 labels.
 
     Attributes
     ----------
@@ -150,20 +164,21 @@ class MomentAccumulator(CountBuffer, StartCounting, AccumulatorViews, Accumulato
         forgetting: float = 1.0,
         track_heads: bool = False,
         max_symbols: int | None = None,
+        window: int | str = 1,
     ):
         self.n_symbols = n_symbols
         self.mode = mode
         self.forgetting = forgetting
         self.track_heads = track_heads
         self.max_symbols = max_symbols
+        self.window = window
         self._validate()
+        self._check_window()
         self._alphabet = Alphabet(n_symbols, max_symbols)
         self._fixed_n = int(n_symbols) if n_symbols is not None else -1
-        # stream codes and tails are numbers in this base: n for a fixed alphabet (small
-        # ints for small n: fast), 2²¹ for a growing one (no recoding when it grows)
-        self._base = int(n_symbols) if n_symbols is not None else 1 << BITS
-        self._base2 = self._base**2
+        # stream codes and tails are numbers in a base set by the window (_set_level)
         self._plain = mode == "sliding" and forgetting == 1.0
+        self._set_level(self._initial_level())
         # the counts: sorted distinct packed codes (x2, x3, x1) and their weights (stored units)
         self._codes = np.empty(0, dtype=np.int64)
         self._w = np.empty(0)
@@ -244,11 +259,13 @@ class MomentAccumulator(CountBuffer, StartCounting, AccumulatorViews, Accumulato
         else:
             n0 = len(self._alphabet._labels)
             i = self._alphabet.index_of(x)
+            if i >= self._grow_at:
+                self._grown(n0)  # past what the window's codes hold: reduce it, or refuse
         tails = self._tails
         tail = tails.get(key, NEW)
-        if tail >= 0 and self._plain:
+        if tail >= 0 and self._hot:
             code = tail * self._base + i
-            tails[key] = code % self._base2
+            tails[key] = code % self._tail_mod
             pending = self._pending
             pending.append(code)
             if len(pending) >= FLUSH_AT:
@@ -274,104 +291,93 @@ class MomentAccumulator(CountBuffer, StartCounting, AccumulatorViews, Accumulato
         if self.track_heads:
             self._note_head(key, tail, (i,))
         if tail == NEW:
-            self._tails[key] = -1 - i
+            self._tails[key] = tail_code([self._pad] * self._P0 + [i], self._base, self._L)
             self._note_start(i)
         elif tail >= 0:
             if self.mode == "sequences":
                 self._tails[key] = DONE
             else:
-                self._tails[key] = (tail * self._base + i) % self._base2
+                self._tails[key] = (tail * self._base + i) % self._tail_mod
             self._count((tail * self._base + i,))
         elif tail != DONE:
-            self._tails[key] = (-1 - tail) * self._base + i
-            self._note_start(None, -1 - tail, i)
+            digits = tail_digits(tail, self._base, self._L)
+            real = [d for d in digits if d != self._pad]
+            self._tails[key] = tail_code(digits + [i], self._base, self._L)
+            if len(real) == 1:
+                self._note_start(None, real[0], i)
 
     def learn_many(self, xs: Sequence | np.ndarray, key: Hashable = None) -> None:
         """Count several consecutive symbols of one stream (a list or 1-D array).
 
-        Time O(m) for m symbols when the run's alphabet is small (m³ ≤ 2²²
+        Time O(m · L) for m symbols when the run's alphabet is small (m^(2L+1) ≤ 2²²
         compact codes, one ``np.bincount``), else O(m log m) (a sort of packed
         codes); memory O(m) temporarily. The counted run is merged into the
-        sorted counts in bulk (amortised O(log) a triple).
+        sorted counts in bulk (amortised O(log) a gram).
         """
         if key is None and self._default_buffer:
             self._flush_default()
         self._fold_starts_if_long()
-        snap = self._snapshot(key, len(self._alphabet._labels))
+        n0 = len(self._alphabet._labels)
+        idx = self._alphabet.encode(xs)  # all or nothing by itself
+        if len(self._alphabet) > self._grow_at:
+            self._grown(n0)
+        snap = self._snapshot(key, n0)
         try:
-            self._learn_many(xs, key)
+            self._learn_encoded(idx, key)
         except BaseException:
             self._restore(snap)
             raise
 
-    def _learn_many(self, xs, key: Hashable) -> None:
-        idx = self._alphabet.encode(xs)
+    def _learn_encoded(self, idx: np.ndarray, key: Hashable) -> None:
         if idx.size == 0:
             return
         tail = self._tails.get(key)
+        L, pad, span = self._L, self._pad, 2 * self._L + 1
         if self.track_heads:
-            self._note_head(key, NEW if tail is None else tail, idx[:2].tolist())
-        if tail is None:
-            head: list[int] = []
-            self._note_start(int(idx[0]), *((int(idx[0]), int(idx[1])) if idx.size > 1 else ()))
-        elif tail == DONE:
+            self._note_head(key, NEW if tail is None else tail, idx[: 2 * L].tolist())
+        if tail == DONE:
             return
-        elif tail < 0:
-            head = [-1 - tail]
-            self._note_start(None, head[0], int(idx[0]))
-        else:
-            head = [tail // self._base, tail % self._base]
-        seq = np.concatenate([np.asarray(head, dtype=np.int64), idx]) if head else idx
+        digits = [pad] * self._P0 if tail is None else tail_digits(tail, self._base, L)
+        real = [d for d in digits if d != pad]
+        if tail is None:
+            self._note_start(int(idx[0]), *((int(idx[0]), int(idx[1])) if idx.size > 1 else ()))
+        elif len(real) == 1:
+            self._note_start(None, real[0], int(idx[0]))
+        seq = np.concatenate([np.asarray(digits, dtype=np.int64), idx]) if digits else idx
         if self.mode == "sequences":
-            if seq.size >= 3:
-                self._count(((int(seq[0]) * self._base + int(seq[1])) * self._base + int(seq[2]),))
+            if seq.size >= span:
+                self._count((self._stream_code(seq[:span]),))
                 self._tails[key] = DONE
             else:
                 self._store_tail(key, seq)
             return
         self._store_tail(key, seq)
-        if seq.size < 3:
+        if seq.size < span:
             return
-        self._count_run(seq)
+        n_pads = len(digits) - len(real)  # leading pads: the grams that hold them go one by one
+        if n_pads:
+            self._count(self._stream_codes(seq[: n_pads + span - 1]))
+            seq = seq[n_pads:]
+        if seq.size >= span:
+            self._count_run(seq)
 
     def end(self, key: Hashable = None) -> None:
-        """Declare the sequence of stream ``key`` over: its next symbol starts a new one. O(1)."""
+        """Declare the sequence of stream ``key`` over: its next symbol starts a new one.
+
+        With a window L ≥ 2 (sliding mode) the grams centred on its last L − 1 symbols are
+        counted now, padded after the end. O(L²).
+        """
         self._flush_default()
+        snap = self._snapshot(key, -1)
+        try:
+            self._count_end(key)
+        except BaseException:
+            self._restore(snap)
+            raise
         self._tails.pop(key, None)
         if self.track_heads:  # an end closes the first segment if it is still open
             symbols, _ = self._heads.get(key, ((), False))
             self._heads[key] = (symbols, True)
-
-    def learn_all(self, items: Iterable[tuple[Hashable, Hashable | None, bool]]) -> int:
-        """Learn ``(key, symbol, end)`` items all or nothing; the number of symbols learned.
-
-        ``symbol`` None: nothing to learn; ``end``: the key's sequence ends after it. If
-        any step raises (a full alphabet, memory), every item already learned is undone,
-        so the counts, the alphabet and the stream tails are as before the call. O(1)
-        per item.
-
-        >>> acc = MomentAccumulator()
-        >>> acc.learn_all([("u", "a", False), ("u", "b", False), ("u", "c", True)])
-        3
-        >>> acc.n_triples, acc.keys
-        (1.0, [])
-        """
-        undo = []
-        learned = 0
-        try:
-            for key, symbol, end in items:
-                if symbol is not None:
-                    undo.append(self._snapshot(key, len(self._alphabet)))
-                    self.learn_one(symbol, key)
-                    learned += 1
-                if end:
-                    undo.append(self._snapshot(key, len(self._alphabet)))
-                    self.end(key)
-        except BaseException:
-            for point in reversed(undo):
-                self._restore(point)
-            raise
-        return learned
 
     @property
     def keys(self) -> list:
@@ -421,40 +427,18 @@ class MomentAccumulator(CountBuffer, StartCounting, AccumulatorViews, Accumulato
         >>> t.weights.tolist()   # sorted by the middle symbol
         [1.0, 2.0, 1.0]
         """
+        if self._L > 1:
+            return self.windows().triples()
         self._flush()
         w = self._w / self._weight if self.forgetting != 1.0 else self._w.copy()
         return Triples(self.n, self._codes.copy(), w)
-
-    def memory_bytes(self) -> int:
-        """Estimated bytes held: counts, buffers, alphabet and per-stream state.
-
-        Counts: the sorted codes and weights plus the buffered arrays (exact
-        ``nbytes``); the learn_one buffers (list slots and int objects, ~40 bytes a
-        triple); the alphabet (``sys.getsizeof`` of its dict, list and labels); the
-        stream tails and heads (dict slots, ~100 bytes a stream). Not counted: numpy
-        and Python temporaries of a call in progress. O(n + streams) time.
-
-        Examples
-        --------
-        >>> acc = MomentAccumulator(26)
-        >>> acc.learn_many(np.arange(26).repeat(3))
-        >>> 0 < acc.memory_bytes() < 20_000
-        True
-        """
-        size = self._codes.nbytes + self._w.nbytes + (self._dense.nbytes if self._dense is not None else 0)
-        for codes, w, _ in self._chunks:
-            size += codes.nbytes + (w.nbytes if w is not None else 0)
-        size += 40 * (len(self._pending) + len(self._pending_w) + len(self._default_buffer))
-        a = self._alphabet
-        size += sys.getsizeof(a._index) + sys.getsizeof(a._labels)
-        size += sum(sys.getsizeof(s) for s in a._labels)
-        return int(size + 100 * (len(self._tails) + len(self._heads)) + self._starts_nbytes())
 
     def copy(self) -> MomentAccumulator:
         """An independent copy. Time and memory O(nnz + n + streams)."""
         self._flush()
         out = MomentAccumulator(self.n_symbols, self.mode, self.forgetting, self.track_heads,
-                                self.max_symbols)
+                                self.max_symbols, self.window)
+        out._set_level(self._L)
         out._alphabet = self._alphabet.copy()
         out._codes, out._w = self._codes.copy(), self._w.copy()
         out._tails = dict(self._tails)
@@ -466,12 +450,6 @@ class MomentAccumulator(CountBuffer, StartCounting, AccumulatorViews, Accumulato
         return out
 
     # ------------------------------------------------------------------ internals
-
-    def _store_tail(self, key, seq: np.ndarray) -> None:
-        if seq.size == 1:
-            self._tails[key] = -1 - int(seq[-1])
-        else:
-            self._tails[key] = int(seq[-2]) * self._base + int(seq[-1])
 
     def _flush_default(self) -> None:
         buffer = self._default_buffer

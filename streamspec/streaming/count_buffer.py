@@ -1,15 +1,17 @@
 """The counts of a :class:`~streamspec.streaming.accumulator.MomentAccumulator` and their buffers.
 
-The counts are sorted distinct packed codes with weights (``_codes``, ``_w``); newly
-counted triples wait in buffers (learn_one's list ``_pending``, arrays ``_chunks`` and,
-for small alphabets, one dense array ``_dense``) and are merged in when the buffers
-grow large or when the counts are read (``_flush``). :class:`CountBuffer` holds these
-steps; the accumulator creates the attributes and decides what to count.
+The counts are sorted distinct packed codes of grams of window L (triples at L = 1) with
+weights (``_codes``, ``_w``); newly counted grams wait in buffers (learn_one's list
+``_pending``, arrays ``_chunks`` and, for small alphabets, one dense array ``_dense``) and
+are merged in when the buffers grow large or when the counts are read (``_flush``).
+:class:`CountBuffer` holds these steps; the accumulator creates the attributes and
+decides what to count.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import sys
+from collections.abc import Hashable, Iterable
 
 import numpy as np
 
@@ -28,7 +30,7 @@ __all__ = ["CountBuffer", "FLUSH_AT"]
 
 FLUSH_AT = 8192  # learn_one's triple codes kept in a list before they become one array
 _CONSOLIDATE_AT = 65536  # pending triples are merged into the sorted counts past max(this, nnz/2)
-_DENSE_CELLS = 1 << 16  # alphabets with n³ below this buffer counts in one dense n³ array (512 KiB)
+_DENSE_CELLS = 1 << 16  # alphabets with n^(2L+1) below this buffer counts in one dense array (512 KiB)
 _RESCALE_AT = 1e100  # forgetting: the running weight is folded into the counts past this
 _MISSING = object()
 
@@ -67,8 +69,67 @@ class CountBuffer:
         del start_w[n_start_w:]
         self._start_log, self._start_w, self._starts = start_log, start_w, starts
 
+    def memory_bytes(self) -> int:
+        """Estimated bytes held: counts, buffers, alphabet and per-stream state.
+
+        Counts: the sorted codes and weights plus the buffered arrays (exact
+        ``nbytes``); the learn_one buffers (list slots and int objects, ~40 bytes a
+        triple); the alphabet (``sys.getsizeof`` of its dict, list and labels); the
+        stream tails and heads (dict slots, ~100 bytes a stream). Not counted: numpy
+        and Python temporaries of a call in progress. O(n + streams) time.
+
+        Examples
+        --------
+        >>> from streamspec import MomentAccumulator
+        >>> acc = MomentAccumulator(26)
+        >>> acc.learn_many(np.arange(26).repeat(3))
+        >>> 0 < acc.memory_bytes() < 20_000
+        True
+        """
+        size = self._codes.nbytes + self._w.nbytes + (self._dense.nbytes if self._dense is not None else 0)
+        for codes, w, _ in self._chunks:
+            size += codes.nbytes + (w.nbytes if w is not None else 0)
+        size += 40 * (len(self._pending) + len(self._pending_w) + len(self._default_buffer))
+        a = self._alphabet
+        size += sys.getsizeof(a._index) + sys.getsizeof(a._labels)
+        size += sum(sys.getsizeof(s) for s in a._labels)
+        return int(size + 100 * (len(self._tails) + len(self._heads)) + self._starts_nbytes())
+
+    def learn_all(self, items: Iterable[tuple[Hashable, Hashable | None, bool]]) -> int:
+        """Learn ``(key, symbol, end)`` items all or nothing; the number of symbols learned.
+
+        ``symbol`` None: nothing to learn; ``end``: the key's sequence ends after it. If
+        any step raises (a full alphabet, memory), every item already learned is undone,
+        so the counts, the alphabet and the stream tails are as before the call. O(1)
+        per item.
+
+        >>> from streamspec import MomentAccumulator
+        >>> acc = MomentAccumulator()
+        >>> acc.learn_all([("u", "a", False), ("u", "b", False), ("u", "c", True)])
+        3
+        >>> acc.n_triples, acc.keys
+        (1.0, [])
+        """
+        undo = []
+        learned = 0
+        try:
+            for key, symbol, end in items:
+                if symbol is not None:
+                    undo.append(self._snapshot(key, len(self._alphabet)))
+                    self.learn_one(symbol, key)
+                    learned += 1
+                if end:
+                    undo.append(self._snapshot(key, len(self._alphabet)))
+                    self.end(key)
+        except BaseException:
+            for point in reversed(undo):
+                self._restore(point)
+            raise
+        return learned
+
     def _count(self, codes) -> None:
-        """Count triples given as stream codes ``(x1·base + x2)·base + x3``."""
+        """Count grams given as stream codes (their 2L+1 digits in base, ``(x1·base + x2)·base + x3``
+        at L = 1)."""
         if self.forgetting == 1.0:
             self._pending.extend(codes)
             if len(self._pending) >= FLUSH_AT:
@@ -84,24 +145,26 @@ class CountBuffer:
             self._normalise_weight()
 
     def _count_run(self, seq: np.ndarray) -> None:
-        """Count every consecutive triple of a run of symbol indices (sliding mode). O(len(seq))
-        when buffered, else one counting kernel (see :mod:`streamspec.streaming.count_kernels`)."""
+        """Count every consecutive gram of a run of symbol indices without pads (sliding mode).
+        O(len(seq) · L) when buffered, else one counting kernel (see
+        :mod:`streamspec.streaming.count_kernels`)."""
+        L = self._L
         if self.forgetting != 1.0:
             self._count_weighted_run(seq)
-        elif seq.size - 2 < FLUSH_AT:
-            self._pending.extend(stream_codes(seq, self._base).tolist())
+        elif seq.size - 2 * L < FLUSH_AT:
+            self._pending.extend(stream_codes(seq, self._base, L).tolist())
             if len(self._pending) >= FLUSH_AT:
                 self._flush_pending()
         else:
             n = len(self._alphabet)
-            if n**3 <= _DENSE_CELLS:
-                self._dense_add(compact_counts(seq, n), n)
+            if n ** (2 * L + 1) <= _DENSE_CELLS:
+                self._dense_add(compact_counts(seq, n, L), n)
             else:
-                self._add_chunk((*count_run(seq, n), True))
-            self._total += seq.size - 2
+                self._add_chunk((*count_run(seq, n, L), True))
+            self._total += seq.size - 2 * L
 
     def _count_weighted_run(self, seq: np.ndarray) -> None:
-        codes = to_packed(stream_codes(seq, self._base), self._base)
+        codes = to_packed(stream_codes(seq, self._base, self._L), self._base, self._L)
         g = self.forgetting
         # weights grow geometrically along the run; fold them in blocks that stay finite
         block = max(1, int(np.log(_RESCALE_AT) / -np.log(g)) // 2)
@@ -126,21 +189,24 @@ class CountBuffer:
         self._weight = 1.0
 
     def _flush_pending(self) -> None:
-        """Turn learn_one's list of triples into one array of packed codes (all-or-nothing)."""
+        """Turn learn_one's list of grams into one array of packed codes (all-or-nothing)."""
         if not self._pending:
             return
         stream = np.array(self._pending, dtype=np.int64)
         weights = np.array(self._pending_w) if self._pending_w else None
-        n, base = len(self._alphabet), self._base
-        if weights is None and base == n and n**3 <= 4 * stream.size:  # small alphabet: count now
-            # stream code x1·n² + (x2·n + x3) -> compact code (x2·n + x3)·n + x1
-            counts = np.bincount(stream % (n * n) * n + stream // (n * n), minlength=n**3)
-            if n**3 <= _DENSE_CELLS:
-                self._dense_add(counts, n)
+        L, base = self._L, self._base
+        cells = base ** (2 * L + 1)
+        if weights is None and base <= len(self._alphabet) + 1 and cells <= 4 * stream.size:
+            # small fixed alphabet: count now. Stream code past·base^(L+1) + (x, future) ->
+            # compact code (x, future)·base^L + past (x1·n² + (x2·n + x3) -> (x2·n + x3)·n + x1)
+            high = base ** (L + 1)
+            counts = np.bincount(stream % high * base**L + stream // high, minlength=cells)
+            if cells <= _DENSE_CELLS:
+                self._dense_add(counts, base)
             else:
-                self._add_chunk((*compact_to_packed(counts, n), True))
+                self._add_chunk((*compact_to_packed(counts, base, L, self._pad), True))
         else:
-            self._add_chunk((to_packed(stream, base), weights, False))
+            self._add_chunk((to_packed(stream, base, L), weights, False))
         if weights is None:
             self._total += stream.size
         self._pending, self._pending_w = [], []
@@ -156,7 +222,9 @@ class CountBuffer:
 
     def _flush_dense(self) -> None:
         if self._dense is not None:
-            self._add_chunk((*compact_to_packed(self._dense, self._dense_m), True))
+            # why: only learn_one's counts (base = n + 1 with pads) use the pad digit base − 1
+            pad = self._pad if self._dense_m == self._base else None
+            self._add_chunk((*compact_to_packed(self._dense, self._dense_m, self._L, pad), True))
             self._dense = None
 
     def _add_chunk(self, chunk: tuple[np.ndarray, np.ndarray | None, bool]) -> None:

@@ -1,7 +1,9 @@
 """Counting kernels of :class:`~streamspec.streaming.accumulator.MomentAccumulator`.
 
-Triples are packed integer codes (see :mod:`streamspec.core.triples`); these
-functions turn runs of symbols into codes, count them, and merge sorted code arrays.
+Grams of window L (triples at L = 1) are packed integer codes (see
+:mod:`streamspec.core.windows`; at L = 1 :mod:`streamspec.core.triples`); these functions
+turn runs of symbols into codes, count them, and merge sorted code arrays. Every kernel
+takes the window L (default 1) and does at L = 1 exactly what it did for triples.
 """
 
 from __future__ import annotations
@@ -11,83 +13,115 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from streamspec.core.triples import BITS
+from streamspec.core.windows import pack_grams, window_bits
 
 __all__ = ["stream_codes", "to_packed", "count_run", "compact_counts", "compact_to_packed",
            "run_starts", "reduce_sorted", "sort_reduce", "sort_reduce_weighted", "merge_sorted"]
 
-_M2 = (1 << (2 * BITS)) - 1  # two symbols: a tail
 _COMPACT_CELLS = 1 << 22  # learn_many counts runs with m³ below this by np.bincount
 _PARALLEL_AT = 1 << 21  # runs longer than this are sorted as two halves in two threads
 
 
-def stream_codes(seq: np.ndarray, base: int) -> np.ndarray:
-    """``(x1·base + x2)·base + x3`` of every consecutive triple of ``seq`` (learn_one's order)."""
-    return (seq[:-2] * base + seq[1:-1]) * base + seq[2:]
+def stream_codes(seq: np.ndarray, base: int, window: int = 1) -> np.ndarray:
+    """The number in ``base`` of every 2L+1 consecutive digits of ``seq`` (learn_one's order,
+    ``(x1·base + x2)·base + x3`` at L = 1). O(len · L)."""
+    span = 2 * window + 1
+    T = seq.size - span + 1
+    codes = seq[:T] * base
+    for i in range(1, span - 1):
+        codes = (codes + seq[i : i + T]) * base
+    return codes + seq[span - 1 : span - 1 + T]
 
 
-def to_packed(stream: np.ndarray, base: int) -> np.ndarray:
-    """Stream codes (x1, x2, x3) in ``base`` to packed codes (x2, x3, x1)."""
-    if base == 1 << BITS:
-        return ((stream & _M2) << BITS) | (stream >> 2 * BITS)
-    x1, rest = np.divmod(stream, base * base)
-    x2, x3 = np.divmod(rest, base)
-    return (x2 << 2 * BITS) | (x3 << BITS) | x1
+def _positions(window: int) -> list[int]:
+    """Gram positions (stream order) from the most significant digit of a packed code."""
+    return [window, *range(window + 1, 2 * window + 1), *range(window)]
+
+
+def to_packed(stream: np.ndarray, base: int, window: int = 1) -> np.ndarray:
+    """Stream codes (digits in ``base``, oldest first) to packed gram codes (x, future, past).
+
+    A digit ``base − 1`` is a pad when L > 1. ``base = 2^b`` (growing alphabets) is pure bit
+    arithmetic; other bases split the digits. O(len · L).
+    """
+    b = window_bits(window)
+    if base == 1 << b:
+        low = stream & ((1 << ((window + 1) * b)) - 1)  # x and the future
+        return (low << (window * b)) | (stream >> ((window + 1) * b))
+    digits = np.empty((stream.size, 2 * window + 1), dtype=np.int64)
+    rest = stream
+    for pos in range(2 * window, -1, -1):
+        rest, digits[:, pos] = np.divmod(rest, base)
+    if window > 1:
+        digits[digits == base - 1] = -1
+    return pack_grams(digits, window)
 
 
 _CHUNK = 1 << 18  # symbols per block in the compact count: the codes stay in cache
 
 
-def count_run(seq: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted distinct packed codes of the consecutive triples of ``seq`` and their counts.
+def count_run(seq: np.ndarray, n: int, window: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct packed codes of the consecutive grams of ``seq`` (no pads) and their counts.
 
-    Small alphabets (m³ ≤ 2²² for the largest index m, and not much more cells
-    than triples): one ``np.bincount`` of compact codes ``(x2·m + x3)·m + x1``
-    computed block by block into a reused buffer (the arithmetic runs in cache),
-    whose non-zeros are in packed order already. Otherwise a sort of packed codes.
+    Small alphabets (m^(2L+1) ≤ 2²² for the largest index m, and not much more cells
+    than grams): one ``np.bincount`` of compact codes ``(x, future, past)`` in base m
+    (``(x2·m + x3)·m + x1`` at L = 1) computed block by block into a reused buffer (the
+    arithmetic runs in cache), whose non-zeros are in packed order already. Otherwise a
+    sort of packed codes. O(len · L) or O(len log len).
     """
-    T = seq.size - 2
+    span = 2 * window + 1
+    T = seq.size - span + 1
     m = n
-    if m**3 > _COMPACT_CELLS or m**3 > 4 * T:
+    if m**span > _COMPACT_CELLS or m**span > 4 * T:
         m = int(seq.max()) + 1
-    if m**3 <= _COMPACT_CELLS and m**3 <= 4 * T:
-        return compact_to_packed(compact_counts(seq, m), m)
-    codes = np.empty(T, dtype=np.int64)
-    tmp = np.empty(T, dtype=np.int64)
-    np.left_shift(seq[1:-1], 2 * BITS, out=codes)
-    np.left_shift(seq[2:], BITS, out=tmp)
-    codes |= tmp
-    codes |= seq[:-2]
-    del tmp
+    if m**span <= _COMPACT_CELLS and m**span <= 4 * T:
+        return compact_to_packed(compact_counts(seq, m, window), m, window)
+    b = window_bits(window)
+    order = _positions(window)
+    codes = np.array(seq[order[0] : order[0] + T], dtype=np.int64)
+    for pos in order[1:]:
+        codes <<= b
+        codes |= seq[pos : pos + T]
     return sort_reduce(codes)
 
 
-def compact_counts(seq: np.ndarray, m: int) -> np.ndarray:
-    """Counts of the consecutive triples of ``seq`` indexed ``(x2·m + x3)·m + x1``, int64 (m³,).
+def compact_counts(seq: np.ndarray, m: int, window: int = 1) -> np.ndarray:
+    """Counts of the consecutive grams of ``seq`` in base m, ordered (x, future, past), int64
+    (m^(2L+1),); ``(x2·m + x3)·m + x1`` at L = 1.
 
     Computed block by block into one reused buffer, so that the code arithmetic runs
     in cache instead of streaming temporaries of the input's size through memory.
     """
-    T = seq.size - 2
-    counts = np.zeros(m**3, dtype=np.int64)
+    span = 2 * window + 1
+    T = seq.size - span + 1
+    counts = np.zeros(m**span, dtype=np.int64)
     buf = np.empty(min(_CHUNK, T), dtype=np.int64)
+    order = _positions(window)
     for s in range(0, T, _CHUNK):
         k = min(_CHUNK, T - s)
         b = buf[:k]
-        np.multiply(seq[s + 1 : s + 1 + k], m, out=b)
-        b += seq[s + 2 : s + 2 + k]
-        b *= m
-        b += seq[s : s + k]
-        counts += np.bincount(b, minlength=m**3)
+        np.multiply(seq[s + order[0] : s + order[0] + k], m, out=b)
+        for pos in order[1:-1]:
+            b += seq[s + pos : s + pos + k]
+            b *= m
+        b += seq[s + order[-1] : s + order[-1] + k]
+        counts += np.bincount(b, minlength=m**span)
     return counts
 
 
-def compact_to_packed(counts: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """Non-zeros of counts indexed ``(x2·m + x3)·m + x1``, as sorted packed codes and weights."""
+def compact_to_packed(counts: np.ndarray, m: int, window: int = 1, pad: int | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Non-zeros of compact counts (base m, ordered (x, future, past)), as sorted packed codes and
+    weights; the digit ``pad`` (if any, L > 1) is a pad. O(m^(2L+1) + nnz · L)."""
     nz = np.flatnonzero(counts)
-    x2, rest = np.divmod(nz, m * m)
-    x3, x1 = np.divmod(rest, m)
-    return (x2 << 2 * BITS) | (x3 << BITS) | x1, counts[nz].astype(np.float64)
+    span = 2 * window + 1
+    digits = np.empty((nz.size, span), dtype=np.int64)
+    rest = nz
+    for pos in reversed(_positions(window)):
+        rest, digits[:, pos] = np.divmod(rest, m)
+    if pad is not None:
+        digits[digits == pad] = -1
+    return pack_grams(digits, window), counts[nz].astype(np.float64)
 
 
 _POOL: ThreadPoolExecutor | None = None

@@ -347,7 +347,7 @@ def test_errors_against_matches_states_and_measures_the_worst_error():
 
 
 def test_equal_emission_columns_are_split_and_distinct_ones_kept():
-    from streamspec.core.hmm_estimator import _split_duplicates
+    from streamspec.core.hmm_moments import _split_duplicates  # moved with the method of moments
 
     O = np.array([[0.5, 0.5, 0.1], [0.3, 0.3, 0.1], [0.2, 0.2, 0.8]])  # states 0 and 1 equal
     out = _split_duplicates(O, np.random.default_rng(0))

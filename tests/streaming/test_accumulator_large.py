@@ -353,8 +353,10 @@ def v2_parts():
     (lambda h, a: a.update(codes=a["codes"] + (7 << 42)), "out of range"),
     (lambda h, a: a.update(weights=-a["weights"]), "negative"),
     (lambda h, a: a.update(weights=a["weights"][:-1]), "shape"),
-    (lambda h, a: a.update(tail_b=np.array([99])), "tail"),
-    (lambda h, a: a.update(tail_a=np.array([1, 2])), "malformed"),
+    (lambda h, a: a.update(tails=np.array([[0, 99]])), "tail"),
+    (lambda h, a: a.update(tails=np.array([[-1, -2]])), "out of range"),  # a pad at window 1
+    (lambda h, a: a.update(tails=np.array([[0, -1]])), "gap"),
+    (lambda h, a: a.update(tails=np.array([[1, 2], [0, 1]])), "tails of shape"),
     (lambda h, a: h.update(heads=[["s", [0, 9], False]]), "head"),
     (lambda h, a: h.update(labels=["a", "a", "b", "c"]), "distinct"),
     (lambda h, a: a.pop("codes"), "no counts"),

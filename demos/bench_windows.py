@@ -1,0 +1,294 @@
+"""More hidden states than symbols: window counts and HMMEstimator over windows (issue 19, phase 1).
+
+    python demos/bench_windows.py [synthetic|sticky|real|all] [--quick] [--sizes 10000,100000]
+                                  [--large] [--full-grid] [--em-iter 100] [--em-restarts 3]
+                                  [--test 20000]
+
+``synthetic`` (the default with ``all``): sparse random automata like PAutomaC's (each
+state with 3 successors, one of them the next state of a cycle so that the chain is
+irreducible, Dirichlet(1) weights; each state emitting 3 symbols, Dirichlet(1); 2 start
+states), with (K, n) = (10, 4), (25, 8) and (50, 20) (``--full-grid``: all nine pairs of K = 10,
+25, 50 states and n = 4, 8, 20 symbols), seeded. Training
+data: independent sequences of mean length 5, 20 or 50 (1 + geometric), until the
+size is reached (10⁴ and 10⁵ symbols; ``--large`` adds 10⁶ for K = 10 and 25); held
+out: ``--test`` symbols (20,000) of fresh sequences, each scored from its start.
+``sticky``: the lead's question, a sticky 5-state, 10-symbol HMM (0.9 on the diagonal,
+Dirichlet(½) emissions) on one stream of 10⁵ symbols. ``real``: Splice (4 symbols) and
+the Bach chorales (20 pitches) from ``../shared/data`` (or ``STREAMSPEC_DATA``), a seeded
+80% of the sequences to train, the rest held out; missing data are skipped with a line
+saying where they were looked for.
+
+Held-out log loss (nats per symbol; the sticky case reads one long stream) of:
+
+- ``truth``: the generating HMM, forward filter from its start distribution;
+- ``KN trigram``: ``KneserNeyTrigram`` of the triples and stream starts;
+- ``θ_spec`` / ``θ_M``: today's ``SpectralEstimator()`` / ``MEstimator()`` on the triples
+  (L = 1, every default: rank by held-out loss, the predictor mixing model, trigram and
+  HMM online; ``log_loss`` reads the held-out sequences in order);
+- ``HMM K, triples``: ``HMMEstimator(n_states=K)`` over triples, where K ≤ n;
+- ``HMM K, windows``: ``HMMEstimator(n_states=K)`` on ``MomentAccumulator(window="auto")``
+  counts (L = 4, 3 and 2 for n = 4, 8 and 20): moments over the shortest window whose
+  Hankel supports K dimensions, EM over the longest window within the E-step budget; the
+  window L is shown;
+- ``EM K``: hmmlearn ``CategoricalHMM`` (K states, ``--em-iter`` iterations, tol 1e-4) on the
+  training sequences, the best training likelihood of ``--em-restarts`` seeded starts.
+
+Phase 2 adds θ_spec and θ_M over windows: :func:`window_rows` is where their rows go.
+
+Fit times in seconds, one BLAS thread (set below, before numpy loads), counting
+included for our models; the machine is shared, so compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from streamspec import (  # noqa: E402
+    HMM,
+    HiddenMarkovModel,
+    HMMEstimator,
+    MEstimator,
+    MomentAccumulator,
+    SpectralEstimator,  # noqa: E402
+)
+from streamspec.core.backoff import contexts_of  # noqa: E402
+from streamspec.core.trigram import KneserNeyTrigram  # noqa: E402
+
+EM_TOL = 1e-4
+
+# ---------------------------------------------------------------------------- data
+
+
+def sparse_automaton(K: int, n: int, seed: int, out: int = 3, emit: int = 3) -> HMM:
+    """A PAutomaC-like HMM: each state has ``out`` successors (one the next state of a cycle),
+    emits ``emit`` symbols, Dirichlet(1) weights; the start is spread over 2 states."""
+    rng = np.random.default_rng(seed)
+    T = np.zeros((K, K))  # column-stochastic: T[h2, h1]
+    O = np.zeros((n, K))
+    for h in range(K):
+        others = rng.choice(np.setdiff1d(np.arange(K), [(h + 1) % K]), size=min(out, K) - 1, replace=False)
+        succ = np.concatenate([[(h + 1) % K], others])
+        T[succ, h] = rng.dirichlet(np.ones(succ.size))
+        sym = rng.choice(n, size=min(emit, n), replace=False)
+        O[sym, h] = rng.dirichlet(np.ones(sym.size))
+    pi = np.zeros(K)
+    pi[rng.choice(K, size=2, replace=False)] = rng.dirichlet(np.ones(2))
+    return HMM(T, O, pi)
+
+
+def sequences(hmm: HMM, total: int, mean: float, seed: int) -> list[np.ndarray]:
+    """Independent sequences of 1 + geometric length (mean ``mean``) until ``total`` symbols."""
+    rng = np.random.default_rng(seed)
+    count = int(total / mean * 1.2) + 10
+    lengths = 1 + rng.geometric(1.0 / mean, size=count) - 1 if mean > 1 else np.ones(count, int)
+    lengths = np.maximum(lengths, 1)
+    keep = np.searchsorted(np.cumsum(lengths), total) + 1
+    lengths = lengths[:keep]
+    out, start = [], 0
+    for length in np.unique(lengths):  # one vectorised draw per length
+        rows = np.flatnonzero(lengths == length)
+        block = hmm.sample_many(rows.size, int(length), random_state=seed * 7919 + int(length))
+        out += list(zip(rows.tolist(), block, strict=True))
+        start += rows.size
+    return [s for _, s in sorted(out, key=lambda r: r[0])]
+
+
+# ---------------------------------------------------------------------------- models
+
+
+def count(train: list[np.ndarray], n: int, window) -> tuple[MomentAccumulator, float]:
+    t0 = time.perf_counter()
+    acc = MomentAccumulator(n_symbols=n, window=window)
+    for k, s in enumerate(train):
+        acc.learn_many(s, key=k % 64)
+        acc.end(k % 64)
+    acc.windows()  # merge the buffers inside the timed part
+    return acc, time.perf_counter() - t0
+
+
+def hmm_loss(model: HiddenMarkovModel, test: list[np.ndarray]) -> float:
+    total = sum(-model.score(s) for s in test)
+    if not np.isfinite(total):  # a held-out symbol given probability 0: floor the emissions
+        E = model.emissionprob_ + 1e-6
+        model = HiddenMarkovModel(model.startprob_, model.transmat_, E / E.sum(axis=1, keepdims=True))
+        total = sum(-model.score(s) for s in test)
+    return total / sum(len(s) for s in test)
+
+
+def trigram_loss(acc: MomentAccumulator, test: list[np.ndarray]) -> float:
+    kn = KneserNeyTrigram(acc.triples(), acc.starts())
+    total, size = 0.0, 0
+    for s in test:
+        u, v = contexts_of(s)
+        total -= float(np.log(kn.proba_of(u[:-1], v[:-1], s)).sum())
+        size += len(s)
+    return total / size
+
+
+def fit_em(train: list[np.ndarray], n: int, K: int, iters: int, restarts: int):
+    """hmmlearn EM, best training likelihood of ``restarts`` seeded starts: (model, seconds)."""
+    from hmmlearn.hmm import CategoricalHMM
+
+    X = np.concatenate(train).reshape(-1, 1)
+    lengths = [len(s) for s in train]
+    t0 = time.perf_counter()
+    best, best_ll = None, -np.inf
+    for seed in range(restarts):
+        h = CategoricalHMM(n_components=K, n_features=n, n_iter=iters, tol=EM_TOL, random_state=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            h.fit(X, lengths)
+        ll = h.score(X, lengths)
+        if ll > best_ll:
+            best, best_ll = h, ll
+    return HiddenMarkovModel.from_hmmlearn(best), time.perf_counter() - t0
+
+
+def window_rows(acc: MomentAccumulator, test: list[np.ndarray], K: int) -> list[tuple[str, float, float]]:
+    """Phase 2: θ_spec and θ_M over windows (``SpectralEstimator`` / ``MEstimator`` fitted on the
+    window counts ``acc``), as ``(name, held-out loss, seconds)`` rows. None yet."""
+    return []
+
+
+def run_case(train, test, n: int, K: int, args, truth: HMM | None = None) -> list[tuple[str, float, float]]:
+    """Every model of the module docstring on one split: ``(name, loss, seconds)`` rows."""
+    say = lambda what: print(f"  ... K={K} n={n}: {what}", file=sys.stderr, flush=True)  # noqa: E731
+    rows = []
+    if truth is not None:
+        rows.append(("truth", hmm_loss(HiddenMarkovModel.from_hmm(truth), test), float("nan")))
+    tri, t_tri = count(train, n, 1)
+    rows.append(("KN trigram", trigram_loss(tri, test), t_tri))
+    for name, est in (("θ_spec (L = 1)", SpectralEstimator()), ("θ_M (L = 1)", MEstimator())):
+        t0 = time.perf_counter()
+        model = est.fit(tri)
+        rows.append((name, model.log_loss(test), t_tri + time.perf_counter() - t0))
+    say("trigram, θ_spec, θ_M")
+    if K <= n:
+        t0 = time.perf_counter()
+        model = HMMEstimator(n_states=K, random_state=0).fit(tri)
+        rows.append((f"HMM {K}, triples", hmm_loss(model, test), t_tri + time.perf_counter() - t0))
+    acc, t_win = count(train, n, "auto")
+    t0 = time.perf_counter()
+    est = HMMEstimator(n_states=K, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = est.fit(acc)
+    rows.append((f"HMM {K}, windows (L = {est.window_})", hmm_loss(model, test),
+                 t_win + time.perf_counter() - t0))
+    say(f"HMM over windows ({rows[-1][2]:.1f} s)")
+    rows += window_rows(acc, test, K)
+    if args.em_restarts > 0:
+        model, s = fit_em(train, n, K, args.em_iter, args.em_restarts)
+        rows.append((f"EM {K} (best of {args.em_restarts})", hmm_loss(model, test), s))
+        say(f"EM ({s:.1f} s)")
+    return rows
+
+
+def print_case(label: str, rows: list[tuple[str, float, float]]) -> None:
+    truth = next((loss for name, loss, _ in rows if name == "truth"), None)
+    print(f"\n{label}\n")
+    print("| model | held-out log loss | vs truth | fit s |")
+    print("|---|---|---|---|")
+    for name, loss, s in rows:
+        gap = "" if truth is None or name == "truth" else f"{100 * (loss - truth) / truth:+.2f}%"
+        print(f"| {name} | {loss:.4f} | {gap} | {'' if np.isnan(s) else f'{s:.2f}'} |")
+    sys.stdout.flush()
+
+
+# ---------------------------------------------------------------------------- sections
+
+
+def synthetic(args) -> None:
+    grid = [(10, 4), (25, 8), (50, 20)] if not args.quick else [(10, 4)]
+    sizes = args.sizes if not args.quick else [10_000]
+    means = {4: 5.0, 8: 20.0, 20: 50.0}
+    print("\n### Synthetic sparse automata (PAutomaC-like)")
+    if args.full_grid:
+        grid += [(10, 8), (25, 4), (50, 8), (10, 20), (25, 20), (50, 4)]
+    for K, n in grid:
+        truth = sparse_automaton(K, n, seed=100 * K + n)
+        mean = means[n]
+        test = sequences(truth, args.test if not args.quick else 3_000, mean, seed=1)
+        for size in sizes + ([1_000_000] if args.large and K <= 25 else []):
+            train = sequences(truth, size, mean, seed=2 + size)
+            rows = run_case(train, test, n, K, args, truth)
+            print_case(f"K = {K}, n = {n}, {size:,} training symbols in {len(train):,} sequences "
+                       f"(mean length {mean:g})", rows)
+
+
+def sticky(args) -> None:
+    m, n = 5, 10
+    rng = np.random.default_rng(0)
+    T = np.full((m, m), 0.1 / (m - 1)) + np.eye(m) * (0.9 - 0.1 / (m - 1))
+    truth = HMM(T, rng.dirichlet(np.full(n, 0.5), size=m).T)
+    size = 100_000 if not args.quick else 20_000
+    train, test = [truth.sample(size, random_state=1)], [truth.sample(20_000, random_state=2)]
+    rows = [("truth", hmm_loss(HiddenMarkovModel.from_hmm(truth), test), float("nan"))]
+    for L in (1, 2) if args.quick else (1, 2, 3):
+        acc, t_count = count(train, n, L)
+        t0 = time.perf_counter()
+        model = HMMEstimator(n_states=m, random_state=0, window=L).fit(acc)
+        rows.append((f"HMMEstimator, EM over {2 * L + 1}-grams", hmm_loss(model, test),
+                     t_count + time.perf_counter() - t0))
+    if args.em_restarts > 0:
+        model, s = fit_em(train, n, m, args.em_iter, args.em_restarts)
+        rows.append((f"EM (hmmlearn, best of {args.em_restarts})", hmm_loss(model, test), s))
+    print("\n### Sticky HMM: 5 states, 10 symbols, 0.9 on the diagonal")
+    print_case(f"one stream of {size:,} symbols, held out 20,000", rows)
+
+
+def real(args) -> None:
+    from streamspec.experiments.datasets import default_data_path, load_splice
+    from streamspec.experiments.datasets_chorales import load_chorales
+
+    print("\n### Real data: a seeded 80% of the sequences train, the rest held out")
+    for name, load, Ks in (("Splice (DNA, 4 symbols)", load_splice, (4, 8, 16)),
+                           ("Bach chorales (pitch, 20 symbols)", load_chorales, (10, 25))):
+        try:
+            raw = load()
+        except FileNotFoundError as exc:
+            print(f"\n({name} skipped: {exc}; looked under {default_data_path()})")
+            continue
+        labels = sorted({s for seq in raw for s in seq})
+        index = {s: i for i, s in enumerate(labels)}
+        seqs = [np.array([index[s] for s in seq], dtype=np.int64) for seq in raw]
+        order = np.random.default_rng(0).permutation(len(seqs))
+        cut = int(0.8 * len(seqs))
+        train, test = [seqs[i] for i in order[:cut]], [seqs[i] for i in order[cut:]]
+        for K in Ks[:1] if args.quick else Ks:
+            rows = run_case(train, test, len(labels), K, args)
+            print_case(f"{name}, K = {K}: {sum(map(len, train)):,} training symbols", rows)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("what", nargs="?", default="all", choices=["synthetic", "sticky", "real", "all"])
+    p.add_argument("--quick", action="store_true", help="one small case of each section")
+    p.add_argument("--sizes", default="10000,100000", help="training sizes (symbols)")
+    p.add_argument("--large", action="store_true", help="also 10⁶ training symbols (K ≤ 25)")
+    p.add_argument("--full-grid", action="store_true",
+                   help="every (K, n) of 10, 25, 50 states and 4, 8, 20 symbols, not only the diagonal")
+    p.add_argument("--test", type=int, default=20_000, help="held-out symbols (synthetic)")
+    p.add_argument("--em-iter", type=int, default=100)
+    p.add_argument("--em-restarts", type=int, default=3, help="0: no hmmlearn EM")
+    args = p.parse_args(argv)
+    args.sizes = [int(float(s)) for s in args.sizes.split(",")]
+    if args.quick:
+        args.em_iter, args.em_restarts = min(args.em_iter, 10), min(args.em_restarts, 1)
+    for section in (("sticky", sticky), ("synthetic", synthetic), ("real", real)):
+        if args.what in (section[0], "all"):
+            section[1](args)
+
+
+if __name__ == "__main__":
+    main()

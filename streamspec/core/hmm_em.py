@@ -1,0 +1,288 @@
+"""EM for an HMM on counted triples or windows, each distinct one a weighted sample.
+
+The likelihood maximised is that of the *counted* triples (or (2L+1)-grams): each
+distinct one a sample of a short HMM run — three steps, or the 2L + 1 steps of a gram —
+weighted by its count (a composite likelihood in sliding mode, where they overlap). The
+E-steps are vectorised over the distinct triples or grams, O(nnz · m²) per iteration for
+triples and O(nnz · L · m²) for grams, whatever the stream's length, and EM never lowers
+this likelihood (``history`` below).
+
+**Pads.** A gram padded before its first symbol starts a sequence: its first real
+symbol's state is drawn from ``pi0``, the state distribution at a sequence start;
+every other gram's first state from ``pi``, the distribution of a gram's first state
+(near the stationary one in sliding mode). Pads after the end are simply absent
+symbols. So the grams are grouped by their pads and each group is a plain run of
+``2L + 1 − pads`` symbols (``docs/math.md`` section 11).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from streamspec.core.hidden_markov_model import HiddenMarkovModel
+from streamspec.core.progress import Progress
+from streamspec.core.triples import Triples
+from streamspec.core.window_estep import GramMessages
+from streamspec.core.windows import WindowCounts
+
+__all__ = ["refine", "refine_windows", "triple_log_likelihood", "window_log_likelihood",
+           "forward_backward"]
+
+_CHUNK = 1 << 16  # distinct triples per block of the E-step: bounds its scratch memory
+_BLOCK_FLOATS = 1 << 22  # floats of one (rows × positions × states) array of the window E-step
+
+
+def _estep(triples: Triples, pi, T, O, stats: bool = True):
+    """Triple log-likelihood (per unit weight) and, if ``stats``, expected sufficient statistics.
+
+    O(nnz · m²) time, O(chunk · m + n · m) memory.
+    """
+    n, m = O.shape
+    total = triples.total
+    x1a, x2a, x3a, wa = triples.x1, triples.x2, triples.x3, triples.weights / total
+    ll = 0.0
+    s_pi = np.zeros(m)
+    s_T = np.zeros((m, m))
+    s_O = np.zeros((n, m))
+    for lo in range(0, triples.nnz, _CHUNK):
+        sl = slice(lo, lo + _CHUNK)
+        x1, x2, x3, w = x1a[sl], x2a[sl], x3a[sl], wa[sl]
+        e1, e2, e3 = O[x1], O[x2], O[x3]  # (c, m)
+        a1 = e1 * pi  # Pr(x1, h1)
+        f2 = (a1 @ T.T) * e2  # Pr(x1, x2, h2)
+        b3 = e3 @ T  # Pr(x3 | h2)
+        p = (f2 * b3).sum(axis=1)
+        with np.errstate(divide="ignore"):
+            ll += float(w @ np.log(p))
+        if not stats:
+            continue
+        r = np.divide(w, p, out=np.zeros_like(p), where=p > 0)
+        g2 = f2 * b3 * r[:, None]
+        b2 = (e2 * b3) @ T  # Pr(x2, x3 | h1)
+        g1 = a1 * b2 * r[:, None]
+        f3 = f2 @ T.T  # Pr(x1, x2, h3)
+        g3 = f3 * e3 * r[:, None]
+        s_pi += g1.sum(axis=0)
+        s_T += T * (((e2 * b3) * r[:, None]).T @ a1)  # ξ12[h2, h1]
+        s_T += T * ((e3 * r[:, None]).T @ f2)  # ξ23[h3, h2]
+        # one bincount over (symbol, state) cells for all three positions (3m would cost ~3x)
+        cells = (np.concatenate([x1, x2, x3])[:, None] * m + np.arange(m)).ravel()
+        s_O += np.bincount(cells, weights=np.concatenate([g1, g2, g3]).ravel(),
+                           minlength=n * m).reshape(n, m)
+    return ll, (s_pi, s_T, s_O)
+
+
+def triple_log_likelihood(triples: Triples, model: HiddenMarkovModel) -> float:
+    """Mean log-likelihood per counted triple of ``triples`` under ``model``. O(nnz · m²).
+
+    Each triple is scored as three consecutive symbols whose first hidden state is
+    drawn from ``model.startprob_``.
+
+    Examples
+    --------
+    >>> model = HiddenMarkovModel([1.0], [[1.0]], [[0.5, 0.5]])
+    >>> t = Triples.from_arrays(2, x1=[0, 1], x2=[1, 1], x3=[0, 0])
+    >>> round(triple_log_likelihood(t, model), 6), round(3 * float(np.log(0.5)), 6)
+    (-2.079442, -2.079442)
+    """
+    if triples.n != model.n_symbols:
+        raise ValueError(f"triples over {triples.n} symbols, model over {model.n_symbols}")
+    return _estep(triples, model.startprob_, model.transmat_.T, model.emissionprob_.T, stats=False)[0]
+
+
+def _em(estep, params: tuple, mstep, n_iter: int, tol: float):
+    """Alternate ``estep`` (params -> (ll, stats)) and ``mstep`` (stats, params -> params)."""
+    ll, st = estep(*params)
+    history = [ll]
+    converged = False
+    progress = Progress("hmm-em", *params[-1].shape)  # a long fit says where it is
+    for it in range(int(n_iter)):
+        params = mstep(st, params)
+        ll, st = estep(*params)
+        history.append(ll)
+        progress.line(f"iteration={it + 1}/{int(n_iter)}", -ll)
+        if ll - history[-2] < tol:
+            converged = True
+            break
+    return params, history, converged
+
+
+def _squarem(estep, params: tuple, mstep, n_iter: int, tol: float):
+    """:func:`_em` accelerated by SQUAREM (Varadhan & Roland 2008), kept monotone.
+
+    A cycle takes two EM steps ``θ1 = F(θ0)``, ``θ2 = F(θ1)`` and jumps to ``θ0 − 2αr + α²v``
+    (``r = θ1 − θ0``, ``v = θ2 − 2θ1 + θ0``, ``α = −‖r‖/‖v‖`` at most −1), projected back onto
+    the distributions (clipped at 0, columns renormalised); the jump is kept only if its
+    likelihood is at least θ2's, so the likelihood never decreases. ``n_iter`` bounds the
+    cycles (at most three E-steps each); ``history`` holds the likelihood at the start and
+    after each cycle.
+    """
+    ll, st = estep(*params)
+    history = [ll]
+    for _ in range(int(n_iter)):
+        p1 = mstep(st, params)
+        ll1, st1 = estep(*p1)
+        p2 = mstep(st1, p1)
+        ll2, st2 = estep(*p2)
+        best = (ll2, p2, st2)
+        alpha = _step_length(params, p1, p2)
+        if alpha < -1.0:
+            p3 = tuple(_project(a - 2 * alpha * (b - a) + alpha**2 * (c - 2 * b + a))
+                       for a, b, c in zip(params, p1, p2, strict=True))
+            ll3, st3 = estep(*p3)
+            if ll3 >= ll2:
+                best = (ll3, p3, st3)
+        ll, params, st = best
+        history.append(ll)
+        if ll - history[-2] < tol:
+            return params, history, True
+    return params, history, False
+
+
+def _step_length(p0: tuple, p1: tuple, p2: tuple) -> float:
+    r = np.concatenate([(b - a).ravel() for a, b in zip(p0, p1, strict=True)])
+    v = np.concatenate([(c - 2 * b + a).ravel() for a, b, c in zip(p0, p1, p2, strict=True)])
+    nv = float(np.linalg.norm(v))
+    return min(-1.0, -float(np.linalg.norm(r)) / nv) if nv > 0 else -1.0
+
+
+def _project(a: np.ndarray) -> np.ndarray:
+    """Columns (or a vector) clipped at 1e-300 and renormalised to sum to 1."""
+    a = np.maximum(a, 1e-300)
+    return a / a.sum(axis=0, keepdims=True)
+
+
+def _normalised(s: np.ndarray, old: np.ndarray) -> np.ndarray:
+    """Columns of expected counts scaled to sum to 1; a column without counts keeps ``old``."""
+    col = s.sum(axis=0, keepdims=True)
+    return np.where(col > 0, s / np.where(col > 0, col, 1.0), old)
+
+
+def refine(triples: Triples, pi, T, O, n_iter: int, tol: float):
+    """EM on the counted triples from ``(pi, T, O)`` (column-stochastic); O(nnz · m²) per iteration.
+
+    Returns ``(pi, T, O, history, converged)``: ``history[k]`` is the mean triple
+    log-likelihood of the parameters after k iterations (non-decreasing).
+    Stops early when an iteration gains less than ``tol``.
+    """
+    def mstep(st, params):
+        s_pi, s_T, s_O = st
+        return s_pi / s_pi.sum(), _normalised(s_T, params[1]), _normalised(s_O, params[2])
+
+    (pi, T, O), history, converged = _em(lambda *p: _estep(triples, *p), (pi, T, O), mstep, n_iter, tol)
+    return pi, T, O, history, converged
+
+
+# ---------------------------------------------------------------------- windows
+
+
+def _groups(grams: WindowCounts) -> list[tuple[np.ndarray, np.ndarray, bool]]:
+    """The grams as runs without pads, grouped by their pads: ``(symbols (k, ℓ), weights per unit
+    total (k,), starts a sequence)`` per group. O(nnz · L)."""
+    d = grams.digits()
+    span = d.shape[1]
+    pad = d < 0
+    left = np.argmin(np.concatenate([pad, np.zeros((d.shape[0], 1), bool)], axis=1), axis=1)
+    right = np.argmin(np.concatenate([pad[:, ::-1], np.zeros((d.shape[0], 1), bool)], axis=1), axis=1)
+    w = grams.weights / grams.total
+    out = []
+    for a, b in sorted(set(zip(left.tolist(), right.tolist(), strict=True))):
+        rows = np.flatnonzero((left == a) & (right == b))
+        out.append((d[rows, a : span - b], w[rows], a > 0))
+    return out
+
+
+def forward_backward(X: np.ndarray, w: np.ndarray, start, T, O, stats: bool = True):
+    """Weighted log-likelihood of the runs ``X`` (k, ℓ) and, if ``stats``, their expected counts.
+
+    Scaled forward and backward passes vectorised over the runs; ``T[h2, h1]``, ``O[x, h]``,
+    first state from ``start``. Returns ``(ll, (s_start, s_T, s_O))`` with ``ll = Σ w log
+    Pr(run)`` (-inf if a run is impossible). O(k · ℓ · m²) time, O(k · ℓ · m) memory.
+    """
+    k, span = X.shape
+    n, m = O.shape
+    E = O[X.T]  # (ℓ, k, m): one contiguous block per position
+    alpha = np.empty((span, k, m))
+    scale = np.empty((span, k))
+    a = E[0] * start
+    for t in range(span):
+        if t:
+            a = (alpha[t - 1] @ T.T) * E[t]
+        scale[t] = a.sum(axis=1)
+        alpha[t] = a / np.where(scale[t] > 0, scale[t], 1.0)[:, None]
+    with np.errstate(divide="ignore"):
+        ll = float(np.log(scale).sum(axis=0) @ w)
+    if not stats:
+        return ll, None
+    safe = np.where(scale > 0, scale, np.inf)  # an impossible run adds no counts
+    s_T = np.zeros((m, m))
+    gamma = alpha  # overwritten in place, position by position, from the last
+    beta = np.ones((k, m))
+    for t in range(span - 1, -1, -1):
+        if t:
+            v = E[t] * beta / safe[t][:, None]
+            beta_prev = v @ T
+            s_T += T * ((v * w[:, None]).T @ alpha[t - 1])  # ξ[h2, h1] between t - 1 and t
+        gamma[t] *= beta * w[:, None]
+        if t:
+            beta = beta_prev
+    G = gamma.reshape(span * k, m)
+    S = sp.csr_matrix((np.ones(span * k), (X.T.ravel(), np.arange(span * k))), shape=(n, span * k))
+    return ll, (gamma[0].sum(axis=0), s_T, np.asarray(S @ G))
+
+
+def _window_estep(groups, pi, pi0, T, O, stats: bool = True):
+    """Log-likelihood (per unit weight) of the grams and their expected counts
+    ``(s_pi, s_pi0, s_T, s_O)``. O(nnz · L · m²)."""
+    n, m = O.shape
+    ll, s_pi, s_pi0, s_T, s_O = 0.0, np.zeros(m), np.zeros(m), np.zeros((m, m)), np.zeros((n, m))
+    for X, w, starts in groups:
+        rows = max(1, _BLOCK_FLOATS // (X.shape[1] * m))
+        for lo in range(0, X.shape[0], rows):
+            part, st = forward_backward(X[lo : lo + rows], w[lo : lo + rows], pi0 if starts else pi,
+                                        T, O, stats)
+            ll += part
+            if stats:
+                (s_pi0 if starts else s_pi)[:] += st[0]
+                s_T += st[1]
+                s_O += st[2]
+    return ll, (s_pi, s_pi0, s_T, s_O)
+
+
+def window_log_likelihood(grams: WindowCounts, model: HiddenMarkovModel, pi0=None) -> float:
+    """Mean log-likelihood per counted gram under ``model`` (grams padded before their first symbol
+    start from ``pi0``, default ``model.startprob_``). O(nnz · L · m²).
+
+    Examples
+    --------
+    >>> model = HiddenMarkovModel([1.0], [[1.0]], [[0.5, 0.5]])
+    >>> g = WindowCounts.from_digits(2, 2, [[-1, 0, 1, 1, 0], [0, 1, 1, 0, 1]])
+    >>> round(window_log_likelihood(g, model), 6), round(4.5 * float(np.log(0.5)), 6)
+    (-3.119162, -3.119162)
+    """
+    if grams.n != model.n_symbols:
+        raise ValueError(f"grams over {grams.n} symbols, model over {model.n_symbols}")
+    pi = model.startprob_
+    pi0 = pi if pi0 is None else np.asarray(pi0, dtype=np.float64)
+    return _window_estep(_groups(grams), pi, pi0, model.transmat_.T, model.emissionprob_.T, False)[0]
+
+
+def refine_windows(grams: WindowCounts, pi, pi0, T, O, n_iter: int, tol: float):
+    """EM on the counted grams from ``(pi, pi0, T, O)`` (column-stochastic). O(nnz · L · m²) per
+    iteration.
+
+    Returns ``(pi, pi0, T, O, history, converged)``: ``history[k]`` is the mean gram
+    log-likelihood after k iterations (non-decreasing); ``pi0`` (a sequence's first
+    state) is kept as given when no gram starts a sequence.
+    """
+    messages = GramMessages(grams)
+
+    def mstep(st, params):
+        s_pi, s_pi0, s_T, s_O = st
+        return (s_pi / s_pi.sum() if s_pi.sum() > 0 else params[0],
+                s_pi0 / s_pi0.sum() if s_pi0.sum() > 0 else params[1],
+                _normalised(s_T, params[2]), _normalised(s_O, params[3]))
+
+    params, history, converged = _squarem(messages.estep, (pi, pi0, T, O), mstep, n_iter, tol)
+    return (*params, history, converged)

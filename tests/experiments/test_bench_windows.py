@@ -1,0 +1,46 @@
+"""Smoke test of demos/bench_windows.py --quick (the figures themselves live in docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parents[2] / "demos" / "bench_windows.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_windows", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def losses(out: str) -> dict[str, float]:
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| ([^|]+?) \| (\d+\.\d+) \|", out, re.M)}
+
+
+def test_quick_bench_prints_every_model(capsys):
+    bench = load_bench()
+    bench.main(["sticky", "--quick", "--em-restarts", "0"])
+    bench.main(["synthetic", "--quick", "--em-restarts", "0"])
+    out = capsys.readouterr().out
+    rows = losses(out)
+    names = ["truth", "KN trigram", "θ_spec (L = 1)", "θ_M (L = 1)", "HMM 10, windows (L = 4)",
+             "HMMEstimator, EM over 3-grams", "HMMEstimator, EM over 5-grams"]
+    assert all(name in rows for name in names), sorted(rows)
+    assert all(np.isfinite(v) and 0.5 < v < 3.0 for v in rows.values())
+    # nothing beats the generating model by more than sampling noise on the held-out set
+    assert min(rows.values()) > 0.98 * min(v for k, v in rows.items() if k == "truth")
+
+
+def test_the_synthetic_automata_are_sparse_and_seeded():
+    bench = load_bench()
+    a, b = bench.sparse_automaton(10, 4, seed=7), bench.sparse_automaton(10, 4, seed=7)
+    np.testing.assert_array_equal(a.T, b.T)
+    assert ((a.T > 0).sum(axis=0) == 3).all() and ((a.O > 0).sum(axis=0) == 3).all()
+    seqs = bench.sequences(a, 5_000, 5.0, seed=1)
+    sizes = np.array([len(s) for s in seqs])
+    assert 5_000 <= sizes.sum() < 5_100 and 4.0 < sizes.mean() < 6.0
