@@ -323,7 +323,11 @@ def test_daemon_on_a_word_topic(kafka_bootstrap, unique_name, tmp_path, words, b
         wait_until(lambda: "counts_mb=" in log_path.read_text(), "a status line", WAIT, proc)
     finally:
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(120)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:  # the final refit at this size, on a loaded machine:
+            proc.send_signal(signal.SIGTERM)  # a second signal stops waiting for it (documented)
+            code = proc.wait(120)
     text = log_path.read_text()
     assert code == 0, text[-3000:]
     assert "dead-letter" not in text and "event=fatal" not in text
