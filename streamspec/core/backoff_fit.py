@@ -6,7 +6,8 @@
    starts): ``holdout`` of them held out;
 2. on the kept counts: the model (``fit``), the Kneser–Ney trigram and a hidden Markov
    model (:class:`~streamspec.core.hmm_estimator.HMMEstimator`, its EM iterations bounded
-   by a work budget);
+   by a work budget; with ``hmm_states="auto"`` a few sizes share the budget and the one
+   that predicts the held-out counts best is kept);
 3. on the held-out counts, each context ``(x1, x2)`` (or a stream start) predicts ``x3``
    under every component: the model stays a component only if the (cross-fitted) mixture
    with it beats the mixture without it by :data:`MIN_MODEL_GAIN` nats per symbol (its
@@ -14,7 +15,7 @@
    starting weights are the Bayes posterior of the blends on those predictions
    (:meth:`~streamspec.core.mixture.ExpertMixture.from_held_out`);
 4. the model, the trigram and the HMM again on all the counts (the HMM warm-started from
-   step 2, with a quarter of the budget), with those weights.
+   step 2, with half the budget), with those weights.
 
 The held-out contexts are two symbols long, so they undervalue what the HMM remembers
 from further back; the weights keep learning from every symbol a stream or a scored
@@ -40,13 +41,15 @@ from streamspec.core.trigram import START, KneserNeyTrigram
 from streamspec.core.triples import BITS, Triples
 
 __all__ = ["fit_with_backoff", "fit_hmm", "held_out_contexts", "held_out_scores", "hmm_states_for",
-           "em_sample", "EM_BUDGET", "EM_MAX_TRIPLES", "MAX_HMM_STATES", "MIN_MODEL_GAIN"]
+           "em_sample", "EM_BUDGET", "STATE_CANDIDATES", "EM_MAX_TRIPLES", "MAX_HMM_STATES", "MIN_MODEL_GAIN"]
 
 EM_BUDGET = 3e8  # EM work of the HMM's first fit: triples × (states² + 30) × iterations (~3 s)
 MIN_MODEL_GAIN = 1e-3  # held-out nats per symbol the model must add to be a component
 EM_MAX_TRIPLES = 200_000  # distinct triples EM runs on at most (threshold-sampled, unbiased)
 MAX_HMM_STATES = 16
+STATE_CANDIDATES = (4, 8, 16)  # HMM sizes "auto" also tries on the held-out counts (measured)
 _MIN_EM_ITER, _MAX_EM_ITER = 5, 200
+_SELECTION_EM_ITER = 50  # EM iterations of each candidate size at most
 
 
 def _thin(w: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
@@ -173,13 +176,14 @@ def _threshold(w: np.ndarray, m: int) -> float:
 
 
 def fit_hmm(triples: Triples, n_states: int, budget: float = EM_BUDGET, init=None,
-            random_state: int = 0) -> HiddenMarkovModel | None:
+            random_state: int = 0, max_iter: int = _MAX_EM_ITER) -> HiddenMarkovModel | None:
     """An HMM of the counts: EM on at most :data:`EM_MAX_TRIPLES` distinct triples
     (:func:`em_sample`), its iterations bounded by ``budget`` (``triples × (K² + 30)`` per
-    iteration: the measured cost of an E-step, ~10 ns a unit); ``None`` when it cannot be fitted
-    (too few symbols or counts, a singular moment problem). O(budget)."""
+    iteration: the measured cost of an E-step, ~10 ns a unit) and by ``max_iter``; ``None``
+    when it cannot be fitted (too few symbols or counts, a singular moment problem).
+    O(budget)."""
     sample = em_sample(triples, EM_MAX_TRIPLES, np.random.default_rng(random_state))
-    iters = int(np.clip(budget / max(1.0, sample.nnz * (n_states**2 + 30)), _MIN_EM_ITER, _MAX_EM_ITER))
+    iters = int(np.clip(budget / max(1.0, sample.nnz * (n_states**2 + 30)), _MIN_EM_ITER, max_iter))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -204,15 +208,16 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     holdout, random_state, max_contexts
         Held-out fraction, seed, and cap on the held-out contexts scored.
     hmm_states
-        States of the HMM component: ``"auto"`` (:func:`hmm_states_for` the counts), an
-        integer (at most the alphabet size), or ``None`` for no HMM component.
+        States of the HMM component: ``"auto"`` (the best on the held-out counts of
+        :func:`hmm_states_for` the counts and :data:`STATE_CANDIDATES`; a refit keeps the
+        previous number), an integer (at most the alphabet size), or ``None`` for no HMM.
     previous
         A previous model with a backoff (a refit): nothing is held out; the model, the
         trigram and the HMM (warm-started from the previous one, a quarter of the budget)
         are fitted on all the counts, and the previous weights are kept: they were learned
         from the stream. Time: one fit of the model, a quarter of the EM budget.
 
-    Time: two fits of the model, the HMM's EM budget (:data:`EM_BUDGET`) and a quarter of it,
+    Time: two fits of the model, the HMM's EM budget (:data:`EM_BUDGET`) and half of it,
     O(nnz log nnz) for the trigrams, O(max_contexts · n · d) to score the model on the
     held-out contexts; memory O(nnz + n · (d² + K)).
 
@@ -237,13 +242,13 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     mixture, hmm, K, scores, use_model = None, None, None, {}, True
     if kept.total > 0 and held.total > 0:
         model = fit(kept)
-        K = _resolve_states(hmm_states, triples)
-        hmm = fit_hmm(kept, K, random_state=seed) if K else None
         trigram = KneserNeyTrigram(kept, kept_starts)
         u, v, x, w = held_out_contexts(held, held_starts, int(max_contexts), rng)
+        hmm, hmm_p = _select_hmm(kept, _candidate_states(hmm_states, kept), (u, v, x, w), seed)
+        K = hmm.n_states if hmm is not None else 0
         P = [_model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
         if hmm is not None:
-            P.append(_hmm_probas(hmm, u, v, x))
+            P.append(hmm_p)
         P = np.stack(P, axis=1)
         buckets = bucket_of_counts(trigram.context_counts(u, v))
         scores = held_out_scores(P, buckets, w, u, v, trigram.unigram()[x], model.min_proba, rng)
@@ -259,15 +264,16 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         K = _resolve_states(hmm_states, triples)
         final = fit_hmm(triples, K, random_state=seed) if K else None
     else:
-        final = fit_hmm(triples, K, EM_BUDGET / 4, init=hmm, random_state=seed) if hmm else None
+        final = fit_hmm(triples, K, EM_BUDGET / 2, init=hmm, random_state=seed) if hmm else None
     return _attach(model, triples, starts, final, mixture, scores, use_model)
 
 
 def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_states, seed: int):
     """:func:`fit_with_backoff` from a previous backoff: all counts, warm HMM, the weights kept."""
     model = fit(triples)
-    K = _resolve_states(hmm_states, triples)
     old = previous.hmm
+    # "auto": the number of states chosen on held-out counts at the first fit is kept
+    K = old.n_states if hmm_states == "auto" and old is not None else _resolve_states(hmm_states, triples)
     init = (HiddenMarkovModel(old.startprob_, old.transmat_, old.emissionprob_)
             if old is not None and K == old.n_states and old.n_symbols <= triples.n else None)
     budget = EM_BUDGET / 4 if init is not None else EM_BUDGET
@@ -318,6 +324,35 @@ def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=
         hmm = HMMFilter.of(hmm)
     return model.with_backoff(Backoff(KneserNeyTrigram(triples, starts), mixture, hmm, held_out=scores,
                                       use_model=use_model))
+
+
+def _candidate_states(hmm_states, triples: Triples) -> list[int]:
+    """The HMM sizes a first fit tries: for ``"auto"``, :func:`hmm_states_for` the counts and
+    :data:`STATE_CANDIDATES`, within 2..min(16, n); else the one given (none for ``None``)."""
+    if hmm_states != "auto" or triples.n < 2:
+        K = _resolve_states(hmm_states, triples)
+        return [K] if K else []
+    top = min(MAX_HMM_STATES, triples.n)
+    return sorted({min(max(k, 2), top) for k in (hmm_states_for(triples), *STATE_CANDIDATES)})
+
+
+def _select_hmm(kept: Triples, candidates: list[int], held: tuple, seed: int):
+    """The candidate HMM with the least held-out log loss (its EM budget shared among them), and
+    its probabilities of the held-out symbols; ``(None, None)`` when none could be fitted.
+    O(EM_BUDGET + m · K² per candidate) for m held-out contexts."""
+    u, v, x, w = held
+    best, best_p, best_loss = None, None, np.inf
+    for K in candidates:
+        # a candidate needs only to be ranked: fewer iterations; the one kept goes on from there
+        hmm = fit_hmm(kept, K, EM_BUDGET / len(candidates), random_state=seed,
+                      max_iter=_SELECTION_EM_ITER if len(candidates) > 1 else _MAX_EM_ITER)
+        if hmm is None:
+            continue
+        p = _hmm_probas(hmm, u, v, x)
+        loss = float(-(w * np.log(np.maximum(p, 1e-12))).sum())
+        if loss < best_loss:
+            best, best_p, best_loss = hmm, p, loss
+    return best, best_p
 
 
 def _resolve_states(hmm_states, triples: Triples) -> int | None:

@@ -92,7 +92,7 @@ class ExpertMixture:
     ([1.0, 0.0], [0.5, 0.5])
     """
 
-    def __init__(self, n_components: int, *, resolution: int = 10, switching: float = 1e-3,
+    def __init__(self, n_components: int, *, resolution: int = 10, switching: float = 1e-4,
                  log_weights=None):
         if not 1 <= int(n_components) <= 4:
             raise ValueError(f"n_components must be 1 to 4, got {n_components!r}")

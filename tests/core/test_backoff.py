@@ -286,3 +286,25 @@ def test_a_refit_keeps_the_rank_until_the_counts_have_doubled():
     chosen = SpectralEstimator()
     later = chosen.fit(accumulate(12, [x[:20_000]]), init=refit)  # doubled: chosen again
     assert chosen.rank_scores_ and later.metadata["rank_chosen_on"] == "19998"
+
+
+def test_auto_hmm_states_are_chosen_by_held_out_loss_and_kept_by_refits():
+    """A sticky 8-state HMM over 40 symbols: the singular values above the noise see fewer
+    states; "auto" tries more on the held-out counts and keeps the size that predicts them
+    best (its held-out loss is at most that of the singular-value count's HMM), and a refit
+    keeps that size."""
+    from streamspec.core.backoff_fit import hmm_states_for
+
+    rng = np.random.default_rng(3)
+    m, n = 8, 40
+    T = np.full((m, m), 0.1 / (m - 1)) + np.eye(m) * (0.9 - 0.1 / (m - 1))
+    x = HMM(T, rng.dirichlet(np.full(n, 0.5), size=m).T).sample(20_000, random_state=1)
+    t = Triples.from_arrays(n, x[:-2], x[1:-1], x[2:])
+    fit = SpectralEstimator(rank=2, backoff=None).fit
+    by_spectrum = hmm_states_for(t)
+    auto = fit_with_backoff(fit, t, hmm_states="auto")
+    fixed = fit_with_backoff(fit, t, hmm_states=by_spectrum)
+    assert auto.backoff.hmm.n_states > by_spectrum  # the spectrum undercounts sticky states
+    assert auto.backoff.held_out["hmm"] < fixed.backoff.held_out["hmm"] - 0.02
+    refit = fit_with_backoff(fit, t, hmm_states="auto", previous=auto)
+    assert refit.backoff.hmm.n_states == auto.backoff.hmm.n_states
