@@ -129,7 +129,7 @@ def _hmm_probas(hmm: HiddenMarkovModel, u, v, x) -> np.ndarray:
 
 
 def hmm_states_for(triples: Triples) -> int:
-    """The HMM's number of states for ``"auto"``: the singular values of P21 above the sampling
+    """One of the HMM sizes ``"auto"`` tries: the singular values of P21 above the sampling
     noise ``N^(-1/2)`` (how many hidden directions the counts can tell apart), clipped to
     2..16 and to the alphabet. The top 17 singular values at most: O(nnz · 17) per iteration
     of a truncated SVD (a dense one up to 1,000 symbols).
