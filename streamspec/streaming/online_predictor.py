@@ -31,6 +31,7 @@ __all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS", "UNSEEN"]
 ROW_CACHE_FLOATS = 1 << 22  # rows kept per model (floats: 32 MiB)
 _CONTEXTS_KEPT = 1 << 18  # trigram contexts remembered (then forgotten all at once)
 TOP = 32  # argmax: candidates per part before the exact bound is checked
+OWN_CUT = 0.25  # argmax: the model's own candidates are above this fraction of its row's maximum
 
 
 class _Rows:
@@ -94,13 +95,13 @@ class _Rows:
         return np.full(self.n, 1.0 / self.n)
 
     def own_top(self, digits: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, float]:
-        """The model's own row after ``digits``, its most probable symbols (those above a quarter
-        of its maximum, or the :data:`TOP` largest) and a bound on every other symbol, for
+        """The model's own row after ``digits``, its most probable symbols (those above
+        :data:`OWN_CUT` of its maximum, or the :data:`TOP` largest) and a bound on every other symbol, for
         :meth:`OnlinePredictor.argmax`.
         O(n · d) once per context (the row), O(n) once more (its top)."""
         def make():
             row = self.own(digits)
-            thr = 0.25 * float(row.max())  # every symbol not above it is bounded by it
+            thr = OWN_CUT * float(row.max())  # every symbol not above it is bounded by it
             idx = np.flatnonzero(row > thr)
             if idx.size > TOP:  # a flat row: its TOP largest instead
                 idx, thr = _top(row, TOP)
