@@ -430,7 +430,8 @@ class SpectralHMM(base.Classifier):
             if not total:
                 return {}
             return dict(zip(self._labels[: len(f)], [c / total for c in f], strict=True))
-        return dict(zip(self._labels[: p.size], p.tolist(), strict=True))
+        # labels learned meanwhile (other threads) are after p: zip stops there, no copy
+        return dict(zip(self._labels, p.tolist(), strict=False))
 
     def predict_one(self, x: dict, **kwargs: Any) -> Hashable | None:
         """The most probable next symbol of the stream of ``x`` (``None`` before any symbol).

@@ -309,11 +309,16 @@ class OnlinePredictor(BatchObservation):
         own, backoff = self._own(window), self.model.backoff
         if backoff is None:
             return own
-        parts = {"model": own, "trigram": self._rows.trigram(u, v)}
-        if backoff.hmm is not None:
-            parts["hmm"] = state @ backoff.hmm.emissionprob_
-        lam = self.mixture.blend(self._rows.context(u, v)[3])
-        return sum(w * parts[c] for w, c in zip(lam, backoff.components, strict=True))
+        lam = self.mixture.blend(self._rows.context(u, v)[3]).tolist()
+        j = int(backoff.use_model)
+        if backoff.hmm is not None:  # the weight folded into the K-vector: one (K, n) product
+            out = (lam[j + 1] * state) @ backoff.hmm.emissionprob_
+            out += lam[j] * self._rows.trigram(u, v)
+        else:
+            out = lam[j] * self._rows.trigram(u, v)
+        if j:
+            out += lam[0] * own
+        return out
 
     def argmax(self, key: Hashable) -> tuple[int, float] | None:
         """The most probable next symbol of the stream and its probability (``row(key)``'s
