@@ -110,8 +110,9 @@ class SpectralHMM(base.Classifier):
 
     Costs per symbol: :meth:`learn_one` O(1) for the counts plus O(E · K + K²) for the
     weights and the stream's HMM state (E = 66 blends, K states) and, the first time a
-    context is met, O(n · d) for its rows (cached, bounded); :meth:`predict_one` and
-    :meth:`predict_proba_one` O(n · K). Memory: the counts (16 bytes per distinct triple),
+    context is met, O(n · d) for its rows (cached, bounded); :meth:`predict_one` typically
+    O(K · 32 + entries) (an exact pruned argmax), :meth:`predict_proba_one` O(n · K) (river's
+    dict over every label). Memory: the counts (16 bytes per distinct triple),
     a model of rank d (n · d² floats) with its trigram (O(nnz)) and HMM (n · K), one
     integer and K floats per stream, and the row cache (at most 2²² floats).
 
@@ -435,9 +436,10 @@ class SpectralHMM(base.Classifier):
 
     def predict_one(self, x: dict, **kwargs: Any) -> Hashable | None:
         """The most probable next symbol of the stream of ``x`` (``None`` before any symbol).
-        Typically O(K · 32 + the context's trigram entries), exact
-        (:meth:`~streamspec.streaming.online_predictor.OnlinePredictor.argmax`); O(n · K) when
-        the spectral model is one of the parts or labels are newer than the model."""
+        Typically O(K · 32 + the context's trigram entries and top symbols of its own row),
+        exact (:meth:`~streamspec.streaming.online_predictor.OnlinePredictor.argmax`), plus
+        O(n · d) the first time a context is met (its own row, cached); O(n · K) when the
+        bound does not settle it or labels are newer than the model."""
         if not self._built:
             return None
         key = x.get(self.key) if self.key is not None else None

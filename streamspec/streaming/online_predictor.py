@@ -9,7 +9,8 @@ and the stream moves on. The weights are the learner's, shared by all streams an
 across refits; a refit swaps the model in (:meth:`OnlinePredictor.set_model`).
 
 Costs per symbol: O(E · K + K²) plus, the first time a context is met, O(n · (d + 1))
-for its rows (kept in a cache bounded in floats, least recently used out); a full
+for its rows (kept in a cache bounded in floats, least recently used out); the most
+probable symbol O(K · TOP + entries) (:meth:`OnlinePredictor.argmax`); a full
 distribution O(n · K).
 """
 
@@ -322,11 +323,13 @@ class OnlinePredictor(BatchObservation):
 
     def argmax(self, key: Hashable) -> tuple[int, float] | None:
         """The most probable next symbol of the stream and its probability (``row(key)``'s
-        argmax and maximum), ``None`` before a model. Without the model's own part, without
-        O(n) work: the candidates are the context's trigram entries and the top :data:`TOP`
-        symbols of the trigram's lowest level and of each HMM state; every other symbol is
-        bounded by those lists' last values, so when the best candidate beats the bound it
-        is the argmax; otherwise (rare) the whole row is computed. O(K · TOP + entries)."""
+        argmax and maximum), ``None`` before a model, without the mixed row: the candidates
+        are the context's trigram entries, the top :data:`TOP` symbols of the trigram's
+        lowest level and of each HMM state, and, when the model's own rows are a part, the
+        top symbols of the context's own row (:meth:`_Rows.own_top`, cached per context);
+        every other symbol is bounded by those lists' cut-offs, so when the best candidate
+        beats the bound it is the argmax; otherwise the whole row is computed.
+        O(K · TOP + entries), plus O(n · d) once per context for its own row."""
         model = self.model
         if model is None:
             return None
@@ -410,26 +413,28 @@ def _pruned_argmax(trigram, rows: _Rows, top: int, mid: int, lam: np.ndarray,
     g3, g2, top_next, top_direct, mid_next, mid_direct, unigram = t
     low_idx, low_kth = tops["freq"] if unigram else tops["p1"]
     low = trigram.unigram_of() if unigram else trigram.continuation_of()
+    lam_t = float(lam[0])
+    c_low = lam_t * g3 * (1.0 if unigram else g2)  # the weights folded into scalars: fewer passes
     parts = [top_next, mid_next, low_idx]
-    bound = lam[0] * g3 * (low_kth if unigram else g2 * low_kth)
+    bound = c_low * float(low_kth)
     if state is not None:
         idx, kth = tops["hmm"]
         parts.append(idx)
-        bound += lam[1] * float(state @ kth)
+        w_state = float(lam[1]) * state
+        bound += float(w_state @ kth)
     if own is not None:
         (own_row, own_idx, own_kth), own_lam = own
         parts.append(own_idx)
         bound += own_lam * own_kth
     cand = np.concatenate(parts)  # repeats score alike: no need to remove them
-    scratch = rows._scratch
-    scratch[mid_next] += g3 * mid_direct
-    scratch[top_next] += top_direct
-    tri = scratch[cand] + g3 * (low[cand] if unigram else g2 * low[cand])
+    scratch = rows._scratch  # the context's direct trigram terms, weighted, then reset
+    scratch[mid_next] += (lam_t * g3) * mid_direct
+    scratch[top_next] += lam_t * top_direct
+    score = scratch[cand] + c_low * low[cand]
     scratch[mid_next] = 0.0
     scratch[top_next] = 0.0
-    score = lam[0] * tri
     if state is not None:
-        score += lam[1] * (rows.E_T[cand] @ state)
+        score += rows.E_T[cand] @ w_state
     if own is not None:
         score += own_lam * own_row[cand]
     best = score.max()
