@@ -50,7 +50,7 @@ class _Rows:
         self.E_T = None if hmm is None else np.ascontiguousarray(hmm.emissionprob_.T)
         self.T = None if hmm is None else np.ascontiguousarray(hmm.transmat_)
         self._tops = None  # the top symbols of each part, for argmax (made on first use)
-        self._C = None  # the model's rows C[x] = b∞ᵀ B_x, for its own rows (made on first use)
+        self._C = None  # the model's rows C[x] = b∞ᵀ B_x as columns, for its own rows (on first use)
 
     def _get(self, key, make):
         row = self._cache.get(key)
@@ -77,7 +77,9 @@ class _Rows:
         if model.backoff is None:
             return model.predict_from_state(model.state_for(np.asarray(digits, dtype=np.int64)))
         if self._C is None:
-            self._C = np.einsum("d,xde->xe", model.binf, model.B)  # C[x] · s = b∞ᵀ B_x s
+            # C[x] · s = b∞ᵀ B_x s, stored transposed: s @ Cᵀ runs along rows of n (a long
+            # inner loop), where C @ s would take n dot products of d
+            self._C = np.ascontiguousarray(np.einsum("d,xde->ex", model.binf, model.B))
             self._absbinf = np.abs(model.binf)
         if model.filter == "window":
             digits = digits[max(0, len(digits) - model.window):]
@@ -87,7 +89,7 @@ class _Rows:
             z, fb = float(binf @ v), float(self._absbinf @ np.abs(v))
             fb = fb if fb > 0 else 1.0
             state = v / (z if z > 1e-12 * fb else fb)
-        q = self._C @ state
+        q = np.dot(state, self._C)
         np.maximum(q, 0.0, out=q)
         total = q.sum()
         if total > 0:
