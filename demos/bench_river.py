@@ -1,32 +1,148 @@
-"""Throughput of ``SpectralHMM`` in a progressive-validation loop, against river baselines.
+"""Throughput and accuracy of ``SpectralHMM`` on a large keyed alphabet, against a dict bigram.
 
-The loop is ``y_pred = model.predict_one(x); model.learn_one(x, y)`` over a prebuilt list
-of ``(x, y)`` pairs (so the data generation is not timed). ``SpectralHMM`` refits in the
-background every 10⁴ symbols; the reference models are ``MeanSized`` (one river
-``stats.Mean`` update per symbol: the cost floor of a river model) and the per-stream
-bigram baseline written with river. Each figure is the best of ``--repeats`` runs. The
-same loop through ``evaluate.progressive_val_score`` (with ``metrics.Accuracy()``) is
-timed too, for the overhead of river's own loop.
+The stream: 1,000 keyed sessions over 2,000 symbols (``--events``, default 40,000), each
+session a sticky walk over 8 clusters of a Zipf(1.1) alphabet, generated once (not
+timed). Every model runs ``y_pred = model.predict_one(x); model.learn_one(x, y)`` over the
+same list, in one process, BLAS pinned to one thread; the figures are events/s and
+next-symbol accuracy, and ratios to the per-key bigram counter written in plain Python
+dicts (the fastest a Python learner of this stream can be). ``SpectralHMM`` runs with
+its defaults (refit every 10⁴ symbols, ``rank="auto"``), inline and ``background=True``
+(fits on a schedule by symbols, so both change models at the same symbols), then with
+``predict_proba_one`` instead of ``predict_one``; and the same stream of ``--pages``
+events (default 50,000) through river's ``evaluate.progressive_val_score`` with
+``metrics.Accuracy()``.
 
 Run from the repository root::
 
-    python demos/bench_river.py            # Alice (if present) and 1,000 keyed sessions
-    python demos/bench_river.py --markdown # also print a table for docs/benchmarks.md
+    python demos/bench_river.py             # the large alphabet (the issue's targets)
+    python demos/bench_river.py --small     # also Alice and 12-symbol sessions vs river baselines
+    python demos/bench_river.py --markdown  # also print tables for docs/benchmarks.md
 """
 
 from __future__ import annotations
 
-import argparse
-import platform
-import time
-from collections.abc import Callable
+import os
 
-from river import evaluate, metrics
-from river_baselines import BigramFrequency, MeanSized
-from river_pipeline import alice_data, session_data
+for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")  # why: one BLAS thread, figures comparable in one run
 
-import streamspec
-from streamspec import SpectralHMM
+import argparse  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+from river import evaluate, metrics  # noqa: E402
+from river_baselines import BigramFrequency, MeanSized  # noqa: E402
+from river_pipeline import alice_data, session_data  # noqa: E402
+
+import streamspec  # noqa: E402
+from streamspec import SpectralHMM  # noqa: E402
+
+
+def cluster_sessions(n_events: int, n_symbols: int = 2_000, n_keys: int = 1_000,
+                     n_clusters: int = 8, seed: int = 0) -> list[tuple[dict, int]]:
+    """``(x, y)`` pairs: ``x = {"user": k}`` and the symbol ``y`` user ``k`` emitted next.
+
+    Each user sits in one of ``n_clusters`` clusters (a new random one with probability
+    0.1 per event) and emits a Zipf(1.1)-distributed rank mapped through its cluster's
+    permutation of the symbols. O(n_events · n_symbols) (the Zipf draws), seeded.
+    """
+    rng = np.random.default_rng(seed)
+    p = 1 / np.arange(1, n_symbols + 1) ** 1.1
+    p /= p.sum()
+    perm = [rng.permutation(n_symbols) for _ in range(n_clusters)]
+    state = rng.integers(0, n_clusters, n_keys)
+    keys = rng.integers(n_keys, size=n_events)
+    moves = rng.random(n_events) < 0.1
+    ranks = rng.choice(n_symbols, size=n_events, p=p)
+    data = []
+    for k, move, r in zip(keys.tolist(), moves.tolist(), ranks.tolist(), strict=True):
+        if move:
+            state[k] = rng.integers(n_clusters)
+        data.append(({"user": k}, int(perm[state[k]][r])))
+    return data
+
+
+class DictBigram:
+    """Per-key bigram counter in plain dicts: predicts the most frequent follower of the
+    key's last symbol (a running argmax, O(1) per event)."""
+
+    def __init__(self, key: str = "user"):
+        self.key = key
+        self.counts: dict = {}
+        self.best: dict = {}
+        self.last: dict = {}
+
+    def predict_one(self, x: dict):
+        return self.best.get(self.last.get(x[self.key]))
+
+    def learn_one(self, x: dict, y) -> None:
+        k = x[self.key]
+        prev = self.last.get(k)
+        if prev is not None:
+            row = self.counts.get(prev)
+            if row is None:
+                row = self.counts[prev] = {}
+            c = row.get(y, 0) + 1
+            row[y] = c
+            b = self.best.get(prev)
+            if b is None or c > row[b]:
+                self.best[prev] = y
+        self.last[k] = y
+
+
+def timed(model, data: list, proba: bool = False) -> tuple[float, float]:
+    """Events/s and next-symbol accuracy of ``predict_(proba_)one`` then ``learn_one``."""
+    predict = model.predict_proba_one if proba else model.predict_one
+    learn, hits = model.learn_one, 0
+    t0 = time.perf_counter()
+    for x, y in data:
+        hits += predict(x) == y
+        learn(x, y)
+    seconds = time.perf_counter() - t0
+    return len(data) / seconds, hits / len(data)
+
+
+def fits(model: SpectralHMM) -> str:
+    r = model.refitter
+    r.wait()
+    secs = sum(rec.seconds for rec in r.records)
+    return f"{r.n_fits} fits, {secs:.1f} s of fitting, rank {model.rank_}"
+
+
+def large(n_events: int, n_pages: int) -> list[tuple]:
+    """The targets of issue 21 on the 2,000-symbol, 1,000-key stream, in one run."""
+    data = cluster_sessions(n_events)
+    print(f"\n== 2,000 symbols, 1,000 keys, {len(data):,} events (predict_one + learn_one) ==")
+    rows = []
+    bigram_rate, bigram_acc = timed(DictBigram(), data)
+    rows.append(("per-key dict bigram (plain Python)", bigram_rate, bigram_acc, ""))
+    for name, kwargs in (("SpectralHMM inline", {}), ("SpectralHMM background=True",
+                                                      {"background": True})):
+        model = SpectralHMM(key="user", **kwargs)
+        rate, acc = timed(model, data)
+        rows.append((name, rate, acc, fits(model)))
+        model.refitter.close()
+    model = SpectralHMM(key="user")
+    rate, _ = timed(model, data, proba=True)
+    rows.append(("SpectralHMM inline, predict_proba_one", rate, float("nan"), fits(model)))
+    model = SpectralHMM(key="user", refit_every=None)  # the per-event cost alone
+    for x, y in data[: len(data) // 2]:
+        model.learn_one(x, y)
+    model.refit()
+    rate, acc = timed(model, data[len(data) // 2:])
+    rows.append(("SpectralHMM, no refits (2nd half, one fit)", rate, acc, fits(model)))
+    pages = cluster_sessions(n_pages, seed=1)
+    model = SpectralHMM(key="user")
+    t0 = time.perf_counter()
+    score = evaluate.progressive_val_score(pages, model, metrics.Accuracy())
+    rate = len(pages) / (time.perf_counter() - t0)
+    rows.append((f"progressive_val_score, {len(pages):,} events", rate, score.get(), fits(model)))
+    print(f"{'model':44s} {'events/s':>10s} {'÷ bigram':>9s} {'accuracy':>9s}")
+    for name, rate, acc, extra in rows:
+        print(f"{name:44s} {rate:10,.0f} {rate / bigram_rate:9.4f} {acc:9.3f}  {extra}")
+    return rows
 
 
 def loop_seconds(make: Callable, data: list) -> tuple[float, object]:
@@ -52,83 +168,67 @@ def river_loop_seconds(make: Callable, data: list) -> float:
     return seconds
 
 
-def bench(title: str, data: list, key: str | None, repeats: int) -> list[tuple]:
+def small(title: str, data: list, key: str | None, repeats: int) -> list[tuple]:
+    """Small alphabets against river-written baselines (best of ``repeats``)."""
     models = {
-        "SpectralHMM (auto rank, background)": lambda: SpectralHMM(key=key, background=True),
-        "SpectralHMM (rank 16, background)": lambda: SpectralHMM(
-            rank=16, key=key, background=True
-        ),
-        "SpectralHMM (auto rank, inline)": lambda: SpectralHMM(key=key),
+        "SpectralHMM (background)": lambda: SpectralHMM(key=key, background=True),
+        "SpectralHMM (inline)": lambda: SpectralHMM(key=key),
         "bigram frequency (river)": lambda: BigramFrequency(key=key),
         "MeanSized (stats.Mean)": MeanSized,
     }
-    n = len(data)
-    rows = []
+    n, rows = len(data), []
     print(f"\n== {title}: {n:,} symbols, best of {repeats} ==")
     for name, make in models.items():
-        best, model = min((loop_seconds(make, data) for _ in range(repeats)), key=lambda r: r[0])
+        best, _ = min((loop_seconds(make, data) for _ in range(repeats)), key=lambda r: r[0])
         river = min(river_loop_seconds(make, data) for _ in range(repeats))
-        extra = ""
-        if isinstance(model, SpectralHMM):
-            r = model.refitter
-            extra = f"{r.n_fits} fits, last {r.last_fit_seconds * 1e3:.1f} ms, rank {model.rank_}"
-        rows.append((name, n / best, n / river, extra))
-    floor = dict((r[0], r[1]) for r in rows)
-    mean_rate = floor["MeanSized (stats.Mean)"]
-    bigram_rate = floor["bigram frequency (river)"]
-    print(f"{'model':38s} {'loop sym/s':>12s} {'river loop':>11s} {'/Mean':>6s} {'/bigram':>8s}")
-    for name, rate, river, extra in rows:
-        print(
-            f"{name:38s} {rate:12,.0f} {river:11,.0f} {rate / mean_rate:6.2f} "
-            f"{rate / bigram_rate:8.2f}  {extra}"
-        )
+        rows.append((name, n / best, n / river))
+    bigram_rate = rows[2][1]
+    print(f"{'model':30s} {'loop sym/s':>12s} {'river loop':>11s} {'÷ bigram':>9s}")
+    for name, rate, river in rows:
+        print(f"{name:30s} {rate:12,.0f} {river:11,.0f} {rate / bigram_rate:9.2f}")
     return rows
 
 
-def markdown(tables: dict[str, list[tuple]]) -> str:
-    lines = []
-    for title, rows in tables.items():
-        rates = {r[0]: r[1] for r in rows}
-        mean_rate, bigram_rate = rates["MeanSized (stats.Mean)"], rates["bigram frequency (river)"]
-        lines += [
-            f"{title}:",
-            "",
-            "| model | predict_one + learn_one (symbols/s) | progressive_val_score (symbols/s) "
-            "| ÷ Mean-sized | ÷ bigram | notes |",
-            "| --- | ---: | ---: | ---: | ---: | --- |",
-        ]
-        for name, rate, river, extra in rows:
-            lines.append(
-                f"| {name} | {rate:,.0f} | {river:,.0f} | {rate / mean_rate:.2f} "
-                f"| {rate / bigram_rate:.2f} | {extra} |"
-            )
-        lines.append("")
+def markdown(large_rows: list[tuple], small_tables: dict[str, list[tuple]]) -> str:
+    bigram_rate = large_rows[0][1]
+    lines = ["| model | events/s | ÷ dict bigram | accuracy | notes |",
+             "| --- | ---: | ---: | ---: | --- |"]
+    for name, rate, acc, extra in large_rows:
+        acc_s = "—" if acc != acc else f"{acc:.3f}"
+        lines.append(f"| {name} | {rate:,.0f} | {rate / bigram_rate:.4f} | {acc_s} | {extra} |")
+    for title, rows in small_tables.items():
+        bigram = rows[2][1]
+        lines += ["", f"{title}:", "",
+                  "| model | predict_one + learn_one (symbols/s) | progressive_val_score "
+                  "(symbols/s) | ÷ bigram |", "| --- | ---: | ---: | ---: |"]
+        lines += [f"| {name} | {rate:,.0f} | {river:,.0f} | {rate / bigram:.2f} |"
+                  for name, rate, river in rows]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=40_000)
+    parser.add_argument("--pages", type=int, default=50_000)
+    parser.add_argument("--small", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--sessions", type=int, default=1_000)
-    parser.add_argument("--length", type=int, default=200)
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
-    print(
-        f"streamspec {streamspec.__version__}, Python {platform.python_version()}, "
-        f"{platform.machine()}"
-    )
+    print(f"streamspec {streamspec.__version__}, Python {platform.python_version()}, "
+          f"numpy {np.__version__}, {platform.machine()}, load {os.getloadavg()[0]:.1f}")
+    large_rows = large(args.events, args.pages)
     tables = {}
-    alice = alice_data(None)
-    if alice is not None:
-        tables[f"Alice, one stream ({len(alice):,} letters)"] = bench(
-            "Alice", alice, None, args.repeats
-        )
-    data, _, _ = session_data(args.sessions, args.length)
-    title = f"{args.sessions:,} interleaved sessions ({len(data):,} symbols, 12 symbols)"
-    tables[title] = bench("Sessions", data, "session", args.repeats)
+    if args.small:
+        alice = alice_data(None)
+        if alice is not None:
+            tables[f"Alice, one stream ({len(alice):,} letters)"] = small(
+                "Alice", alice, None, args.repeats)
+        data, _, _ = session_data(1_000, 200)
+        tables[f"1,000 sessions of 12 symbols ({len(data):,} symbols)"] = small(
+            "Sessions", data, "session", args.repeats)
     if args.markdown:
         print()
-        print(markdown(tables))
+        print(markdown(large_rows, tables))
 
 
 if __name__ == "__main__":

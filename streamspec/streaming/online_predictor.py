@@ -9,7 +9,8 @@ and the stream moves on. The weights are the learner's, shared by all streams an
 across refits; a refit swaps the model in (:meth:`OnlinePredictor.set_model`).
 
 Costs per symbol: O(E · K + K²) plus, the first time a context is met, O(n · (d + 1))
-for its rows (kept in a cache bounded in floats, least recently used out); a full
+for its rows (kept in a cache bounded in floats, least recently used out); the most
+probable symbol O(K · TOP + entries) (:meth:`OnlinePredictor.argmax`); a full
 distribution O(n · K).
 """
 
@@ -31,6 +32,7 @@ __all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS", "UNSEEN"]
 ROW_CACHE_FLOATS = 1 << 22  # rows kept per model (floats: 32 MiB)
 _CONTEXTS_KEPT = 1 << 18  # trigram contexts remembered (then forgotten all at once)
 TOP = 32  # argmax: candidates per part before the exact bound is checked
+OWN_CUT = 0.25  # argmax: the model's own candidates are above this fraction of its row's maximum
 
 
 class _Rows:
@@ -48,23 +50,66 @@ class _Rows:
         self.E_T = None if hmm is None else np.ascontiguousarray(hmm.emissionprob_.T)
         self.T = None if hmm is None else np.ascontiguousarray(hmm.transmat_)
         self._tops = None  # the top symbols of each part, for argmax (made on first use)
+        self._C = None  # the model's rows C[x] = b∞ᵀ B_x as columns, for its own rows (on first use)
 
     def _get(self, key, make):
         row = self._cache.get(key)
         if row is None:
             row = make()
             self._cache[key] = row
-            self.size += row.size
+            self.size += _floats(row)
             while self.size > self.capacity and len(self._cache) > 1:
-                self.size -= self._cache.popitem(last=False)[1].size
+                self.size -= _floats(self._cache.popitem(last=False)[1])
         else:
             self._cache.move_to_end(key)
         return row
 
     def own(self, digits: tuple[int, ...]) -> np.ndarray:
         """The model's own row after the known symbols ``digits`` (oldest first). O(n · d) once."""
-        return self._get(("own", digits), lambda: self.model.predict_from_state(
-            self.model.state_for(np.asarray(digits, dtype=np.int64))))
+        return self._get(("own", digits), lambda: self._own_row(digits))
+
+    def _own_row(self, digits: tuple[int, ...]) -> np.ndarray:
+        """``model.predict_from_state(model.state_for(digits))`` as a backoff's component (clipped,
+        renormalised), in a few vector operations: new contexts are met at most symbols of a
+        large alphabet, and the checks and chunking of the model's batch methods cost more than
+        the O(n · d) product. O(w · d² + n · d)."""
+        model = self.model
+        if model.backoff is None:
+            return model.predict_from_state(model.state_for(np.asarray(digits, dtype=np.int64)))
+        if self._C is None:
+            # C[x] · s = b∞ᵀ B_x s, stored transposed: s @ Cᵀ runs along rows of n (a long
+            # inner loop), where C @ s would take n dot products of d
+            self._C = np.ascontiguousarray(np.einsum("d,xde->ex", model.binf, model.B))
+            self._absbinf = np.abs(model.binf)
+        if model.filter == "window":
+            digits = digits[max(0, len(digits) - model.window):]
+        state, binf, B = model.b1, model.binf, model.B
+        for x in digits:  # filters.update_state, one symbol at a time
+            v = B[x] @ state
+            z, fb = float(binf @ v), float(self._absbinf @ np.abs(v))
+            fb = fb if fb > 0 else 1.0
+            state = v / (z if z > 1e-12 * fb else fb)
+        q = np.dot(state, self._C)
+        np.maximum(q, 0.0, out=q)
+        total = q.sum()
+        if total > 0:
+            q *= 1.0 / total
+            return q
+        return np.full(self.n, 1.0 / self.n)
+
+    def own_top(self, digits: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, float]:
+        """The model's own row after ``digits``, its most probable symbols (those above
+        :data:`OWN_CUT` of its maximum, or the :data:`TOP` largest) and a bound on every other symbol, for
+        :meth:`OnlinePredictor.argmax`.
+        O(n · d) once per context (the row), O(n) once more (its top)."""
+        def make():
+            row = self.own(digits)
+            thr = OWN_CUT * float(row.max())  # every symbol not above it is bounded by it
+            idx = np.flatnonzero(row > thr)
+            if idx.size > TOP:  # a flat row: its TOP largest instead
+                idx, thr = _top(row, TOP)
+            return row, idx, float(thr)
+        return self._get(("top", digits), make)
 
     def trigram(self, u: int, v: int) -> np.ndarray:
         """The trigram's row after ``(u, v)``. O(n + entries) once."""
@@ -97,18 +142,25 @@ class _Rows:
         if self._tops is None:
             trigram, hmm = self.model.backoff.trigram, self.model.backoff.hmm
             k = min(TOP, self.n)
-
-            def top(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-                idx = np.argpartition(-p, k - 1, axis=-1)[..., :k]
-                kth = np.take_along_axis(p, idx, axis=-1).min(axis=-1)
-                return idx, kth
-
-            self._tops = {"p1": top(trigram.continuation()), "freq": top(trigram.unigram())}
+            self._tops = {"p1": _top(trigram.continuation(), k), "freq": _top(trigram.unigram(), k)}
             if hmm is not None:
-                idx, kth = top(hmm.emissionprob_)
+                idx, kth = _top(hmm.emissionprob_, k)
                 self._tops["hmm"] = (idx.ravel(), kth)
             self._scratch = np.zeros(self.n)  # direct trigram entries of one context, then reset
         return self._tops
+
+
+def _top(p: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The indices of the ``k`` largest entries of each row of ``p`` and the smallest of them. O(size)."""
+    idx = np.argpartition(-p, k - 1, axis=-1)[..., :k]
+    return idx, np.take_along_axis(p, idx, axis=-1).min(axis=-1)
+
+
+def _floats(entry) -> int:
+    """Floats held by a cache entry: a row, or a tuple of arrays and numbers. O(1)."""
+    if isinstance(entry, tuple):
+        return sum(e.size for e in entry if isinstance(e, np.ndarray))  # shared rows counted twice: a bound
+    return entry.size
 
 
 def _bucket(count: float) -> int:
@@ -151,6 +203,8 @@ class OnlinePredictor(BatchObservation):
     0
     """
 
+    _last = None  # what _peek returned last (a class default: states pickled before it have none)
+
     def __init__(self, window: int = 2, cache_floats: int = ROW_CACHE_FLOATS):
         self.window = int(window)
         self.cache_floats = cache_floats
@@ -162,6 +216,7 @@ class OnlinePredictor(BatchObservation):
         self._mask = (1 << (CONTEXT_BITS * self._keep)) - 1
         self._codes: dict[Hashable, int] = {}
         self._post: dict[Hashable, np.ndarray] = {}  # the HMM filter after each stream's last symbol
+        self._last = None  # (model, code, post, key, what _peek returned)
         self.loss = 0.0
         self.n_scored = 0
 
@@ -213,6 +268,19 @@ class OnlinePredictor(BatchObservation):
         u, v = (UNKNOWN if x >= n else START if x < 0 else x for x in digits[-2:])
         return tuple(reversed(known)), (START if v == START else u), v
 
+    def _peek(self, key: Hashable) -> tuple[tuple[int, ...], int, int, np.ndarray | None]:
+        """:meth:`_context` and :meth:`_predictive` of the stream, kept for the next call while
+        the stream, its state and the model are unchanged (``predict_one`` then ``learn_one``
+        ask for the same stream). O(window + K²), O(1) again."""
+        code, post, model = self._codes.get(key, 0), self._post.get(key), self.model
+        last = self._last
+        if (last is not None and last[0] is model and last[1] == code and last[2] is post
+                and last[3] == key):
+            return last[4]
+        out = (*self._context(key), self._predictive(key))
+        self._last = (model, code, post, key, out)
+        return out
+
     def _own(self, window: tuple[int, ...]) -> np.ndarray | None:
         """The model's own row after the window, when it is a component (or the whole prediction)."""
         backoff = self.model.backoff
@@ -240,32 +308,42 @@ class OnlinePredictor(BatchObservation):
         before a model). O(n · K) (plus its rows on a context's first use)."""
         if self.model is None:
             return None
-        window, u, v = self._context(key)
+        window, u, v, state = self._peek(key)
         own, backoff = self._own(window), self.model.backoff
         if backoff is None:
             return own
-        parts = {"model": own, "trigram": self._rows.trigram(u, v)}
-        if backoff.hmm is not None:
-            parts["hmm"] = self._predictive(key) @ backoff.hmm.emissionprob_
-        lam = self.mixture.blend(self._rows.context(u, v)[3])
-        return sum(w * parts[c] for w, c in zip(lam, backoff.components, strict=True))
+        lam = self.mixture.blend(self._rows.context(u, v)[3]).tolist()
+        j = int(backoff.use_model)
+        if backoff.hmm is not None:  # the weight folded into the K-vector: one (K, n) product
+            out = (lam[j + 1] * state) @ backoff.hmm.emissionprob_
+            out += lam[j] * self._rows.trigram(u, v)
+        else:
+            out = lam[j] * self._rows.trigram(u, v)
+        if j:
+            out += lam[0] * own
+        return out
 
     def argmax(self, key: Hashable) -> tuple[int, float] | None:
         """The most probable next symbol of the stream and its probability (``row(key)``'s
-        argmax and maximum), ``None`` before a model. Without the model's own part, without
-        O(n) work: the candidates are the context's trigram entries and the top :data:`TOP`
-        symbols of the trigram's lowest level and of each HMM state; every other symbol is
-        bounded by those lists' last values, so when the best candidate beats the bound it
-        is the argmax; otherwise (rare) the whole row is computed. O(K · TOP + entries)."""
+        argmax and maximum), ``None`` before a model, without the mixed row: the candidates
+        are the context's trigram entries, the top :data:`TOP` symbols of the trigram's
+        lowest level and of each HMM state, and, when the model's own rows are a part, the
+        top symbols of the context's own row (:meth:`_Rows.own_top`, cached per context);
+        every other symbol is bounded by those lists' cut-offs, so when the best candidate
+        beats the bound it is the argmax; otherwise the whole row is computed.
+        O(K · TOP + entries), plus O(n · d) once per context for its own row."""
         model = self.model
         if model is None:
             return None
         backoff = model.backoff
-        if not (backoff is None or backoff.use_model or model.n_symbols <= 4 * TOP):
-            _, u, v = self._context(key)
+        if not (backoff is None or model.n_symbols <= 4 * TOP):
+            window, u, v, state = self._peek(key)
             top, mid, _, bucket = self._rows.context(u, v)
-            best = _pruned_argmax(backoff.trigram, self._rows, top, mid, self.mixture.blend(bucket),
-                                  self._predictive(key))
+            lam = self.mixture.blend(bucket)
+            own = None
+            if backoff.use_model:  # the model's part: its row's top symbols, cached per context
+                own, lam = (self._rows.own_top(window), lam[0]), lam[1:]
+            best = _pruned_argmax(backoff.trigram, self._rows, top, mid, lam, state, own)
             if best is not None:
                 return best
         row = self.row(key)
@@ -281,8 +359,7 @@ class OnlinePredictor(BatchObservation):
         model = self.model
         if model is not None:
             backoff = model.backoff
-            window, u, v = self._context(key)
-            state = self._predictive(key)
+            window, u, v, state = self._peek(key)
             if 0 <= i < model.n_symbols:
                 if backoff is None:  # the model alone
                     p = float(self._own(window)[i])
@@ -328,30 +405,40 @@ class OnlinePredictor(BatchObservation):
 
 
 def _pruned_argmax(trigram, rows: _Rows, top: int, mid: int, lam: np.ndarray,
-                   state) -> tuple[int, float] | None:
-    """The exact argmax of ``lam[0]·trigram + lam[1]·HMM`` from candidates, or ``None`` when the
-    bound on the other symbols does not rule them out (:meth:`OnlinePredictor.argmax`)."""
+                   state, own=None) -> tuple[int, float] | None:
+    """The exact argmax of ``[λ·model +] lam[0]·trigram + lam[1]·HMM`` from candidates, or
+    ``None`` when the bound on the other symbols does not rule them out
+    (:meth:`OnlinePredictor.argmax`); ``own``: ``((row, top symbols, TOP-th value), λ)`` of the
+    model's own part."""
     tops = rows.tops()
     t = trigram.tables(top, mid)  # (g3, g2, direct slices, lower is the unigram)
     g3, g2, top_next, top_direct, mid_next, mid_direct, unigram = t
     low_idx, low_kth = tops["freq"] if unigram else tops["p1"]
     low = trigram.unigram_of() if unigram else trigram.continuation_of()
+    lam_t = float(lam[0])
+    c_low = lam_t * g3 * (1.0 if unigram else g2)  # the weights folded into scalars: fewer passes
     parts = [top_next, mid_next, low_idx]
-    bound = lam[0] * g3 * (low_kth if unigram else g2 * low_kth)
+    bound = c_low * float(low_kth)
     if state is not None:
         idx, kth = tops["hmm"]
         parts.append(idx)
-        bound += lam[1] * float(state @ kth)
+        w_state = float(lam[1]) * state
+        bound += float(w_state @ kth)
+    if own is not None:
+        (own_row, own_idx, own_kth), own_lam = own
+        parts.append(own_idx)
+        bound += own_lam * own_kth
     cand = np.concatenate(parts)  # repeats score alike: no need to remove them
-    scratch = rows._scratch
-    scratch[mid_next] += g3 * mid_direct
-    scratch[top_next] += top_direct
-    tri = scratch[cand] + g3 * (low[cand] if unigram else g2 * low[cand])
+    scratch = rows._scratch  # the context's direct trigram terms, weighted, then reset
+    scratch[mid_next] += (lam_t * g3) * mid_direct
+    scratch[top_next] += lam_t * top_direct
+    score = scratch[cand] + c_low * low[cand]
     scratch[mid_next] = 0.0
     scratch[top_next] = 0.0
-    score = lam[0] * tri
     if state is not None:
-        score += lam[1] * (rows.E_T[cand] @ state)
+        score += rows.E_T[cand] @ w_state
+    if own is not None:
+        score += own_lam * own_row[cand]
     best = score.max()
     if not best > bound:
         return None

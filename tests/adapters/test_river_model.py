@@ -481,3 +481,97 @@ def test_predict_one_without_the_whole_row_is_still_the_argmax():
             pruned += 1
         model.learn_one(x, y)
     assert pruned > 1000
+
+
+# ---------------------------------------------------------------------- background schedule
+
+
+def test_background_fit_starts_a_lead_early_and_is_swapped_in_exactly_when_due(hmm_letters):
+    from streamspec.adapters.river_model import LEAD_FRACTION
+
+    model = SpectralHMM(rank=2, refit_every=100, background=True)
+    lead = 100 // LEAD_FRACTION
+    for y in hmm_letters[:99]:
+        model.learn_one({}, y)
+    assert model.refitter.wait(60)  # the fit started lead symbols early has finished...
+    assert model.refitter.n_fits == 1 and model.refitter.fitted_on_symbols == 100 - lead
+    before = model.predict_proba_one({})
+    assert model.online.model is None  # ...but is not used before it is due
+    counts = Counter(hmm_letters[:99])
+    assert before == pytest.approx({k: c / 99 for k, c in counts.items()})
+    model.learn_one({}, hmm_letters[99])
+    assert model.predict_proba_one({}) != before
+    assert model.online.model is model.refitter.model  # swapped in at symbol 100, as inline
+
+
+def swap_points(model: SpectralHMM, seq: list[str]) -> tuple[list[int], list]:
+    """The symbols after which the model in use changed, and every prediction."""
+    points, preds, last = [], [], None
+    for t, y in enumerate(seq):
+        preds.append(model.predict_one({}))
+        model.learn_one({}, y)
+        if model.online.model is not last:
+            points.append(t + 1)
+            last = model.online.model
+    model.refitter.close()
+    return points, preds
+
+
+def test_background_models_change_at_the_inline_symbols_and_predictions_repeat(hmm_letters):
+    seq = hmm_letters[:1_500]
+
+    def make(**kw):
+        return SpectralHMM(rank=3, refit_every=300, **kw)
+
+    inline_points, _ = swap_points(make(), seq)
+    bg_points, bg_preds = swap_points(make(background=True), seq)
+    again_points, again_preds = swap_points(make(background=True), seq)
+    # the model changes while learning the symbol after each fit's due point, in both modes
+    assert inline_points == bg_points == [301, 601, 901, 1201]
+    assert again_points == bg_points and again_preds == bg_preds  # the clock plays no part
+
+
+@pytest.mark.parametrize("few", [False, True], ids=["defaults", "few-candidates"])
+def test_predict_one_with_the_models_own_part_is_still_the_argmax(few, monkeypatch):
+    """The default estimator mixes the model's own rows too: their top symbols join the
+    candidates, their cut-off joins the bound; the argmax must still be the whole row's
+    (also with one candidate per part, where the bound decides most predictions)."""
+    import streamspec.streaming.online_predictor as op
+
+    if few:
+        monkeypatch.setattr(op, "TOP", 1)
+        monkeypatch.setattr(op, "OWN_CUT", 1.0)
+    rng = np.random.default_rng(6)
+    n = 300
+    zipf = 1 / np.arange(1, n + 1) ** 1.1
+    zipf /= zipf.sum()
+    perms = [rng.permutation(n) for _ in range(4)]
+    model = SpectralHMM(key="k", refit_every=None)
+    pruned = []
+    real = op._pruned_argmax
+    monkeypatch.setattr(op, "_pruned_argmax", lambda *a: pruned.append(real(*a)) or pruned[-1])
+    data = []
+    for _ in range(24_000):
+        k = int(rng.integers(60))
+        data.append(({"k": k}, f"w{perms[(k + len(data) // 3_000) % 4][rng.choice(n, p=zipf)]}"))
+    for x, y in data[:20_000]:
+        model.learn_one(x, y)
+    model.refit()
+    assert model.model.backoff.use_model and model.model.n_symbols > 128
+    model.predict_one(data[20_000][0])  # the refitted model in use
+    if few:  # the learned weights favour the HMM; make the model's own part matter
+        monkeypatch.setattr(model.online.mixture, "blend", lambda b: np.array([0.6, 0.15, 0.25]))
+    checked = 0
+    for x, y in data[20_000:22_000]:
+        if len(model.symbols) == model.model.n_symbols:
+            key = x["k"]
+            with model._lock:
+                model._sync()
+                row = model.online.row(key)
+                got = model.online.argmax(key)
+            assert got == (int(row.argmax()), pytest.approx(row.max(), rel=1e-12))
+            checked += 1
+        model.learn_one(x, y)
+    assert checked > 1000
+    decided = sum(r is not None for r in pruned)  # predictions the bound settled without a row
+    assert decided > 0.3 * len(pruned) and len(pruned) >= checked
