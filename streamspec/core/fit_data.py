@@ -13,7 +13,8 @@ from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.triples import Triples
 from streamspec.core.windows import WindowCounts
 
-__all__ = ["EMPTY_COUNTS", "alphabet_size", "counts_of", "triples_of", "starts_of", "windows_of"]
+__all__ = ["EMPTY_COUNTS", "alphabet_size", "counts_of", "triples_of", "starts_of", "windows_of",
+           "long_windows_of"]
 
 EMPTY_COUNTS = ("cannot fit on an empty accumulator (empty counts): no triple counted yet "
                 "(each stream needs 3 symbols)")
@@ -131,6 +132,26 @@ def windows_of(data) -> tuple[WindowCounts, list | None]:
     if not grams.total > 0:
         raise ValueError(EMPTY_COUNTS)
     return grams, labels
+
+
+def long_windows_of(data) -> WindowCounts | None:
+    """The window counts of ``data`` when they are of windows of L ≥ 2 symbols (an accumulator
+    with ``window`` L ≥ 2, or such :class:`~streamspec.core.windows.WindowCounts`), else
+    ``None`` (triples: the estimators' predictor fits its HMM over them). O(nnz · L).
+
+    Examples
+    --------
+    >>> from streamspec.streaming.accumulator import MomentAccumulator
+    >>> acc = MomentAccumulator(n_symbols=2, window=2)
+    >>> acc.learn_many([0, 1, 1, 0, 1])
+    >>> long_windows_of(acc).window, long_windows_of(MomentAccumulator(n_symbols=2))
+    (2, None)
+    """
+    if isinstance(data, WindowCounts):
+        return data if data.window > 1 else None
+    if getattr(data, "current_window", 1) > 1 and hasattr(data, "windows"):
+        return data.windows()
+    return None
 
 
 def starts_of(data, n: int) -> StreamStarts:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamspec.core import defaults
-from streamspec.core.fit_data import starts_of, triples_of
+from streamspec.core.fit_data import long_windows_of, starts_of, triples_of
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.pair_index import PairIndex
 from streamspec.core.params import Estimator
@@ -220,7 +220,8 @@ class SpectralEstimator(Estimator):
         fit = fit_projected(settings, 1, triples, labels, state, keep_state=keep_state,
                             backoff=self.backoff, random_state=self.random_state,
                             starts=starts_of(data, triples.n) if self.backoff else None,
-                            hmm_states=self.hmm_states, previous=previous)
+                            hmm_states=self.hmm_states, previous=previous,
+                            grams=long_windows_of(data) if self.backoff else None)
         for name in ("refit_", "state_", "basis_"):  # θ_M's own attributes (losses, W) are not its
             if name in fit.fitted:
                 setattr(self, name, fit.fitted[name])
