@@ -32,7 +32,7 @@ def alphabet_size(data) -> int:
     >>> alphabet_size(np.zeros((4, 4, 4)))
     4
     """
-    if isinstance(data, Triples):
+    if isinstance(data, Triples | WindowCounts):
         return data.n
     if hasattr(data, "n") and hasattr(data, "symbols"):
         return int(data.n)
@@ -58,6 +58,8 @@ def counts_of(data) -> tuple[np.ndarray, list | None]:
         labels = _labels_of(data)
     elif isinstance(data, Triples):
         c3, labels = data.to_dense(), None
+    elif isinstance(data, WindowCounts):
+        c3, labels = data.triples().to_dense(), None
     else:
         c3, labels = np.asarray(data, dtype=np.float64), None
     if c3.ndim != 3 or len(set(c3.shape)) != 1:
@@ -70,7 +72,8 @@ def counts_of(data) -> tuple[np.ndarray, list | None]:
 
 
 def triples_of(data) -> tuple[Triples, list | None]:
-    """``(triples, labels)`` from a MomentAccumulator, a :class:`Triples` or dense ``c3[x2, x3, x1]``.
+    """``(triples, labels)`` from a MomentAccumulator, a :class:`Triples`, window counts (their
+    marginal) or dense ``c3[x2, x3, x1]``.
 
     An accumulator gives its sparse counts (``data.triples()`` when it has it, else
     its dense counts converted) and its labels (for growing alphabets; ``None`` for
@@ -92,6 +95,8 @@ def triples_of(data) -> tuple[Triples, list | None]:
     labels = None
     if isinstance(data, Triples):
         triples = data
+    elif isinstance(data, WindowCounts):  # the triples are the marginal of the grams
+        triples = data.triples()
     elif hasattr(data, "symbols") and (hasattr(data, "triples") or hasattr(data, "counts")):
         labels = _labels_of(data)
         triples = data.triples() if hasattr(data, "triples") else Triples.from_dense(data.counts())

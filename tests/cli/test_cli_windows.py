@@ -132,3 +132,25 @@ def test_consume_and_the_daemon_config_take_the_window(tmp_path):
             DaemonConfig(topic="t", window=bad)
     with pytest.raises(ValueError, match="needs mode 'sliding'"):
         DaemonConfig(topic="t", window="auto", mode="sequences")
+
+
+def test_the_daemon_s_worker_process_refits_over_the_windows():
+    from connectors.process_fit import ProcessMEstimator, shutdown_worker, sparse_counts
+    from streamspec.core.windows import WindowCounts
+
+    acc = MomentAccumulator(window=2)
+    acc.learn_many(ring_text(20_000), key="dna")
+    counts, labels = sparse_counts(acc)
+    assert isinstance(counts, WindowCounts) and counts == acc.windows() and len(labels) == 4
+    assert not isinstance(sparse_counts(_plain("ACGTACG"))[0], WindowCounts)  # triples stay
+    try:
+        model = ProcessMEstimator().fit(acc)
+    finally:
+        shutdown_worker()
+    assert model.backoff.hmm.n_states > 4 and model.symbols == acc.symbols
+
+
+def _plain(text: str) -> MomentAccumulator:
+    acc = MomentAccumulator()
+    acc.learn_many(text)
+    return acc
