@@ -77,6 +77,12 @@ class SpectralHMM(base.Classifier):
     predictor
         ``"mixture"`` (default): the mixed prediction. ``"hmm"``: the HMM's filter alone
         (the mixture until the first fit with an HMM).
+    count_window
+        The window L of the counts (``MomentAccumulator(window=L)``; not ``window``, the
+        spectral model's filter): 1 (default) counts triples; L ≥ 2 or ``"auto"`` counts
+        the (2L+1)-grams around each symbol, and the HMM of the predictions is fitted over
+        them, so that it can have more states than the alphabet has symbols (up to 16
+        with ``n_states=None``; ``docs/math.md`` section 11).
 
     Attributes
     ----------
@@ -138,6 +144,7 @@ class SpectralHMM(base.Classifier):
         max_symbols: int | None = None,
         n_states: int | None = None,
         predictor: str = "mixture",
+        count_window: int | str = 1,
     ):
         self.rank = rank
         self.estimator = estimator
@@ -152,6 +159,7 @@ class SpectralHMM(base.Classifier):
         self.max_symbols = max_symbols
         self.n_states = n_states
         self.predictor = predictor
+        self.count_window = count_window
         self._built = False
         self._validate()  # why: a bad setting is refused before any symbol is learned
 
@@ -165,6 +173,15 @@ class SpectralHMM(base.Classifier):
         check_estimator(self.estimator)
         if self.predictor not in PREDICTORS:
             raise ValueError(f"predictor must be one of {PREDICTORS}, got {self.predictor!r}")
+        try:  # the accumulator's own rules (a window in 1..10 or "auto", room for max_symbols)
+            self._new_counts()
+        except ValueError as exc:
+            raise ValueError(f"count_window: {exc}") from None
+
+    def _new_counts(self) -> MomentAccumulator:
+        """The empty counts of the settings. O(1)."""
+        kwargs = {} if self.max_symbols is None else {"max_symbols": self.max_symbols}
+        return MomentAccumulator(forgetting=self.forgetting, window=self.count_window, **kwargs)
 
     # ------------------------------------------------------------------ state
 
@@ -176,8 +193,7 @@ class SpectralHMM(base.Classifier):
 
     def _build_state(self) -> None:
         self._validate()  # again: a setting may have been changed after construction
-        kwargs = {} if self.max_symbols is None else {"max_symbols": self.max_symbols}
-        self._acc = MomentAccumulator(forgetting=self.forgetting, **kwargs)
+        self._acc = self._new_counts()
         est = online_estimator(self.estimator, rank=self.rank, window=self.window,
                                min_proba=self.min_proba, n_states=self.n_states)
         self._refitter = Refitter(est, refit_every=self.refit_every, refit_interval=self.refit_interval,
@@ -414,6 +430,7 @@ class SpectralHMM(base.Classifier):
         yield {"refit_every": 50}  # the same with rank="auto"
         yield {"rank": 2, "refit_every": 50, "estimator": "m", "sweeps": 2}
         yield {"rank": 2, "refit_every": 50, "n_states": 2, "predictor": "hmm"}
+        yield {"refit_every": 50, "count_window": 2}  # the HMM over windows of two symbols
 
     def _unit_test_skips(self) -> set[str]:
         if self.background:
