@@ -213,7 +213,7 @@ def fit_hmm(triples: Triples | WindowCounts, n_states: int, budget: float = EM_B
 def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts: StreamStarts | None = None,
                      *, holdout: float = 0.1, random_state: int | None = 0, max_contexts: int = 2000,
                      hmm_states: int | str | None = "auto", previous=None,
-                     grams: WindowCounts | None = None):
+                     grams: WindowCounts | None = None, fit_grams: Callable | None = None):
     """Fit a model with ``fit`` and attach its :class:`~streamspec.core.backoff.Backoff` (module docstring).
 
     Parameters
@@ -238,6 +238,10 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         are split (the triples of each part are its marginal) and the HMM is fitted over
         windows (:mod:`streamspec.core.backoff_windows`): ``"auto"`` states may exceed the
         alphabet, up to 16. Costs the window SVDs and the same EM budget.
+    fit_grams
+        With ``grams``: a callable from window counts to the model, used instead of ``fit``
+        (a model over windows, :mod:`streamspec.core.spectral_windows`) on the kept grams
+        and on all of them.
 
     Time: two fits of the model, the HMM's EM budget (:data:`EM_BUDGET`) and a quarter of it,
     O(nnz log nnz) for the trigrams, O(max_contexts · n · d) to score the model on the
@@ -257,6 +261,8 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     starts = StreamStarts.empty(triples.n) if starts is None else starts.with_alphabet(triples.n)
     seed = 0 if random_state is None else int(random_state)
     grams = grams if grams is not None and grams.window > 1 else None
+    if grams is not None and fit_grams is not None:  # the model over windows
+        fit = _on_grams(fit_grams, triples, grams)
     if getattr(previous, "backoff", None) is not None:
         return _refit(fit, triples, starts, previous.backoff, hmm_states, seed, grams)
     rng = np.random.default_rng(random_state)
@@ -266,6 +272,8 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     else:  # the grams split, the triples of each part its marginal
         kept_hmm, held_grams = _split_grams(grams, holdout, rng)
         kept, held = kept_hmm.triples(), held_grams.triples()
+        if fit_grams is not None:
+            fit = _on_grams(fit_grams, triples, grams, {id(kept): kept_hmm})
     kept_starts, held_starts = _split_starts(starts, holdout, rng)
     mixture, hmm, K, scores, use_model = None, None, None, {}, True
     if kept.total > 0 and held.total > 0:
@@ -300,6 +308,18 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     else:
         final = fit_hmm(counts, K, EM_BUDGET / 4, init=hmm, random_state=seed) if hmm else None
     return _attach(model, triples, starts, final, mixture, scores, use_model)
+
+
+def _on_grams(fit_grams: Callable, triples: Triples, grams: WindowCounts, parts: dict | None = None
+              ) -> Callable[[Triples], object]:
+    """``fit`` for a model over windows: the triples given (all of them, or a part in ``parts``
+    by id) stand for their grams."""
+    parts = parts or {}
+
+    def fit(t: Triples):
+        return fit_grams(grams if t is triples else parts[id(t)])
+
+    return fit
 
 
 def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_states, seed: int,
