@@ -29,6 +29,7 @@ from typing import Any
 
 from connectors.malformed import parse_limit
 from streamspec.core import defaults
+from streamspec.core.windows import MAX_WINDOW
 
 __all__ = ["DaemonConfig", "load_toml", "mestimator_params", "ESTIMATOR_SETTINGS",
            "DEFAULT_BOOTSTRAP", "SCORE_EVERY"]
@@ -104,6 +105,12 @@ class DaemonConfig:
         Cap of every partition's alphabet (``None``: unbounded). Once full, new labels
         are counted as the reserved symbol ``"<other>"``, so that the counts stay
         bounded on open vocabularies (see :class:`~streamspec.MomentAccumulator`).
+    window
+        The window L of every partition's counts (``MomentAccumulator(window=L)``): 1 (the
+        default) counts triples; L >= 2 counts the (2L+1)-grams around each symbol, so that
+        the refits' HMM (the predictor's, and ``hmm_states``) can have more hidden states
+        than symbols; ``"auto"``: the smallest L with n^L >= 128 (1 from 128 symbols on;
+        sliding mode only). A partition checkpoint keeps the window it was counted with.
     max_malformed
         When skipping malformed messages (dead letters) becomes failure, as for files
         (:mod:`connectors.malformed`): a count, a share ``"P%"`` or ``None``/``"none"``
@@ -225,6 +232,7 @@ class DaemonConfig:
     alphabet: tuple | None = None
     mode: str = "sliding"
     max_symbols: int | None = None
+    window: int | str = 1
     hmm_states: int | None = None
     rank: int | str | None = None
     penalty: float | None = None
@@ -277,6 +285,11 @@ class DaemonConfig:
         for name in ("refit_every", "checkpoint_every", "min_triples", "score_every"):
             if _bad_int(getattr(self, name), minimum=0):
                 raise ValueError(f"{name} must be an integer >= 0, got {getattr(self, name)!r}")
+        if self.window != "auto" and (_bad_int(self.window, minimum=1) or self.window > MAX_WINDOW):
+            raise ValueError(f"window must be 'auto' or an integer in 1..{MAX_WINDOW}, "
+                             f"got {self.window!r}")
+        if self.window == "auto" and self.mode != "sliding":
+            raise ValueError("window 'auto' needs mode 'sliding' (give an integer window)")
         for name in ("max_symbols", "hmm_states"):
             if getattr(self, name) is not None and _bad_int(getattr(self, name), minimum=1):
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")

@@ -38,10 +38,11 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from connectors.refit_start import RefitStart
-from streamspec.core.fit_data import triples_of
+from streamspec.core.fit_data import long_windows_of, triples_of
 from streamspec.core.mestimator import MEstimator
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.triples import Triples
+from streamspec.core.windows import WindowCounts
 
 __all__ = ["ProcessMEstimator", "shutdown_worker", "start_worker", "sparse_counts"]
 
@@ -109,15 +110,21 @@ def shutdown_worker() -> None:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def sparse_counts(data) -> tuple[Triples, list | None]:
-    """``(triples, labels)`` of an accumulator (or of a :class:`Triples`), never densified.
+def sparse_counts(data) -> tuple[Triples | WindowCounts, list | None]:
+    """``(triples, labels)`` of an accumulator (or of a :class:`Triples`), never densified; the
+    window counts instead of the triples when the accumulator counts windows (L ≥ 2: the
+    predictor's HMM is fitted over them, ``docs/math.md`` section 11).
 
-    ``labels`` is ``None`` for integer alphabets. O(distinct triples); the triples are
-    rebuilt without their cached unpacked indices, so that only codes and weights are
+    ``labels`` is ``None`` for integer alphabets. O(distinct triples or grams); the triples
+    are rebuilt without their cached unpacked indices, so that only codes and weights are
     pickled to the worker.
     """
     t, labels = triples_of(data)  # raises on empty counts
-    return Triples(t.n, t.codes, t.weights), (list(labels) if labels is not None else None)
+    labels = list(labels) if labels is not None else None
+    grams = long_windows_of(data)
+    if grams is not None:
+        return grams, labels
+    return Triples(t.n, t.codes, t.weights), labels
 
 
 def _fit_in_worker(params: dict, triples: Triples, labels, init):

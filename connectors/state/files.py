@@ -482,10 +482,8 @@ def merge_accumulators(
     present = set().union(*(a.symbols for a in accs))
     first = accs[0]
     cap = getattr(first, "max_symbols", None)
-    if cap is None:
-        seed = MomentAccumulator(first.n_symbols, first.mode, first.forgetting)
-    else:
-        seed = MomentAccumulator(first.n_symbols, first.mode, first.forgetting, max_symbols=cap)
+    seed = MomentAccumulator(first.n_symbols, first.mode, first.forgetting, max_symbols=cap,
+                             window=first.window)
     if order is not None and first.n_symbols is None:
         seed.alphabet.add_labels([s for s in order if s in present])
     return reduce(lambda x, y: x.merge(y), accs, seed)

@@ -10,6 +10,7 @@ import numpy as np
 from river import base
 
 from streamspec.adapters.online_estimator import check_estimator, online_estimator
+from streamspec.adapters.refit_schedule import LEAD_FRACTION, RefitSchedule
 from streamspec.core import defaults
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.streaming.accumulator import MomentAccumulator
@@ -18,13 +19,11 @@ from streamspec.streaming.refitter import Refitter
 
 __all__ = ["SpectralHMM", "PREDICTORS", "LEAD_FRACTION"]
 
-_TIME_CHECK = 256  # with refit_interval: symbols between two looks at the clock
-LEAD_FRACTION = 10  # background: a fit starts refit_every // LEAD_FRACTION symbols before it is due
 _BUILD_LOCK = threading.Lock()  # the first calls from several threads build the state once
 PREDICTORS = ("mixture", "hmm")
 
 
-class SpectralHMM(base.Classifier):
+class SpectralHMM(RefitSchedule, base.Classifier):
     """Next-symbol prediction for many interleaved streams, learned from their counts.
 
     Each call of :meth:`learn_one` gives the symbol ``y`` that stream ``x[key]`` just
@@ -84,6 +83,12 @@ class SpectralHMM(base.Classifier):
     predictor
         ``"mixture"`` (default): the mixed prediction. ``"hmm"``: the HMM's filter alone
         (the mixture until the first fit with an HMM).
+    count_window
+        The window L of the counts (``MomentAccumulator(window=L)``; not ``window``, the
+        spectral model's filter): 1 (default) counts triples; L ≥ 2 or ``"auto"`` counts
+        the (2L+1)-grams around each symbol, and the HMM of the predictions is fitted over
+        them, so that it can have more states than the alphabet has symbols (up to 16
+        with ``n_states=None``; ``docs/math.md`` section 11).
 
     Attributes
     ----------
@@ -146,6 +151,7 @@ class SpectralHMM(base.Classifier):
         max_symbols: int | None = None,
         n_states: int | None = None,
         predictor: str = "mixture",
+        count_window: int | str = 1,
     ):
         self.rank = rank
         self.estimator = estimator
@@ -160,6 +166,7 @@ class SpectralHMM(base.Classifier):
         self.max_symbols = max_symbols
         self.n_states = n_states
         self.predictor = predictor
+        self.count_window = count_window
         self._built = False
         self._validate()  # why: a bad setting is refused before any symbol is learned
 
@@ -173,6 +180,15 @@ class SpectralHMM(base.Classifier):
         check_estimator(self.estimator)
         if self.predictor not in PREDICTORS:
             raise ValueError(f"predictor must be one of {PREDICTORS}, got {self.predictor!r}")
+        try:  # the accumulator's own rules (a window in 1..10 or "auto", room for max_symbols)
+            self._new_counts()
+        except ValueError as exc:
+            raise ValueError(f"count_window: {exc}") from None
+
+    def _new_counts(self) -> MomentAccumulator:
+        """The empty counts of the settings. O(1)."""
+        kwargs = {} if self.max_symbols is None else {"max_symbols": self.max_symbols}
+        return MomentAccumulator(forgetting=self.forgetting, window=self.count_window, **kwargs)
 
     # ------------------------------------------------------------------ state
 
@@ -184,8 +200,7 @@ class SpectralHMM(base.Classifier):
 
     def _build_state(self) -> None:
         self._validate()  # again: a setting may have been changed after construction
-        kwargs = {} if self.max_symbols is None else {"max_symbols": self.max_symbols}
-        self._acc = MomentAccumulator(forgetting=self.forgetting, **kwargs)
+        self._acc = self._new_counts()
         est = online_estimator(self.estimator, rank=self.rank, window=self.window,
                                min_proba=self.min_proba, n_states=self.n_states)
         self._refitter = Refitter(est, refit_every=self.refit_every, refit_interval=self.refit_interval,
@@ -202,48 +217,6 @@ class SpectralHMM(base.Classifier):
         self._countdown = self._next_countdown()
         self._unreported = 0
         self._built = True
-
-    def _lead(self) -> int | None:
-        """Symbols between the start of a scheduled background fit and its swap (``None``: no
-        schedule, the refitter's own triggers). O(1)."""
-        if not self.background or self.refit_every is None:
-            return None
-        return self.refit_every // LEAD_FRACTION
-
-    def _next_countdown(self) -> int:
-        if self._fit_at is not None:  # the schedule: the next fit or swap, by symbols
-            n = min(self._fit_at, self._swap_at if self._swap_at is not None else self._fit_at)
-            n = max(1, n - self._n)
-        else:
-            n = self._refitter.until_due()
-        if self.refit_interval is not None:
-            n = min(n, _TIME_CHECK)
-        if self._refitter.busy and self._swap_at is None:
-            n = min(n, 64)  # a coalesced trigger: look again soon after the fit ends
-        return n
-
-    def _trigger(self) -> None:
-        """A countdown ran out: report the symbols to the refitter (which fits when a trigger
-        fires) and, on the schedule of background fits, start the next fit ``lead`` symbols
-        before it is due and swap its model in when it is due (waiting for it if needed),
-        so that models change at the same symbols as inline refits do. Costs a fit inline, a
-        snapshot of the counts in background."""
-        r = self._refitter
-        if self._swap_at is not None and self._n >= self._swap_at:
-            r.wait()  # the scheduled model is swapped in now, whatever the clock: deterministic
-            self._swap_at = None
-        started = r.observe(self._unreported, self._acc)
-        self._unreported = 0
-        if self._fit_at is not None and self._n >= self._fit_at:
-            while self._fit_at <= self._n:
-                self._fit_at += self.refit_every
-            started = started or r.fit_now(self._acc)
-            if started:
-                self._swap_at = self._n + self._lead()
-                if self._swap_at <= self._n:  # no lead: the fit is swapped in at the next symbol
-                    r.wait()
-                    self._swap_at = None
-        self._countdown = self._next_countdown()
 
     def _sync(self):
         """The online predictor following the refitter's current model (swapped in here, by
@@ -466,6 +439,7 @@ class SpectralHMM(base.Classifier):
         yield {"refit_every": 50}  # the same with rank="auto"
         yield {"rank": 2, "refit_every": 50, "estimator": "m", "sweeps": 2}
         yield {"rank": 2, "refit_every": 50, "n_states": 2, "predictor": "hmm"}
+        yield {"refit_every": 50, "count_window": 2}  # the HMM over windows of two symbols
 
     def _unit_test_skips(self) -> set[str]:
         if self.background and self.refit_every is None:

@@ -136,7 +136,7 @@ _CONSUME_SETTINGS = (
     "predictions_topic", "models_topic", "session_timeout_ms", "heartbeat_interval_ms",
     "max_poll_interval_ms", "poll_timeout_ms", "max_poll_records", "fetch_max_bytes", "rank",
     "penalty",
-    "weighting", "formulation", "sweeps", "mode", "max_symbols", "hmm_states",
+    "weighting", "formulation", "sweeps", "mode", "max_symbols", "window", "hmm_states",
     "refit_every", "refit_interval", "min_triples",
     "refit_duty", "refit_process",
     "checkpoint_every", "checkpoint_interval", "score_every", "status_interval", "metrics_port",

@@ -150,11 +150,12 @@ def fit_and_save(args, acc, log: logging.Logger, final: bool = True, scorer=None
     if not acc.n_triples:
         return fail(no_triples_message(args)) if final else 1
     states = getattr(args, "states", None)
-    if states is not None and states > acc.n:
+    if states is not None and states > acc.n and _count_window(acc) == 1:
         if not final:
             return 1
         return fail(f"--states {states} is more than the {acc.n} symbols counted: "
-                    "the hidden states of a discrete HMM cannot be told apart from fewer symbols")
+                    "the hidden states of a discrete HMM cannot be told apart from fewer symbols "
+                    "(count windows of several symbols, --window auto, to learn more states)")
     from streamspec.core.mestimator import MEstimator
 
     rank = _rank(args, acc)
@@ -176,12 +177,28 @@ def fit_and_save(args, acc, log: logging.Logger, final: bool = True, scorer=None
     if quality:  # held-out log loss of the predictions, beside the unigram, trigram and parts
         log.info("event=quality %s", quality)
     if args.out:
-        model = model.replace(metadata=reading_metadata(args))
+        model = model.replace(metadata={**reading_metadata(args), **_window_metadata(acc)})
         model.save(args.out)
         log.info("event=saved model=%s triples=%d", args.out, int(acc.n_triples))
     if states:
         return fit_and_save_hmm(args, acc, log, final=final)
     return 0
+
+
+def _count_window(acc) -> int:
+    """L, the window the counts are kept at (1: triples). O(1)."""
+    return int(getattr(acc, "current_window", 1))
+
+
+def _window_metadata(acc) -> dict[str, str]:
+    """The counts' window, saved with the model for ``inspect`` (nothing for triples).
+
+    >>> from streamspec.streaming.accumulator import MomentAccumulator
+    >>> _window_metadata(MomentAccumulator(n_symbols=4, window="auto"))
+    {'count_window': '4'}
+    """
+    L = _count_window(acc)
+    return {"count_window": str(L)} if L > 1 else {}
 
 
 def _refit_start(scorer, log: logging.Logger) -> Any:
@@ -210,8 +227,10 @@ def no_triples_message(args: argparse.Namespace, malformed: str = "") -> str:
 def fit_and_save_hmm(args, acc, log: logging.Logger, final: bool = True) -> int:
     """``learn --states K``: fit an :class:`~streamspec.HMMEstimator` on the counts, save ``MODEL.hmm``.
 
-    Cost: the top-K SVD of the sparse P31 plus O(nnz · K²) per EM iteration (50 at
-    most) for nnz distinct triples; nothing depends on the length of the files.
+    Over counts of windows (``--window``) K may exceed the alphabet (the estimator's
+    ``window="auto"``). Cost: the top-K SVD of the sparse P31 plus O(nnz · K²) per EM
+    iteration (50 at most) for nnz distinct triples, O(nnz · L · K²) for grams of window
+    L (300 at most); nothing depends on the length of the files.
     """
     from streamspec.core.hmm_estimator import HMMEstimator
 
@@ -226,9 +245,9 @@ def fit_and_save_hmm(args, acc, log: logging.Logger, final: bool = True) -> int:
             log.warning("event=save-skipped reason=%r", f"HMM: {exc}")
             return 1
         raise CommandError(f"cannot fit a {args.states}-state HMM: {exc}") from None
-    log.info("event=fitted-hmm states=%d symbols=%d seconds=%.2f iterations=%d "
-             "triple_loglik=%.6g", hmm.n_states, hmm.n_symbols, time.perf_counter() - t0,
-             est.n_iter_, est.log_likelihood_history_[-1])
+    log.info("event=fitted-hmm states=%d symbols=%d window=%d seconds=%.2f iterations=%d "
+             "%s_loglik=%.6g", hmm.n_states, hmm.n_symbols, est.window_, time.perf_counter() - t0,
+             est.n_iter_, "triple" if est.window_ == 1 else "gram", est.log_likelihood_history_[-1])
     if args.out:
         path = hmm_path(args.out)
         hmm.save(path)

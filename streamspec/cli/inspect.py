@@ -78,6 +78,7 @@ def describe_checkpoint(path: str | os.PathLike, top: int = _TOP_EMISSIONS) -> d
         m = ObservableOperatorModel.from_bytes(data, source=str(path))
         out.update(symbols=_listed(m.symbols), n_symbols=m.n_symbols, rank=model_rank(m), dim=m.dim,
                    filter=m.filter, window=m.window,
+                   count_window=int(m.metadata.get("count_window", 1)),
                    model_mb=round(sum(a.nbytes for a in (m.b1, m.binf, m.B)) / 1e6, 3),
                    predictor="+".join(m.backoff.components) if m.backoff is not None else "model",
                    hmm_states=None if m.backoff is None or m.backoff.hmm is None else m.backoff.hmm.n_states,
@@ -163,13 +164,46 @@ def _describe_learned(weights) -> dict:
 
 
 def _describe_acc(acc) -> dict[str, Any]:
-    """Summary of an accumulator: sizes and the memory its counts take. O(n + distinct triples)."""
+    """Summary of an accumulator: sizes, the memory its counts take, its window L and the rank
+    the counts support (:func:`_window_fields`). O(n + distinct grams · L) plus the SVDs."""
     triples = acc.triples()
     return {"mode": acc.mode, "n_triples": acc.n_triples, "n_symbols": acc.n,
             "max_symbols": getattr(acc, "max_symbols", None),
             "distinct_triples": triples.nnz,
             "counts_mb": round(acc.memory_bytes() / 1e6, 3),
+            **_window_fields(acc),
             "symbols": _listed(acc.symbols), "streams": len(acc.keys)}
+
+
+_RANK_MAX_WINDOWS = 1_000  # inspect: supported ranks computed up to this many distinct windows
+
+
+def _window_fields(acc) -> dict[str, Any]:
+    """The counts' ``window`` setting, the window L they are kept at (``count_window``), their
+    distinct grams, and ``supported_ranks``: for each l ≤ L the singular values of the window
+    Hankel matrix above the sampling noise (:func:`~streamspec.core.window_rank.window_ranks`),
+    the largest as ``rank`` (how many hidden states the counts can tell apart, at most 129).
+    Skipped (``None``) for more than 1,000 symbols: a sparse SVD per window. Dense SVDs of at
+    most 1,000 windows, O(W³) each."""
+    from streamspec.core.window_rank import window_ranks
+
+    L = int(getattr(acc, "current_window", 1))
+    out: dict[str, Any] = {"window": getattr(acc, "window", 1), "count_window": L}
+    grams = acc.windows() if L > 1 else None
+    if grams is not None:
+        out["distinct_grams"] = grams.nnz
+    if acc.n_triples <= 0 or acc.n > _RANK_MAX_WINDOWS:
+        return {**out, "rank": None, "supported_ranks": None}
+    ranks = window_ranks(grams if grams is not None else _as_windows(acc))
+    return {**out, "rank": max(ranks), "supported_ranks": ranks}
+
+
+def _as_windows(acc):
+    """The triples of ``acc`` as window counts of L = 1 (the same codes). O(nnz)."""
+    from streamspec.core.windows import WindowCounts
+
+    t = acc.triples()
+    return WindowCounts(t.n, 1, t.codes, t.weights)
 
 
 def _inspect(args) -> int:

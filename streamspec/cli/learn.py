@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any
 
 from streamspec.cli.checkpoint_files import HMM_SUFFIX, load_checkpoint_file
-from streamspec.cli.errors import CommandError
+from streamspec.cli.errors import CommandError, cli_spelling
 from streamspec.cli.fitting import check_estimator_settings, fit_and_save, show_progress
 from streamspec.cli.options import (
     FILE_FORMAT,
@@ -99,7 +99,7 @@ _SAVE_INTERVAL = 60.0  # learn --follow --out: seconds between periodic model sa
 def _one_pass(args) -> bool:
     """Whether ``learn`` reads its files once with nothing to resume or cap (chunked counting)."""
     return (not args.follow and not args.state and (args.mode or "sliding") == "sliding"
-            and args.max_symbols is None)
+            and args.max_symbols is None and args.window in (None, 1))
 
 
 def _check_outputs(args) -> None:
@@ -139,6 +139,7 @@ def _learn(args) -> int:
     _check_outputs(args)
     if not args.no_fit:
         check_estimator_settings(args)
+    _new_accumulator(args)  # a bad --window (for --mode, --max-symbols) before anything is read
     check_input_files(args, fmt)
     if not wants_backfill(args) and _one_pass(args):
         # nothing to follow or resume: counting by chunks gives the same counts as reading
@@ -236,6 +237,9 @@ def _load_state(args) -> Any:
     if getattr(state.acc, "max_symbols", None) != args.max_symbols:
         log.warning("event=max-symbols-ignored state_max_symbols=%s flag=%s (the state's cap stays)",
                     getattr(state.acc, "max_symbols", None), args.max_symbols)
+    if args.window is not None and state.acc.window != args.window:
+        log.warning("event=window-ignored state_window=%s flag=%s (the state's window stays: its "
+                    "counts are of that window)", state.acc.window, args.window)
     return state
 
 
@@ -329,8 +333,13 @@ def _ingest(args, state, source, log: logging.Logger, scorer=None) -> int | None
 
 
 def _new_accumulator(args):
+    """The empty counts of the settings (:class:`CommandError`, status 2, for a bad ``--window``)."""
     from streamspec.streaming.accumulator import MomentAccumulator
 
-    if getattr(args, "max_symbols", None) is None:
-        return MomentAccumulator(mode=args.mode)
-    return MomentAccumulator(mode=args.mode, max_symbols=args.max_symbols)
+    kwargs = {"window": args.window} if getattr(args, "window", None) is not None else {}
+    if getattr(args, "max_symbols", None) is not None:
+        kwargs["max_symbols"] = args.max_symbols
+    try:
+        return MomentAccumulator(mode=args.mode, **kwargs)
+    except ValueError as exc:
+        raise CommandError(f"--window {args.window}: {cli_spelling(str(exc))}", status=2) from None

@@ -17,7 +17,7 @@ __all__ = [
     "add_estimator_options", "add_format_options", "apply_toml", "check_input_files",
     "malformed_limit",
     "backfill_result_from_args", "estimator_default", "format_from_args", "parse_rank",
-    "positive_float", "positive_int", "wants_backfill",
+    "parse_window", "positive_float", "positive_int", "wants_backfill",
 ]
 
 
@@ -120,6 +120,13 @@ def add_estimator_options(p: argparse.ArgumentParser, defaults: bool) -> None:
     g.add_argument("--max-symbols", type=positive_int, metavar="N",
                    help="cap the alphabet at N symbols: later new symbols are counted as "
                         "'<other>' (bounds memory on open vocabularies; default: no cap)")
+    g.add_argument("--window", type=parse_window, metavar="L",
+                   help="count windows of L symbols before and after every symbol, not only "
+                        "triples (L = 1, the default), so that the HMM of the predictor (and "
+                        "--states) can have more hidden states than the alphabet has symbols; "
+                        "'auto': the smallest L with n^L >= 128 for n symbols (1 from 128 "
+                        "symbols on). L >= 2 is counted record by record (no --workers/--dask); "
+                        "at most 4,095 symbols at L = 2, 511 at L = 3")
 
 
 def positive_int(text: str) -> int:
@@ -157,6 +164,28 @@ def parse_rank(text: str) -> int | str:
     if k < 1:
         raise argparse.ArgumentTypeError("rank must be >= 1")
     return k
+
+
+def parse_window(text: str) -> int | str:
+    """An argparse type: a count window L (an integer in 1..10) or ``'auto'``.
+
+    Examples
+    --------
+    >>> parse_window("auto"), parse_window("3")
+    ('auto', 3)
+    """
+    from streamspec.core.windows import MAX_WINDOW
+
+    if text == "auto":
+        return text
+    try:
+        L = int(text)
+    except ValueError:
+        L = 0
+    if not 1 <= L <= MAX_WINDOW:
+        raise argparse.ArgumentTypeError(f"window must be an integer in 1..{MAX_WINDOW} or 'auto', "
+                                         f"not {text!r}")
+    return L
 
 
 def positive_float(text: str) -> float:
@@ -282,6 +311,9 @@ def backfill_result_from_args(args: argparse.Namespace, fmt: Any,
     mode = getattr(args, "mode", None) or "sliding"
     if mode != "sliding":
         raise ValueError(f"--dask/--workers count in sliding mode only, not --mode {mode}")
+    if getattr(args, "window", None) not in (None, 1):
+        raise ValueError(f"--dask/--workers count triples only, not --window {args.window}: "
+                         f"count windows serially (without --dask/--workers)")
     if getattr(args, "max_symbols", None) is not None:
         raise ValueError("--dask/--workers count chunks independently: they cannot be combined "
                          "with --max-symbols (which symbols fit the cap depends on the order); "

@@ -31,6 +31,12 @@ from collections.abc import Callable
 import numpy as np
 
 from streamspec.core.backoff import Backoff
+from streamspec.core.backoff_windows import (
+    choose_window_hmm,
+    fit_window_hmm,
+    hmm_states_for_windows,
+    state_candidates,
+)
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.hmm_filter import HMMFilter, symbol_probas
@@ -39,6 +45,7 @@ from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.subspace import DENSE_SVD_MAX, top_singular
 from streamspec.core.trigram import START, KneserNeyTrigram
 from streamspec.core.triples import BITS, Triples
+from streamspec.core.windows import WindowCounts
 
 __all__ = ["fit_with_backoff", "fit_hmm", "held_out_contexts", "held_out_scores", "hmm_states_for",
            "em_sample", "EM_BUDGET", "STATE_CANDIDATES", "EM_MAX_TRIPLES", "MAX_HMM_STATES", "MIN_MODEL_GAIN"]
@@ -66,6 +73,14 @@ def _split_triples(t: Triples, fraction: float, rng) -> tuple[Triples, Triples]:
     kept = t.weights - held
     a, b = kept > 0, held > 0
     return Triples(t.n, t.codes[a], kept[a]), Triples(t.n, t.codes[b], held[b])
+
+
+def _split_grams(g: WindowCounts, fraction: float, rng) -> tuple[WindowCounts, WindowCounts]:
+    held = _thin(g.weights, fraction, rng)
+    kept = g.weights - held
+    a, b = kept > 0, held > 0
+    return (WindowCounts(g.n, g.window, g.codes[a], kept[a]),
+            WindowCounts(g.n, g.window, g.codes[b], held[b]))
 
 
 def _split_starts(s: StreamStarts, fraction: float, rng) -> tuple[StreamStarts, StreamStarts]:
@@ -175,13 +190,17 @@ def _threshold(w: np.ndarray, m: int) -> float:
     return hi
 
 
-def fit_hmm(triples: Triples, n_states: int, budget: float = EM_BUDGET, init=None,
+def fit_hmm(triples: Triples | WindowCounts, n_states: int, budget: float = EM_BUDGET, init=None,
             random_state: int = 0, max_iter: int = _MAX_EM_ITER) -> HiddenMarkovModel | None:
     """An HMM of the counts: EM on at most :data:`EM_MAX_TRIPLES` distinct triples
     (:func:`em_sample`), its iterations bounded by ``budget`` (``triples × (K² + 30)`` per
     iteration: the measured cost of an E-step, ~10 ns a unit) and by ``max_iter``; ``None``
-    when it cannot be fitted (too few symbols or counts, a singular moment problem).
-    O(budget)."""
+    when it cannot be fitted (too few symbols or counts, a singular moment problem). Counts
+    of windows (L ≥ 2): over windows, as many grams and the same budget
+    (:func:`~streamspec.core.backoff_windows.fit_window_hmm`). O(budget)."""
+    if isinstance(triples, WindowCounts):
+        return fit_window_hmm(triples, n_states, budget, EM_MAX_TRIPLES, _MIN_EM_ITER, max_iter,
+                              init=init, random_state=random_state)
     sample = em_sample(triples, EM_MAX_TRIPLES, np.random.default_rng(random_state))
     iters = int(np.clip(budget / max(1.0, sample.nnz * (n_states**2 + 30)), _MIN_EM_ITER, max_iter))
     try:
@@ -196,7 +215,8 @@ def fit_hmm(triples: Triples, n_states: int, budget: float = EM_BUDGET, init=Non
 
 def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts: StreamStarts | None = None,
                      *, holdout: float = 0.1, random_state: int | None = 0, max_contexts: int = 2000,
-                     hmm_states: int | str | None = "auto", previous=None):
+                     hmm_states: int | str | None = "auto", previous=None,
+                     grams: WindowCounts | None = None, fit_grams: Callable | None = None):
     """Fit a model with ``fit`` and attach its :class:`~streamspec.core.backoff.Backoff` (module docstring).
 
     Parameters
@@ -216,6 +236,16 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         trigram and the HMM (warm-started from the previous one, a quarter of the budget)
         are fitted on all the counts, and the previous weights are kept: they were learned
         from the stream. Time: one fit of the model, a quarter of the EM budget.
+    grams
+        Counts of windows of L ≥ 2 symbols whose triples are ``triples`` (an accumulator's
+        :meth:`~streamspec.MomentAccumulator.windows`), or ``None``. With them the grams
+        are split (the triples of each part are its marginal) and the HMM is fitted over
+        windows (:mod:`streamspec.core.backoff_windows`): ``"auto"`` states may exceed the
+        alphabet, up to 16. Costs the window SVDs and the same EM budget.
+    fit_grams
+        With ``grams``: a callable from window counts to the model, used instead of ``fit``
+        (a model over windows, :mod:`streamspec.core.spectral_windows`) on the kept grams
+        and on all of them.
 
     Time: two fits of the model, the HMM's EM budget (:data:`EM_BUDGET`) and half of it,
     O(nnz log nnz) for the trigrams, O(max_contexts · n · d) to score the model on the
@@ -234,17 +264,34 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         raise ValueError(f"holdout must be in (0, 1), got {holdout!r}")
     starts = StreamStarts.empty(triples.n) if starts is None else starts.with_alphabet(triples.n)
     seed = 0 if random_state is None else int(random_state)
+    grams = grams if grams is not None and grams.window > 1 else None
+    if grams is not None and fit_grams is not None:  # the model over windows
+        fit = _on_grams(fit_grams, triples, grams)
     if getattr(previous, "backoff", None) is not None:
-        return _refit(fit, triples, starts, previous.backoff, hmm_states, seed)
+        return _refit(fit, triples, starts, previous.backoff, hmm_states, seed, grams)
     rng = np.random.default_rng(random_state)
-    kept, held = _split_triples(triples, holdout, rng)
+    if grams is None:
+        kept, held = _split_triples(triples, holdout, rng)
+        kept_hmm = kept
+    else:  # the grams split, the triples of each part its marginal
+        kept_hmm, held_grams = _split_grams(grams, holdout, rng)
+        kept, held = kept_hmm.triples(), held_grams.triples()
+        if fit_grams is not None:
+            fit = _on_grams(fit_grams, triples, grams, {id(kept): kept_hmm})
     kept_starts, held_starts = _split_starts(starts, holdout, rng)
     mixture, hmm, K, scores, use_model = None, None, None, {}, True
     if kept.total > 0 and held.total > 0:
         model = fit(kept)
         trigram = KneserNeyTrigram(kept, kept_starts)
         u, v, x, w = held_out_contexts(held, held_starts, int(max_contexts), rng)
-        hmm, hmm_p = _select_hmm(kept, _candidate_states(hmm_states, kept), (u, v, x, w), seed)
+        if grams is not None and hmm_states == "auto":  # r or 2r states, by held-out grams
+            K = _resolve_states(hmm_states, triples, grams)
+            hmm = choose_window_hmm(kept_hmm, held_grams, state_candidates(K, MAX_HMM_STATES),
+                                    EM_BUDGET, EM_MAX_TRIPLES, _MIN_EM_ITER, _MAX_EM_ITER, seed)
+            hmm_p = _hmm_probas(hmm, u, v, x) if hmm is not None else None
+        else:  # over triples: "auto" sizes by held-out contexts
+            hmm, hmm_p = _select_hmm(kept_hmm, _candidate_states(hmm_states, kept, grams), (u, v, x, w),
+                                     seed)
         K = hmm.n_states if hmm is not None else 0
         P = [_model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
         if hmm is not None:
@@ -258,26 +305,42 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
             P = P[:, 1:]
             scores["mixture"] = scores["mixture_without_model"]
         mixture = ExpertMixture.from_held_out(P.shape[1], buckets, P, w)
-        del model, trigram, kept, held  # why: freed before the fits on all the counts
+        del model, trigram, kept, held, kept_hmm  # why: freed before the fits on all the counts
     model = fit(triples)
+    counts = triples if grams is None else grams
     if K is None:  # too few counts to hold any out: the HMM from all of them, uniform weights
-        K = _resolve_states(hmm_states, triples)
-        final = fit_hmm(triples, K, random_state=seed) if K else None
+        K = _resolve_states(hmm_states, triples, grams)
+        final = fit_hmm(counts, K, random_state=seed) if K else None
     else:
-        final = fit_hmm(triples, K, EM_BUDGET / 2, init=hmm, random_state=seed) if hmm else None
+        final = fit_hmm(counts, K, EM_BUDGET / 2, init=hmm, random_state=seed) if hmm else None
     return _attach(model, triples, starts, final, mixture, scores, use_model)
 
 
-def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_states, seed: int):
+def _on_grams(fit_grams: Callable, triples: Triples, grams: WindowCounts, parts: dict | None = None
+              ) -> Callable[[Triples], object]:
+    """``fit`` for a model over windows: the triples given (all of them, or a part in ``parts``
+    by id) stand for their grams."""
+    parts = parts or {}
+
+    def fit(t: Triples):
+        return fit_grams(grams if t is triples else parts[id(t)])
+
+    return fit
+
+
+def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_states, seed: int,
+           grams: WindowCounts | None = None):
     """:func:`fit_with_backoff` from a previous backoff: all counts, warm HMM, the weights kept."""
     model = fit(triples)
     old = previous.hmm
     # "auto": the number of states chosen on held-out counts at the first fit is kept
-    K = old.n_states if hmm_states == "auto" and old is not None else _resolve_states(hmm_states, triples)
+    K = (old.n_states if hmm_states == "auto" and old is not None
+         else _resolve_states(hmm_states, triples, grams))
     init = (HiddenMarkovModel(old.startprob_, old.transmat_, old.emissionprob_)
             if old is not None and K == old.n_states and old.n_symbols <= triples.n else None)
     budget = EM_BUDGET / 4 if init is not None else EM_BUDGET
-    hmm = fit_hmm(triples, K, budget, init=init, random_state=seed) if K else None
+    counts = triples if grams is None else grams
+    hmm = fit_hmm(counts, K, budget, init=init, random_state=seed) if K else None
     return _attach(model, triples, starts, hmm, previous.mixture, use_model=previous.use_model)
 
 
@@ -326,11 +389,11 @@ def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=
                                       use_model=use_model))
 
 
-def _candidate_states(hmm_states, triples: Triples) -> list[int]:
+def _candidate_states(hmm_states, triples: Triples, grams: WindowCounts | None = None) -> list[int]:
     """The HMM sizes a first fit tries: for ``"auto"``, :func:`hmm_states_for` the counts and
     :data:`STATE_CANDIDATES`, within 2..min(16, n); else the one given (none for ``None``)."""
     if hmm_states != "auto" or triples.n < 2:
-        K = _resolve_states(hmm_states, triples)
+        K = _resolve_states(hmm_states, triples, grams)
         return [K] if K else []
     top = min(MAX_HMM_STATES, triples.n)
     return sorted({min(max(k, 2), top) for k in (hmm_states_for(triples), *STATE_CANDIDATES)})
@@ -355,9 +418,15 @@ def _select_hmm(kept: Triples, candidates: list[int], held: tuple, seed: int):
     return best, best_p
 
 
-def _resolve_states(hmm_states, triples: Triples) -> int | None:
+def _resolve_states(hmm_states, triples: Triples, grams: WindowCounts | None = None) -> int | None:
+    """The HMM's states: ``"auto"`` from the spectrum (of the window Hankels with ``grams``), an
+    integer clipped to the alphabet (over windows: to its windows, n^L)."""
     if hmm_states is None or triples.n < 2:
         return None
+    if grams is not None:
+        if hmm_states == "auto":
+            return hmm_states_for_windows(grams, MAX_HMM_STATES)
+        return int(min(hmm_states, triples.n ** grams.window))
     if hmm_states == "auto":
         return hmm_states_for(triples)
     return int(min(hmm_states, triples.n))

@@ -13,7 +13,8 @@ from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.triples import Triples
 from streamspec.core.windows import WindowCounts
 
-__all__ = ["EMPTY_COUNTS", "alphabet_size", "counts_of", "triples_of", "starts_of", "windows_of"]
+__all__ = ["EMPTY_COUNTS", "alphabet_size", "counts_of", "triples_of", "starts_of", "windows_of",
+           "long_windows_of"]
 
 EMPTY_COUNTS = ("cannot fit on an empty accumulator (empty counts): no triple counted yet "
                 "(each stream needs 3 symbols)")
@@ -31,7 +32,7 @@ def alphabet_size(data) -> int:
     >>> alphabet_size(np.zeros((4, 4, 4)))
     4
     """
-    if isinstance(data, Triples):
+    if isinstance(data, Triples | WindowCounts):
         return data.n
     if hasattr(data, "n") and hasattr(data, "symbols"):
         return int(data.n)
@@ -57,6 +58,8 @@ def counts_of(data) -> tuple[np.ndarray, list | None]:
         labels = _labels_of(data)
     elif isinstance(data, Triples):
         c3, labels = data.to_dense(), None
+    elif isinstance(data, WindowCounts):
+        c3, labels = data.triples().to_dense(), None
     else:
         c3, labels = np.asarray(data, dtype=np.float64), None
     if c3.ndim != 3 or len(set(c3.shape)) != 1:
@@ -69,7 +72,8 @@ def counts_of(data) -> tuple[np.ndarray, list | None]:
 
 
 def triples_of(data) -> tuple[Triples, list | None]:
-    """``(triples, labels)`` from a MomentAccumulator, a :class:`Triples` or dense ``c3[x2, x3, x1]``.
+    """``(triples, labels)`` from a MomentAccumulator, a :class:`Triples`, window counts (their
+    marginal) or dense ``c3[x2, x3, x1]``.
 
     An accumulator gives its sparse counts (``data.triples()`` when it has it, else
     its dense counts converted) and its labels (for growing alphabets; ``None`` for
@@ -91,6 +95,8 @@ def triples_of(data) -> tuple[Triples, list | None]:
     labels = None
     if isinstance(data, Triples):
         triples = data
+    elif isinstance(data, WindowCounts):  # the triples are the marginal of the grams
+        triples = data.triples()
     elif hasattr(data, "symbols") and (hasattr(data, "triples") or hasattr(data, "counts")):
         labels = _labels_of(data)
         triples = data.triples() if hasattr(data, "triples") else Triples.from_dense(data.counts())
@@ -131,6 +137,26 @@ def windows_of(data) -> tuple[WindowCounts, list | None]:
     if not grams.total > 0:
         raise ValueError(EMPTY_COUNTS)
     return grams, labels
+
+
+def long_windows_of(data) -> WindowCounts | None:
+    """The window counts of ``data`` when they are of windows of L ≥ 2 symbols (an accumulator
+    with ``window`` L ≥ 2, or such :class:`~streamspec.core.windows.WindowCounts`), else
+    ``None`` (triples: the estimators' predictor fits its HMM over them). O(nnz · L).
+
+    Examples
+    --------
+    >>> from streamspec.streaming.accumulator import MomentAccumulator
+    >>> acc = MomentAccumulator(n_symbols=2, window=2)
+    >>> acc.learn_many([0, 1, 1, 0, 1])
+    >>> long_windows_of(acc).window, long_windows_of(MomentAccumulator(n_symbols=2))
+    (2, None)
+    """
+    if isinstance(data, WindowCounts):
+        return data if data.window > 1 else None
+    if getattr(data, "current_window", 1) > 1 and hasattr(data, "windows"):
+        return data.windows()
+    return None
 
 
 def starts_of(data, n: int) -> StreamStarts:

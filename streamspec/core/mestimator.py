@@ -6,7 +6,7 @@ from streamspec.core import defaults
 from streamspec.core.backoff_fit import fit_with_backoff
 from streamspec.core.dense import DENSE_MEMORY_LIMIT, DenseFit
 from streamspec.core.factors import MFactors
-from streamspec.core.fit_data import starts_of, triples_of
+from streamspec.core.fit_data import long_windows_of, starts_of, triples_of
 from streamspec.core.fit_steps import FitSteps
 from streamspec.core.mestimator_refits import StatefulFits
 from streamspec.core.model import ObservableOperatorModel
@@ -443,7 +443,8 @@ class MEstimator(StatefulFits, Estimator):
         # worker process without the operators): the refit keeps its weights and its HMM
         previous = init if getattr(init, "backoff", None) is not None else None
         self.model_ = fit_with_backoff(fit, triples, starts_of(data, triples.n), random_state=seed,
-                                       hmm_states=self.hmm_states, previous=previous)
+                                       hmm_states=self.hmm_states, previous=previous,
+                                       grams=long_windows_of(data))
         state = getattr(self, "state_", None)
         if state is not None:  # the next refit starts from this model, backoff and all
             state.model = self.model_

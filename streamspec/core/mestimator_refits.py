@@ -10,7 +10,7 @@ docs/math.md section 10), else the estimator's own cold fit.
 
 from __future__ import annotations
 
-from streamspec.core.fit_data import starts_of, triples_of
+from streamspec.core.fit_data import long_windows_of, starts_of, triples_of
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.projected_state import ProjectedState, settings_of
 from streamspec.core.rank_selection import resolve_rank, with_metadata
@@ -62,7 +62,8 @@ class StatefulFits:
                                state, keep_state=keep_state, backoff=self.backoff,
                                random_state=seed,
                                starts=starts_of(data, triples.n) if self.backoff else None,
-                               hmm_states=self.hmm_states, previous=state.model)
+                               hmm_states=self.hmm_states, previous=state.model,
+                               grams=long_windows_of(data) if self.backoff else None)
         for name, value in result.fitted.items():
             setattr(self, name, value)
         self.formulation_, self.model_ = "projected", result.model

@@ -16,16 +16,19 @@ from __future__ import annotations
 import numpy as np
 
 from streamspec.core import defaults
-from streamspec.core.fit_data import starts_of, triples_of
+from streamspec.core.backoff_fit import fit_with_backoff
+from streamspec.core.fit_data import long_windows_of, starts_of, triples_of
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.pair_index import PairIndex
 from streamspec.core.params import Estimator
 from streamspec.core.projected_state import ProjectedState, settings_of
 from streamspec.core.rank_selection import resolve_rank, with_metadata
 from streamspec.core.spectral_basis import MAX_AUTO_RANK, check_rank, select_rank_by_spectrum
+from streamspec.core.spectral_windows import window_rank_for, window_spectral_operators
 from streamspec.core.subspace import project_triples, top_singular
 from streamspec.core.triples import Triples
 from streamspec.core.warm_fit import fit_projected, previous_model, with_state
+from streamspec.core.windows import MAX_WINDOW, WindowCounts
 
 __all__ = [
     "SpectralEstimator",
@@ -135,6 +138,15 @@ class SpectralEstimator(Estimator):
     hmm_states
         States of the HMM whose forward filter the backoff mixes in: ``"auto"`` (default:
         the rank, clipped to 2..16), an integer, or ``None`` (no HMM component).
+    count_window
+        The window of the model when the counts are of windows (``MomentAccumulator(window=L)``,
+        L ≥ 2; ``docs/math.md`` section 11; not ``window``, the filter's): ``"auto"``
+        (default) the smallest window whose Hankel supports what a longer one does
+        (:func:`~streamspec.core.window_rank.choose_window`), an integer l ≤ L that
+        window, 1 the triples. Over a window l ≥ 2 the model is θ_spec on the window
+        Hankel (:mod:`streamspec.core.spectral_windows`): its rank can exceed the alphabet
+        (``"auto"``: the supported rank of that Hankel); refits are cold. Counts of triples
+        are fitted as always, without any SVD of windows.
     basis_tol
         Warm refits (``fit(data, init=state)``, docs/math.md section 10): the previous
         bases are kept while their backward error on the new counts is at most this many
@@ -167,7 +179,7 @@ class SpectralEstimator(Estimator):
                  window: int = defaults.WINDOW, min_proba: float = defaults.MIN_PROBA,
                  backoff: str | None = defaults.BACKOFF, random_state: int = 0,
                  hmm_states: int | str | None = defaults.HMM_STATES,
-                 basis_tol: float = defaults.BASIS_TOL):
+                 basis_tol: float = defaults.BASIS_TOL, count_window: int | str = "auto"):
         self.rank = rank
         self.filter = filter
         self.window = window
@@ -176,6 +188,7 @@ class SpectralEstimator(Estimator):
         self.random_state = random_state
         self.hmm_states = hmm_states
         self.basis_tol = basis_tol
+        self.count_window = count_window
         self._validate()  # why: a bad setting is refused before anything is fitted
 
     def _validate(self) -> None:
@@ -183,6 +196,10 @@ class SpectralEstimator(Estimator):
                                 min_proba=self.min_proba, backoff=self.backoff,
                                 random_state=self.random_state, hmm_states=self.hmm_states,
                                 basis_tol=self.basis_tol)
+        w = self.count_window
+        if w != "auto" and (isinstance(w, bool) or not isinstance(w, int | np.integer)
+                            or not 1 <= w <= MAX_WINDOW):
+            raise ValueError(f"count_window must be 'auto' or an integer in 1..{MAX_WINDOW}, got {w!r}")
 
     @with_state
     def fit(self, data, init=None) -> ObservableOperatorModel:
@@ -210,6 +227,12 @@ class SpectralEstimator(Estimator):
     def _fit(self, data, init, keep_state: bool):
         self._validate()  # the settings may have been changed since construction
         self.__dict__.pop("state_", None)
+        grams = long_windows_of(data) if self.count_window != 1 else None
+        if grams is not None:
+            level, k = self._window_and_rank(grams)
+            if level > 1:
+                return self._fit_windows(data, init, grams, level, k), None
+        self.window_ = 1
         triples, labels = triples_of(data)
         state = getattr(init, "state_", init)
         state = state if isinstance(state, ProjectedState) else None
@@ -220,10 +243,43 @@ class SpectralEstimator(Estimator):
         fit = fit_projected(settings, 1, triples, labels, state, keep_state=keep_state,
                             backoff=self.backoff, random_state=self.random_state,
                             starts=starts_of(data, triples.n) if self.backoff else None,
-                            hmm_states=self.hmm_states, previous=previous)
+                            hmm_states=self.hmm_states, previous=previous,
+                            grams=long_windows_of(data) if self.backoff else None)
         for name in ("refit_", "state_", "basis_"):  # θ_M's own attributes (losses, W) are not its
             if name in fit.fitted:
                 setattr(self, name, fit.fitted[name])
         model = with_metadata(fit.model, fit.fitted.get("state_"), meta)
         self.model_, self.rank_, self.rank_scores_ = model, k, scores
         return model, fit.fitted.get("state_")
+
+    def _window_and_rank(self, grams: WindowCounts) -> tuple[int, int | str]:
+        """``(l, k)``: the model's window and rank over ``grams`` (l = 1: the triples' path,
+        which chooses its own rank). Up to L + 1 SVDs of window Hankels."""
+        if self.count_window == "auto":
+            return window_rank_for(grams, self.rank)
+        if self.count_window > grams.window:
+            raise ValueError(f"count_window={self.count_window} needs counts of windows of "
+                             f"{self.count_window} symbols, these are of {grams.window}")
+        level = int(self.count_window)
+        return (level, window_rank_for(grams.marginal(level), self.rank)[1]) if level > 1 else (1, 0)
+
+    def _fit_windows(self, data, init, grams: WindowCounts, level: int, k: int):
+        """θ_spec over windows of ``level`` symbols, rank k, with the backoff (its HMM over the
+        windows too); a previous model with a backoff keeps its weights. Cold: O(SVD + nnz · k
+        + P · k²) twice with the backoff."""
+        triples, labels = triples_of(data)
+
+        def fit_grams(g: WindowCounts) -> ObservableOperatorModel:
+            b1, binf, B = window_spectral_operators(g.marginal(level), k, self.random_state)
+            return ObservableOperatorModel(b1, binf, B, filter=self.filter, window=self.window,
+                                           min_proba=self.min_proba, symbols=labels, rank=k)
+
+        if self.backoff is None:
+            model = fit_grams(grams)
+        else:
+            previous = init if getattr(init, "backoff", None) is not None else None
+            model = fit_with_backoff(None, triples, starts_of(data, triples.n),
+                                     random_state=self.random_state, hmm_states=self.hmm_states,
+                                     previous=previous, grams=grams, fit_grams=fit_grams)
+        self.model_, self.rank_, self.rank_scores_, self.window_ = model, k, None, level
+        return model

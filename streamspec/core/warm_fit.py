@@ -98,12 +98,12 @@ def cold_fit(settings: ProjectedSettings, max_outer: int, triples: Triples, labe
 def fit_projected(settings: ProjectedSettings, max_outer: int, triples: Triples, labels,
                   state: ProjectedState | None = None, *, keep_state: bool = False,
                   backoff: str | None = None, random_state: int | None = 0, starts=None,
-                  hmm_states: int | str | None = "auto", previous=None, init: Any = None
-                  ) -> FitResult:
+                  hmm_states: int | str | None = "auto", previous=None, init: Any = None,
+                  grams=None) -> FitResult:
     """A projected fit of ``triples``: warm from ``state`` when its plan says so, else cold
     (with the plan's bases when it rebased, and its reason); with ``backoff="auto"``
     through :func:`~streamspec.core.backoff_fit.fit_with_backoff` (``starts``,
-    ``hmm_states``, ``previous``: its arguments). ``init``: factors a cold fit starts its
+    ``hmm_states``, ``previous``, ``grams``: its arguments). ``init``: factors a cold fit starts its
     weighting from (θ_M). Returns the model and the fitted attributes; ``state_`` (with
     ``keep_state``) is that of the fit on all the counts."""
     plan = plan_for(state, triples, settings)
@@ -127,7 +127,7 @@ def fit_projected(settings: ProjectedSettings, max_outer: int, triples: Triples,
         fit(triples)
         return final["result"]
     model = fit_with_backoff(fit, triples, starts, random_state=random_state,
-                             hmm_states=hmm_states, previous=previous)
+                             hmm_states=hmm_states, previous=previous, grams=grams)
     result = final["result"]
     result.model = model
     if "state_" in result.fitted:  # the next refit starts from this model, backoff and all

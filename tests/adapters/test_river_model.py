@@ -46,7 +46,8 @@ def assert_distribution(p: dict) -> None:
 @pytest.mark.parametrize(
     "params",
     [*SpectralHMM._unit_test_params(), {"rank": 2, "refit_every": 50, "background": True}],
-    ids=["defaults", "spectral-refits", "auto-rank-refits", "m-refits", "hmm-states", "background"],
+    ids=["defaults", "spectral-refits", "auto-rank-refits", "m-refits", "hmm-states", "count-window",
+         "background"],
 )
 def test_check_estimator(params):
     checks.check_estimator(SpectralHMM(**params))
@@ -575,3 +576,23 @@ def test_predict_one_with_the_models_own_part_is_still_the_argmax(few, monkeypat
     assert checked > 1000
     decided = sum(r is not None for r in pruned)  # predictions the bound settled without a row
     assert decided > 0.3 * len(pruned) and len(pruned) >= checked
+
+
+def test_count_window_counts_windows_and_the_hmm_gets_more_states_than_symbols():
+    rng = np.random.default_rng(5)
+    T = 0.3 * np.eye(6) + 0.7 * np.roll(np.eye(6), 1, axis=0)  # a 6-state ring over 3 symbols
+    O = np.zeros((3, 6))
+    for j in range(6):
+        O[j % 3, j], O[(j + 1 + j // 3) % 3, j] = 0.85, 0.15
+    x = HMM(T=T, O=O).sample(12_000, random_state=int(rng.integers(1000)))
+    wide = SpectralHMM(refit_every=None, count_window="auto", key="k")
+    plain = SpectralHMM(refit_every=None, key="k")
+    for model in (wide, plain):
+        for t, s in enumerate(x.tolist()):
+            model.learn_one({"k": t % 3}, "abc"[s])
+        assert model.refit()
+    assert wide.accumulator.current_window == 5 and plain._acc.current_window == 1  # 3^5 >= 128
+    assert wide.hmm.n_states > 3 >= plain.hmm.n_states
+    assert wide.clone().count_window == "auto"
+    with pytest.raises(ValueError, match="count_window"):
+        SpectralHMM(count_window=0)

@@ -1,0 +1,166 @@
+"""The predictor's HMM over windows: how many states the window counts support, and its fit.
+
+When the counts are of windows (``MomentAccumulator(window=L)``, L ≥ 2), the hidden
+Markov model the predictor mixes in (:mod:`streamspec.core.backoff_fit`) is fitted on
+them, not on the triples: its number of states is no longer capped by the alphabet
+(``docs/math.md`` section 11), so a 4-symbol stream (DNA) can get 8 or 16 states.
+
+- :func:`hmm_states_for_windows`: the ``"auto"`` number of states, the largest supported
+  rank of the window Hankel matrices (singular values above the sampling noise, as for
+  triples), clipped to 2..16;
+- :func:`choose_window_hmm`: the spectrum undercounts the states EM can use (the smallest
+  singular values of a many-state HMM sink below the noise long before its extra states stop
+  paying), so ``"auto"`` fits the supported rank r and 2r (:func:`state_candidates`), each
+  with half the budget, and keeps the one whose held-out grams are likelier;
+- :func:`fit_window_hmm`: EM on at most :data:`~streamspec.core.backoff_fit.EM_MAX_TRIPLES`
+  distinct grams (threshold-sampled, unbiased), over the longest window whose iterations
+  fit the work budget (at least the window whose Hankel supports the states, where the
+  method of moments starts).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from streamspec.core.hidden_markov_model import HiddenMarkovModel
+from streamspec.core.hmm_estimator import HMMEstimator
+from streamspec.core.window_estep import GramMessages
+from streamspec.core.window_rank import supported_rank, window_for_states
+from streamspec.core.windows import WindowCounts
+
+__all__ = ["hmm_states_for_windows", "fit_window_hmm", "choose_window_hmm", "state_candidates",
+           "sample_grams", "em_window"]
+
+_E_STEPS = 3  # E-steps of one accelerated (SQUAREM) EM iteration over windows, at most
+_UNIT = 30  # per gram and window symbol, the E-step's cost beyond its K² products (as for triples)
+# EM iterations the window must leave room for: measured on sparse automata (10 states, 4
+# symbols, 10⁵ symbols), 120 iterations over 5-grams beat 6 over 7-grams or 5 over 9-grams by
+# 0.07 nats a held-out gram; EM over windows needs its iterations more than longer windows
+_WINDOW_ITER = 50
+
+
+def hmm_states_for_windows(grams: WindowCounts, max_states: int) -> int:
+    """States of the predictor's HMM for ``"auto"`` over windows: the largest supported rank of
+    the window Hankel matrices of every window l ≤ L (:func:`~streamspec.core.window_rank
+    .supported_rank`), clipped to ``2..max_states``. L SVDs (dense up to 1,000 windows, else the
+    top ``max_states + 1``).
+
+    Examples
+    --------
+    >>> from streamspec.core.hmm import HMM
+    >>> from streamspec.core.hmm_moments import exact_windows
+    >>> ring = HMM(T=0.2 * np.eye(4) + 0.8 * np.roll(np.eye(4), 1, axis=0),   # 4 states, 2 symbols
+    ...            O=[[0.9, 0.6, 0.2, 0.1], [0.1, 0.4, 0.8, 0.9]])
+    >>> hmm_states_for_windows(exact_windows(ring, 3).scaled(1e6), 16)
+    4
+    """
+    ranks = [supported_rank(grams.marginal(level), max_states) for level in range(1, grams.window + 1)]
+    return int(min(max(max(ranks), 2), max_states))
+
+
+def sample_grams(grams: WindowCounts, max_nnz: int, rng: np.random.Generator) -> WindowCounts:
+    """At most ~``max_nnz`` distinct grams, unbiased (threshold sampling: grams of weight at least
+    τ kept, lighter ones kept with probability w / τ, then weighing τ). O(nnz · 50).
+
+    >>> g = WindowCounts.from_digits(2, 2, [[0, 1, 0, 1, 0], [1, 0, 1, 0, 1]], [9.0, 1.0])
+    >>> sample_grams(g, 5, np.random.default_rng(0)) is g
+    True
+    """
+    if grams.nnz <= max_nnz:
+        return grams
+    w = grams.weights
+    lo, hi = 0.0, float(w.max())
+    for _ in range(50):  # τ with Σ min(1, w/τ) ≈ max_nnz (monotone: bisection)
+        mid = 0.5 * (lo + hi)
+        if mid > 0 and np.minimum(1.0, w / mid).sum() > max_nnz:
+            lo = mid
+        else:
+            hi = mid
+    keep = (w >= hi) | (rng.random(w.size) * hi < w)
+    return WindowCounts(grams.n, grams.window, grams.codes[keep], np.maximum(w[keep], hi))
+
+
+def em_window(grams: WindowCounts, n_states: int, budget: float, min_iter: int) -> int:
+    """The window EM runs over: the longest l ≤ L whose ``min_iter`` iterations cost at most
+    ``budget`` units (``nnz_l · l · (K² + 30) · 3`` an iteration), but at least the window
+    whose Hankel supports the states (:func:`~streamspec.core.window_rank.window_for_states`).
+    O(nnz · L²) plus up to L SVDs.
+    """
+    level = window_for_states(grams, n_states, max(n_states, 1))
+    L = grams.window
+    while L > level and _cost(grams.marginal(L), n_states) * min_iter > budget:
+        L -= 1
+    return L
+
+
+def _cost(grams: WindowCounts, n_states: int) -> float:
+    """Work units of one EM iteration on ``grams`` (about 10 ns a unit)."""
+    return grams.nnz * grams.window * (n_states**2 + _UNIT) * _E_STEPS
+
+
+def state_candidates(rank: int, max_states: int) -> list[int]:
+    """The numbers of states ``"auto"`` tries over windows: the supported rank and twice it,
+    within ``2..max_states``. O(1).
+
+    >>> state_candidates(5, 16), state_candidates(12, 16), state_candidates(16, 16)
+    ([5, 10], [12, 16], [16])
+    """
+    return sorted({int(min(max(k, 2), max_states)) for k in (rank, 2 * rank)})
+
+
+def choose_window_hmm(kept: WindowCounts, held: WindowCounts, candidates: list[int], budget: float,
+                      max_nnz: int, min_iter: int, max_iter: int, random_state: int = 0
+                      ) -> HiddenMarkovModel | None:
+    """Of HMMs with each number of states in ``candidates`` fitted on ``kept`` (the budget shared),
+    the one under which the ``held`` grams are likeliest (their mean log-likelihood at their own
+    window, the same for every candidate, from its gram and sequence start distributions);
+    ``None`` if none could be fitted.
+    O(budget + nnz_held · L · K² per candidate)."""
+    best, best_ll = None, -np.inf
+    share = budget / max(1, len(candidates))
+    scored = sample_grams(held, max_nnz, np.random.default_rng(random_state))
+    for K in candidates:
+        fitted = _fit(kept, K, share, max_nnz, min_iter, max_iter, None, random_state)
+        if fitted is None:
+            continue
+        model, est = fitted
+        if scored.nnz == 0:
+            return model  # nothing held out: the first (smallest) that fits
+        pi0 = getattr(est, "sequence_startprob_", model.startprob_)
+        pi = getattr(est, "gram_startprob_", model.startprob_)
+        with np.errstate(all="ignore"):
+            ll = GramMessages(scored).estep(pi, pi0, model.transmat_.T, model.emissionprob_.T,
+                                            stats=False)[0]
+        if best is None or ll > best_ll:
+            best, best_ll = model, ll
+    return best
+
+
+def fit_window_hmm(grams: WindowCounts, n_states: int, budget: float, max_nnz: int, min_iter: int,
+                   max_iter: int, init=None, random_state: int = 0) -> HiddenMarkovModel | None:
+    """An HMM of ``n_states`` states fitted on window counts: :func:`sample_grams` to ``max_nnz``,
+    :func:`em_window`, then :class:`~streamspec.core.hmm_estimator.HMMEstimator` with its
+    iterations bounded by ``budget``; ``None`` when it cannot be fitted (too few distinct
+    windows, a singular moment problem). O(budget) plus the SVDs of :func:`em_window`.
+    """
+    fitted = _fit(grams, n_states, budget, max_nnz, min_iter, max_iter, init, random_state)
+    return None if fitted is None else fitted[0]
+
+
+def _fit(grams: WindowCounts, n_states: int, budget: float, max_nnz: int, min_iter: int,
+         max_iter: int, init, random_state: int):
+    """:func:`fit_window_hmm`'s model and its fitted estimator, or ``None``."""
+    sample = sample_grams(grams, max_nnz, np.random.default_rng(random_state))
+    try:
+        L = em_window(sample, n_states, budget, max(min_iter, _WINDOW_ITER))
+        counts = sample.marginal(L)
+        iters = int(np.clip(budget / max(1.0, _cost(counts, n_states)), min_iter, max_iter))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            warnings.simplefilter("ignore", UserWarning)  # a failed moment step: EM starts at random
+            est = HMMEstimator(n_states=n_states, n_iter=iters, random_state=random_state, window=L)
+            return est.fit(counts, init=init), est
+    except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+        return None

@@ -1,0 +1,76 @@
+"""The predictor over windows: its HMM has more states than symbols when the counts are windows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamspec import MEstimator, MomentAccumulator, SpectralEstimator
+from streamspec.core.backoff_windows import choose_window_hmm, fit_window_hmm, sample_grams
+from streamspec.core.hmm import HMM
+from streamspec.core.hmm_moments import exact_windows
+from streamspec.core.windows import WindowCounts
+
+
+def automaton(K: int = 8, n: int = 4, seed: int = 3) -> HMM:
+    """A sparse HMM like PAutomaC's: each state 3 successors (one on a cycle), 2 symbols each."""
+    rng = np.random.default_rng(seed)
+    T, O = np.zeros((K, K)), np.zeros((n, K))
+    for h in range(K):
+        others = rng.choice(np.setdiff1d(np.arange(K), [(h + 1) % K]), size=2, replace=False)
+        succ = np.concatenate([[(h + 1) % K], others])
+        T[succ, h] = rng.dirichlet(np.ones(3))
+        O[rng.choice(n, size=2, replace=False), h] = rng.dirichlet(np.ones(2))
+    return HMM(T, O)
+
+
+def counted(truth: HMM, window, size: int, seed: int) -> MomentAccumulator:
+    acc = MomentAccumulator(n_symbols=truth.n_symbols, window=window)
+    for k, s in enumerate(truth.sample_many(size // 20, 20, random_state=seed)):
+        acc.learn_many(s, key=k % 8)
+        acc.end(k % 8)
+    return acc
+
+
+@pytest.fixture(scope="module")
+def split():
+    truth = automaton()
+    test = list(truth.sample_many(300, 20, random_state=99))
+    return truth, test, counted(truth, 1, 60_000, 1), counted(truth, "auto", 60_000, 1)
+
+
+@pytest.mark.parametrize("estimator", [SpectralEstimator, MEstimator])
+def test_the_predictor_uses_the_windows_and_predicts_better(split, estimator):
+    truth, test, triples, windows = split
+    assert windows.current_window == 4  # auto: 4^4 >= 128
+    plain = estimator().fit(triples)
+    wide = estimator().fit(windows)
+    assert plain.backoff.hmm.n_states <= 4  # over triples the alphabet caps the states
+    assert wide.backoff.hmm.n_states > 4  # over windows: more states than symbols
+    gain = plain.log_loss(test) - wide.log_loss(test)
+    assert gain > 0.005, (plain.log_loss(test), wide.log_loss(test))
+
+
+def test_a_refit_over_windows_keeps_its_states_and_warm_starts(split):
+    truth, test, _, windows = split
+    est = MEstimator()
+    first = est.fit(windows)
+    more = windows.copy()
+    for s in truth.sample_many(200, 20, random_state=7):
+        more.learn_many(s, key="new")
+        more.end("new")
+    again = MEstimator().fit(more, init=first)
+    assert again.backoff.hmm.n_states == first.backoff.hmm.n_states > 4
+
+
+def test_states_chosen_on_held_out_grams_and_fits_that_cannot_be_done():
+    ring = HMM(T=0.2 * np.eye(4) + 0.8 * np.roll(np.eye(4), 1, axis=0),
+               O=[[0.9, 0.6, 0.2, 0.1], [0.1, 0.4, 0.8, 0.9]])
+    exact = exact_windows(ring, 2, scale=1e6)
+    grams = WindowCounts(2, 2, exact.codes, np.round(exact.weights))  # counts: thinned binomially
+    kept, held = grams.thin(0.2, random_state=0)
+    model = choose_window_hmm(kept, held, [2, 4], 1e8, 10**5, 5, 200)
+    assert model.n_states == 4  # the 4-state truth explains held-out grams better than 2 states
+    assert fit_window_hmm(grams, 40, 1e8, 10**5, 5, 200) is None  # more states than windows
+    sample = sample_grams(grams, 8, np.random.default_rng(0))
+    assert sample.nnz < grams.nnz and sample.total == pytest.approx(grams.total, rel=0.5)
