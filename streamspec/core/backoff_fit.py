@@ -284,7 +284,9 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_s
     kept while little changed since its EM, else warm-started (its docstring, ``changed``)."""
     model = fit(triples)
     old = previous.hmm
-    stale = previous.hmm_changed + (float("nan") if changed is None else float(changed))
+    # a backoff-like previous (a refit's start sent to a worker) may not say: then EM runs
+    stale = getattr(previous, "hmm_changed", float("nan")) + (
+        float("nan") if changed is None else float(changed))
     if (old is not None and stale <= HMM_REFIT_SHARE and old.n_symbols == triples.n
             and (hmm_states == "auto" or hmm_states == old.n_states)):
         # why: EM on a few percent more triples moves the HMM little; its E-steps would cost
