@@ -93,6 +93,10 @@ class Backoff:
         Whether the model's own prediction is a component. A fit leaves it out where it
         does not improve the held-out loss (it costs O(n · d) per prediction; the trigram
         and the HMM filter cost O(K² + log nnz) per observed symbol).
+    hmm_changed
+        The share of the distinct triples that changed since the HMM's EM, summed over the
+        refits that kept it (NaN: unknown, e.g. after a checkpoint; a refit then runs EM).
+        Not saved in checkpoints.
 
     Memory: the trigram's O(nnz + n), the HMM's O(n · K), the mixture's O(E).
 
@@ -110,8 +114,9 @@ class Backoff:
 
     def __init__(self, trigram: KneserNeyTrigram, mixture: ExpertMixture,
                  hmm: HMMFilter | None = None, held_out: dict[str, float] | None = None,
-                 use_model: bool = True):
+                 use_model: bool = True, hmm_changed: float = float("nan")):
         self.trigram = trigram
+        self.hmm_changed = float(hmm_changed)
         self.hmm = hmm
         self.mixture = mixture
         self.held_out = dict(held_out or {})

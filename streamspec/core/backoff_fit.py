@@ -17,6 +17,12 @@
 4. the model, the trigram and the HMM again on all the counts (the HMM warm-started from
    step 2, with half the budget), with those weights.
 
+A refit from a previous model (``previous``) fits the model once, rebuilds the trigram,
+keeps the weights, and keeps the HMM itself while less than :data:`HMM_REFIT_SHARE` of
+the distinct triples changed since its EM (summed over the refits that kept it); past
+that, EM warm-starts from it with a budget proportional to that share (docs/math.md
+section 10).
+
 The held-out contexts are two symbols long, so they undervalue what the HMM remembers
 from further back; the weights keep learning from every symbol a stream or a scored
 sequence shows (:meth:`~streamspec.core.backoff.Backoff.walk`), which is where its
@@ -48,13 +54,15 @@ from streamspec.core.triples import BITS, Triples
 from streamspec.core.windows import WindowCounts
 
 __all__ = ["fit_with_backoff", "fit_hmm", "held_out_contexts", "held_out_scores", "hmm_states_for",
-           "em_sample", "EM_BUDGET", "STATE_CANDIDATES", "EM_MAX_TRIPLES", "MAX_HMM_STATES", "MIN_MODEL_GAIN"]
+           "em_sample", "EM_BUDGET", "STATE_CANDIDATES", "EM_MAX_TRIPLES", "MAX_HMM_STATES",
+           "MIN_MODEL_GAIN", "HMM_REFIT_SHARE"]
 
 EM_BUDGET = 3e8  # EM work of the HMM's first fit: triples × (states² + 30) × iterations (~3 s)
 MIN_MODEL_GAIN = 1e-3  # held-out nats per symbol the model must add to be a component
 EM_MAX_TRIPLES = 200_000  # distinct triples EM runs on at most (threshold-sampled, unbiased)
 MAX_HMM_STATES = 16
 STATE_CANDIDATES = (4, 8, 16)  # HMM sizes "auto" also tries on the held-out counts (measured)
+HMM_REFIT_SHARE = 0.05  # a refit keeps the HMM until this share of the triples changed since its EM
 _MIN_EM_ITER, _MAX_EM_ITER = 5, 200
 _SELECTION_EM_ITER = 50  # EM iterations of each candidate size at most
 
@@ -191,18 +199,19 @@ def _threshold(w: np.ndarray, m: int) -> float:
 
 
 def fit_hmm(triples: Triples | WindowCounts, n_states: int, budget: float = EM_BUDGET, init=None,
-            random_state: int = 0, max_iter: int = _MAX_EM_ITER) -> HiddenMarkovModel | None:
+            random_state: int = 0, max_iter: int = _MAX_EM_ITER,
+            min_iter: int = _MIN_EM_ITER) -> HiddenMarkovModel | None:
     """An HMM of the counts: EM on at most :data:`EM_MAX_TRIPLES` distinct triples
     (:func:`em_sample`), its iterations bounded by ``budget`` (``triples × (K² + 30)`` per
-    iteration: the measured cost of an E-step, ~10 ns a unit) and by ``max_iter``; ``None``
-    when it cannot be fitted (too few symbols or counts, a singular moment problem). Counts
-    of windows (L ≥ 2): over windows, as many grams and the same budget
-    (:func:`~streamspec.core.backoff_windows.fit_window_hmm`). O(budget)."""
+    iteration: the measured cost of an E-step, ~10 ns a unit), at most ``max_iter`` and at
+    least ``min_iter``; ``None`` when it cannot be fitted (too few symbols or counts, a
+    singular moment problem). Counts of windows (L ≥ 2): over windows, as many grams and
+    the same budget (:func:`~streamspec.core.backoff_windows.fit_window_hmm`). O(budget)."""
     if isinstance(triples, WindowCounts):
-        return fit_window_hmm(triples, n_states, budget, EM_MAX_TRIPLES, _MIN_EM_ITER, max_iter,
+        return fit_window_hmm(triples, n_states, budget, EM_MAX_TRIPLES, min_iter, max_iter,
                               init=init, random_state=random_state)
     sample = em_sample(triples, EM_MAX_TRIPLES, np.random.default_rng(random_state))
-    iters = int(np.clip(budget / max(1.0, sample.nnz * (n_states**2 + 30)), _MIN_EM_ITER, max_iter))
+    iters = int(np.clip(budget / max(1.0, sample.nnz * (n_states**2 + 30)), min_iter, max_iter))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -216,7 +225,8 @@ def fit_hmm(triples: Triples | WindowCounts, n_states: int, budget: float = EM_B
 def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts: StreamStarts | None = None,
                      *, holdout: float = 0.1, random_state: int | None = 0, max_contexts: int = 2000,
                      hmm_states: int | str | None = "auto", previous=None,
-                     grams: WindowCounts | None = None, fit_grams: Callable | None = None):
+                     grams: WindowCounts | None = None, fit_grams: Callable | None = None,
+                     changed: float | None = None):
     """Fit a model with ``fit`` and attach its :class:`~streamspec.core.backoff.Backoff` (module docstring).
 
     Parameters
@@ -246,6 +256,12 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         With ``grams``: a callable from window counts to the model, used instead of ``fit``
         (a model over windows, :mod:`streamspec.core.spectral_windows`) on the kept grams
         and on all of them.
+    changed
+        In a refit, the share of the distinct triples that changed since the previous fit
+        (``RefitInfo.changed``; None or NaN: unknown). The refit then keeps the previous
+        HMM while the shares summed since its EM stay within :data:`HMM_REFIT_SHARE` (same
+        states, same alphabet), else runs EM from it for ``EM_BUDGET ×`` that sum (at
+        least one iteration). Without it, a quarter of the budget (at least five).
 
     Time: two fits of the model, the HMM's EM budget (:data:`EM_BUDGET`) and half of it,
     O(nnz log nnz) for the trigrams, O(max_contexts · n · d) to score the model on the
@@ -268,7 +284,7 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     if grams is not None and fit_grams is not None:  # the model over windows
         fit = _on_grams(fit_grams, triples, grams)
     if getattr(previous, "backoff", None) is not None:
-        return _refit(fit, triples, starts, previous.backoff, hmm_states, seed, grams)
+        return _refit(fit, triples, starts, previous.backoff, hmm_states, seed, grams, changed)
     rng = np.random.default_rng(random_state)
     if grams is None:
         kept, held = _split_triples(triples, holdout, rng)
@@ -329,19 +345,34 @@ def _on_grams(fit_grams: Callable, triples: Triples, grams: WindowCounts, parts:
 
 
 def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_states, seed: int,
-           grams: WindowCounts | None = None):
-    """:func:`fit_with_backoff` from a previous backoff: all counts, warm HMM, the weights kept."""
+           grams: WindowCounts | None = None, changed: float | None = None):
+    """:func:`fit_with_backoff` from a previous backoff: all counts, the weights kept, the HMM
+    kept while little changed since its EM, else warm-started (its docstring, ``changed``)."""
     model = fit(triples)
     old = previous.hmm
+    # a backoff-like previous (a refit's start sent to a worker) may not say: then EM runs
+    stale = getattr(previous, "hmm_changed", float("nan")) + (
+        float("nan") if changed is None else float(changed))
+    if (old is not None and stale <= HMM_REFIT_SHARE and old.n_symbols == triples.n
+            and (hmm_states == "auto" or hmm_states == old.n_states)):
+        # why: EM on a few percent more triples moves the HMM little; its E-steps would cost
+        # most of the refit
+        return _attach(model, triples, starts, old, previous.mixture, use_model=previous.use_model,
+                       hmm_changed=stale)
     # "auto": the number of states chosen on held-out counts at the first fit is kept
     K = (old.n_states if hmm_states == "auto" and old is not None
          else _resolve_states(hmm_states, triples, grams))
     init = (HiddenMarkovModel(old.startprob_, old.transmat_, old.emissionprob_)
             if old is not None and K == old.n_states and old.n_symbols <= triples.n else None)
-    budget = EM_BUDGET / 4 if init is not None else EM_BUDGET
     counts = triples if grams is None else grams
-    hmm = fit_hmm(counts, K, budget, init=init, random_state=seed) if K else None
-    return _attach(model, triples, starts, hmm, previous.mixture, use_model=previous.use_model)
+    if init is not None and stale == stale:  # proportional to what changed since its EM
+        hmm = fit_hmm(counts, K, EM_BUDGET * min(stale, 0.25), init=init, random_state=seed,
+                      min_iter=1)
+    else:
+        budget = EM_BUDGET / 4 if init is not None else EM_BUDGET
+        hmm = fit_hmm(counts, K, budget, init=init, random_state=seed) if K else None
+    return _attach(model, triples, starts, hmm, previous.mixture, use_model=previous.use_model,
+                   hmm_changed=0.0)
 
 
 def held_out_scores(P: np.ndarray, buckets, w, u, v, unigram: np.ndarray, min_proba: float,
@@ -378,15 +409,16 @@ def held_out_scores(P: np.ndarray, buckets, w, u, v, unigram: np.ndarray, min_pr
 
 
 def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=None,
-            use_model: bool = True):
-    """The model with its backoff: the weights ``mixture`` (a copy) if they fit the parts."""
+            use_model: bool = True, hmm_changed: float = 0.0):
+    """The model with its backoff: the weights ``mixture`` (a copy) if they fit the parts;
+    ``hmm_changed``: the share of the triples changed since the HMM's EM."""
     n_components = 1 + int(use_model) + int(hmm is not None)
     mixture = (mixture.copy() if mixture is not None and mixture.n_components == n_components
                else ExpertMixture(n_components))
     if hmm is not None:  # why: the backoff keeps the filter's arrays, indexed like the model
         hmm = HMMFilter.of(hmm)
     return model.with_backoff(Backoff(KneserNeyTrigram(triples, starts), mixture, hmm, held_out=scores,
-                                      use_model=use_model))
+                                      use_model=use_model, hmm_changed=hmm_changed))
 
 
 def _candidate_states(hmm_states, triples: Triples, grams: WindowCounts | None = None) -> list[int]:

@@ -127,7 +127,8 @@ def fit_projected(settings: ProjectedSettings, max_outer: int, triples: Triples,
         fit(triples)
         return final["result"]
     model = fit_with_backoff(fit, triples, starts, random_state=random_state,
-                             hmm_states=hmm_states, previous=previous, grams=grams)
+                             hmm_states=hmm_states, previous=previous, grams=grams,
+                             changed=None if plan is None else plan.info.changed)
     result = final["result"]
     result.model = model
     if "state_" in result.fitted:  # the next refit starts from this model, backoff and all

@@ -295,3 +295,27 @@ def test_a_warm_refit_with_the_backoff_keeps_the_learned_weights(stream):
     assert model.backoff.trigram is not first.backoff.trigram  # rebuilt on the new counts
     plain = MEstimator(rank=4, backoff=None).fit(acc, init=state)
     np.testing.assert_allclose(model.B, plain.B, rtol=0, atol=1e-12)  # the same warm model
+
+
+def test_a_refit_keeps_the_hmm_until_enough_triples_changed_since_its_em(stream):
+    """The backoff's HMM is kept while the shares of changed triples, summed over the refits
+    since its EM, stay within HMM_REFIT_SHARE; past that EM runs again, warm-started."""
+    from streamspec.core.backoff_fit import HMM_REFIT_SHARE
+
+    acc = _accumulate(stream[:100_000], 30)
+    first, state = MEstimator(rank=4).fit_with_state(acc)
+    assert first.backoff.hmm_changed == 0.0
+    _extend(acc, stream[100_000:100_050])
+    est = MEstimator(rank=4)
+    kept, state = est.fit_with_state(acc, init=state)
+    share = est.refit_.changed
+    assert 0 < share <= HMM_REFIT_SHARE and kept.backoff.hmm_changed == pytest.approx(share)
+    np.testing.assert_array_equal(kept.backoff.hmm.emissionprob_, first.backoff.hmm.emissionprob_)
+    assert kept.backoff.trigram.n == 30 and kept.backoff.trigram is not first.backoff.trigram
+    _extend(acc, stream[100_050:130_000])
+    est = MEstimator(rank=4)
+    refitted, _ = est.fit_with_state(acc, init=state)
+    assert est.refit_.changed + share > HMM_REFIT_SHARE
+    assert refitted.backoff.hmm_changed == 0.0
+    assert refitted.backoff.hmm.n_states == first.backoff.hmm.n_states
+    assert np.abs(refitted.backoff.hmm.emissionprob_ - first.backoff.hmm.emissionprob_).max() > 0
