@@ -147,8 +147,12 @@ class Outputs:
         self.metrics.predictions += 1
 
     def publish_model(self, model: ObservableOperatorModel, version: int, records: int,
-                      loss: float) -> None:
-        """Send ``model`` (and its HMM, right after it) to ``models_topic``, if set."""
+                      loss: float, fitted: list[tuple[str, bytes]] | None = None) -> None:
+        """Send ``model`` (and its HMM, right after it) to ``models_topic``, if set.
+
+        ``fitted``: more headers, saying what the model was fitted on (local refits:
+        :meth:`connectors.kafka.local_refits.FittedOn.headers`).
+        """
         topic = self.config.models_topic
         if not topic or self.producer is None:
             return
@@ -157,6 +161,7 @@ class Outputs:
             ("model-version", str(version).encode()),
             ("records", str(records).encode()),
             ("loss", repr(loss).encode()),
+            *(fitted or []),
         ]
         key = self.client_id.encode()
         self.producer.send(topic, key=key, value=model.to_bytes(), headers=headers)
