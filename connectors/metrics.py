@@ -45,6 +45,7 @@ class DaemonMetrics:
     predictions: int = 0
     unreadable_checkpoints: int = 0
     refit_failures: int = 0
+    model_publish_failures: int = 0
     broker_failures: int = 0
     verifications: int = 0
     log_mismatches: int = 0

@@ -34,6 +34,8 @@ import multiprocessing
 import os
 import threading
 import time
+import uuid
+import weakref
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -49,7 +51,7 @@ _pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
 _NICE = 10
 _BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-_FITTED = ("factors_", "weighting_", "loss_history_", "rank_", "model_")
+_FITTED = ("factors_", "weighting_", "loss_history_", "rank_", "model_", "refit_")
 
 
 def _worker() -> ProcessPoolExecutor:
@@ -120,13 +122,32 @@ def sparse_counts(data) -> tuple[Triples, list | None]:
     return Triples(t.n, t.codes, t.weights), (list(labels) if labels is not None else None)
 
 
-def _fit_in_worker(params: dict, triples: Triples, labels, init):
+_KEPT: dict = {}  # in the worker: the last fit's reusable state and its token
+
+
+def _fit_in_worker(params: dict, triples: Triples, labels, init, token: str | None = None):
+    """In the worker: one fit; warm from the state kept by the previous fit if ``token`` is its.
+
+    The state (:class:`~streamspec.core.projected_state.ProjectedState`: bases, moments,
+    weighting blocks, the counts fitted) stays here; the parent only holds its token. The
+    weights the refit keeps are ``init``'s (the partitions' learned ones), not the state's.
+    """
     est = MEstimator(**params)
-    model = est.fit(triples, init=init)
+    state = _KEPT.get("state") if token is not None and _KEPT.get("token") == token else None
+    _KEPT.clear()  # the previous state is freed before this fit allocates its own
+    start_backoff = getattr(init, "backoff", None)
+    backoff = getattr(getattr(state, "model", None), "backoff", None)
+    if backoff is not None and start_backoff is not None:
+        backoff.mixture = start_backoff.mixture  # the stream's weights, merged by the parent
+    model, new_state = est.fit_with_state(triples, init=state if state is not None else init)
+    new_token = None
+    if new_state is not None:
+        new_token = uuid.uuid4().hex
+        _KEPT.update(token=new_token, state=new_state)
     if labels is not None:
         model.symbols = list(labels)
     attrs = {name: getattr(est, name) for name in _FITTED if hasattr(est, name)}
-    return model, attrs
+    return model, attrs, new_token
 
 
 class ProcessMEstimator(MEstimator):
@@ -134,6 +155,12 @@ class ProcessMEstimator(MEstimator):
 
     def fit(self, data, init=None) -> ObservableOperatorModel:
         """Fit in the worker process; same arguments and result as ``MEstimator.fit``.
+
+        A refit from the model this process's last fit returned is a warm refit from that
+        fit's state, which the worker kept (``MEstimator.fit_with_state``: bases, moments and
+        weighting blocks reused, a cost proportional to the change; docs/math.md section
+        10); ``refit_`` says which path it took. Any other ``init`` (a model read back at a
+        restart, or after the worker was restarted) warm-starts from its factors.
 
         A previous model ``init`` goes as its :class:`~connectors.refit_start.RefitStart`
         (factors, HMM, learned weights; no rank: ``"auto"`` chooses again). Sends O(distinct
@@ -143,10 +170,14 @@ class ProcessMEstimator(MEstimator):
         self._validate()
         triples, labels = sparse_counts(data)
         start = init if isinstance(init, RefitStart) or init is None else RefitStart.of(init)
+        token = _TOKENS.get(id(init)) if init is not None else None
+        if token is not None and token[0]() is not init:
+            token = None  # another object at a reused address
         for attempt in range(2):
             try:
-                future = _submit(_fit_in_worker, self.get_params(), triples, labels, start)
-                model, attrs = future.result()
+                future = _submit(_fit_in_worker, self.get_params(), triples, labels, start,
+                                 None if token is None else token[1])
+                model, attrs, new_token = future.result()
                 break
             except BrokenProcessPool:  # the worker died (e.g. killed): start a new one
                 shutdown_worker()
@@ -155,4 +186,10 @@ class ProcessMEstimator(MEstimator):
         for name, value in attrs.items():
             setattr(self, name, value)
         self.model_ = model
+        _TOKENS.clear()  # the worker keeps one state: the last fit's
+        if new_token is not None:
+            _TOKENS[id(model)] = (weakref.ref(model), new_token)
         return model
+
+
+_TOKENS: dict[int, tuple] = {}  # id(model) -> (its weak reference, the token of its state)

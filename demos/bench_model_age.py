@@ -12,10 +12,10 @@ a local broker. First ``--backlog`` records are written at once and ``streamspec
 worker process, ``refit_duty`` 0.5) reads them; once a model covers them, records are
 produced at a steady ``--rate`` per second for ``--seconds`` seconds.
 
-What a model was fitted on is in its models-topic message (``fitted-offsets``: the next
-offset of each partition when its counts were copied; ``snapshot-time``), and when it was
-served is the message's timestamp (taken by the daemon's producer when it sends the model,
-right after serving it). A record produced at t (its timestamp) is first served in the
+What a model was fitted on is in the daemon's ``event=refit`` line, written when the model
+is served (``fitted_offsets``: the next offset of each partition when its counts were
+copied; ``age``: seconds since then; the same figures are headers of its models-topic
+message, if one is set). A record produced at t (its timestamp) is first served in the
 earliest model whose fitted offset of its partition is past it: its age is that model's
 timestamp minus t. Ages are measured for the records of the steady phase produced before
 its last ``--tail`` seconds (the daemon keeps running meanwhile); a record no model
@@ -38,16 +38,15 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_v] = "1"
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from collections import Counter  # noqa: E402
+from datetime import datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -110,32 +109,33 @@ def produce_at(producer: KafkaProducer, topic: str, stream: Stream, start: int, 
     return count / max(time.monotonic() - t0, 1e-9)
 
 
-class ModelWatch(threading.Thread):
-    """Reads the models topic as the daemon publishes: (served ms, offsets, snapshot s, version)."""
+_REFIT = re.compile(r"^(\S+ \S+) INFO streamspec.daemon event=refit version=(\d+) n=\d+ "
+                    r"warm=(\w+) symbols=(\d+) .*?seconds=([\d.]+) .*?"
+                    r"fitted_offsets=(\S+) age=([\d.]+)", re.M)
 
-    def __init__(self, bootstrap: str, topic: str):
-        super().__init__(daemon=True)
-        self.bootstrap, self.topic = bootstrap, topic
-        self.models: list[tuple[int, dict[int, int], float, int]] = []
-        self.stop = threading.Event()
 
-    def run(self) -> None:
-        consumer = KafkaConsumer(self.topic, bootstrap_servers=self.bootstrap,
-                                 auto_offset_reset="earliest", enable_auto_commit=False)
-        while not self.stop.is_set():
-            for messages in consumer.poll(timeout_ms=200).values():
-                for m in messages:
-                    h = dict(m.headers or [])
-                    if b"ObservableOperatorModel" not in h.get("format", b"") or (
-                            "fitted-offsets" not in h):
-                        continue
-                    offsets = {int(p): int(o) for p, o in json.loads(h["fitted-offsets"]).items()}
-                    self.models.append((m.timestamp, offsets, float(h["snapshot-time"]),
-                                        int(h["model-version"])))
-        consumer.close()
+def served_models(log_text: str) -> list[dict]:
+    """The models served while running, from the daemon's ``event=refit`` lines.
 
-    def covers(self, ends: dict[int, int]) -> bool:
-        return any(all(o.get(p, 0) >= e for p, e in ends.items()) for _, o, _, _ in self.models)
+    Each: ``served`` (Unix s: the line's time, right after the model was served),
+    ``offsets`` (what its counts held), ``snapshot`` (when they were copied), ``version``,
+    ``warm``, ``symbols``, ``seconds`` (the fit). The shutdown's final refit is left out.
+    """
+    stop = log_text.find("event=signal")
+    text = log_text if stop < 0 else log_text[:stop]
+    out = []
+    for when, version, warm, symbols, seconds, offsets, age in _REFIT.findall(text):
+        served = datetime.strptime(when, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        out.append({"served": served, "version": int(version), "warm": warm == "True",
+                    "symbols": int(symbols), "seconds": float(seconds),
+                    "offsets": {int(p): int(o) for p, o in (x.split(":") for x in
+                                                             offsets.split(",") if ":" in x)},
+                    "snapshot": served - float(age)})
+    return out
+
+
+def covers(models: list[dict], ends: dict[int, int]) -> bool:
+    return any(all(m["offsets"].get(p, 0) >= e for p, e in ends.items()) for m in models)
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
@@ -168,11 +168,12 @@ def record_times(bootstrap: str, topic: str, starts: dict[int, int],
 
 def ages(models, times: dict[int, np.ndarray], starts: dict[int, int]) -> np.ndarray:
     """Seconds from each record to the first model covering it (inf: none did)."""
-    served = np.array([m[0] for m in models], dtype=np.float64)
+    served = np.array([1000 * m["served"] for m in models], dtype=np.float64)
     order = np.argsort(served, kind="stable")
     out = []
     for p, t in times.items():
-        covered = np.maximum.accumulate(np.array([models[i][1].get(p, 0) for i in order]))
+        covered = np.maximum.accumulate(
+            np.array([models[i]["offsets"].get(p, 0) for i in order], dtype=np.int64))
         offsets = starts[p] + np.arange(t.size)
         first = np.searchsorted(covered, offsets, side="right")  # first model past the offset
         at = np.where(first < len(order), served[order][np.minimum(first, len(order) - 1)],
@@ -185,11 +186,11 @@ def consume_lags(models, bootstrap: str, topic: str, since_ms: float) -> list[fl
     """Per model after ``since_ms``: its snapshot time minus the newest record it includes."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     lags = []
-    for served, offsets, snap, _ in models:
-        if served < since_ms:
+    for m in models:
+        if 1000 * m["served"] < since_ms:
             continue
         newest = 0.0
-        for p, o in offsets.items():
+        for p, o in m["offsets"].items():
             if o == 0:
                 continue
             tp = TopicPartition(topic, p)
@@ -198,7 +199,7 @@ def consume_lags(models, bootstrap: str, topic: str, since_ms: float) -> list[fl
             got = consumer.poll(timeout_ms=2000, max_records=1).get(tp, [])
             if got:
                 newest = max(newest, got[0].timestamp / 1000.0)
-        lags.append(snap - newest)
+        lags.append(m["snapshot"] - newest)
     consumer.close()
     return lags
 
@@ -237,19 +238,16 @@ def main(argv=None) -> int:
 
 
 def run(args, stream: Stream, bootstrap: str, tmp: str) -> int:
-    topic, models_topic = "words", "words.models"
+    topic = "words"
     create_topic(bootstrap, topic, args.partitions)
-    create_topic(bootstrap, models_topic, 1)
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=1 << 16)
     produce_at(producer, topic, stream, 0, args.backlog, None)
     backlog_ends = end_offsets(bootstrap, topic)
-    watch = ModelWatch(bootstrap, models_topic)
-    watch.start()
     log_path = Path(tmp) / "daemon.log"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "streamspec", "consume", "--bootstrap", bootstrap,
            "--topic", topic, "--group", "age", "--state-dir", f"{tmp}/state",
-           "--models-topic", models_topic, "--dead-letter-topic", "", "--status-interval", "10",
+           "--dead-letter-topic", "", "--status-interval", "10",
            *args.daemon_flags]
     print("daemon: " + " ".join(cmd[1:]).replace(bootstrap, "HOST:PORT").replace(tmp, "TMP"),
           flush=True)
@@ -257,7 +255,7 @@ def run(args, stream: Stream, bootstrap: str, tmp: str) -> int:
         daemon = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         t0 = time.monotonic()
-        while not watch.covers(backlog_ends):
+        while not covers(served_models(log_path.read_text()), backlog_ends):
             if daemon.poll() is not None or time.monotonic() - t0 > 900:
                 print(f"the daemon {'exited' if daemon.poll() is not None else 'took > 900 s'} "
                       f"before a model covered the backlog; its log:\n{log_path.read_text()[-3000:]}")
@@ -275,7 +273,6 @@ def run(args, stream: Stream, bootstrap: str, tmp: str) -> int:
                                int(args.rate * args.tail), args.rate)
         load1 = os.getloadavg()
         end_ends = end_offsets(bootstrap, topic)
-        time.sleep(2)  # a model sent just now reaches the watch
     finally:
         daemon.send_signal(signal.SIGTERM)
         try:
@@ -283,56 +280,45 @@ def run(args, stream: Stream, bootstrap: str, tmp: str) -> int:
         except subprocess.TimeoutExpired:
             daemon.send_signal(signal.SIGTERM)  # the second one: do not wait for the final refit
             daemon.wait(60)
-        watch.stop.set()
-        watch.join()
         producer.close()
-    report(args, bootstrap, topic, watch.models, log_path.read_text(), backlog_ends,
+    report(args, bootstrap, topic, log_path.read_text(), backlog_ends,
            measured_ends, end_ends, steady_start_ms, (achieved, achieved2), (load0, load1))
     return 0
 
 
-def report(args, bootstrap, topic, models, log_text, backlog_ends, measured_ends, end_ends,
+def report(args, bootstrap, topic, log_text, backlog_ends, measured_ends, end_ends,
            steady_start_ms, achieved, loads) -> None:
-    # the final model (published at shutdown) is excluded: the ages are those of a running daemon
+    models = served_models(log_text)  # the final model (at shutdown) is not among them
     times = record_times(bootstrap, topic, backlog_ends, measured_ends)
-    a = ages([m for m in models if not _is_final(m, log_text)], times, backlog_ends)
+    a = ages(models, times, backlog_ends)
     covered = a[np.isfinite(a)]
-    print(f"\nproduced {sum(measured_ends.values()) - sum(backlog_ends.values()):,} measured records "
-          f"at {achieved[0]:,.0f}/s, then {sum(end_ends.values()) - sum(measured_ends.values()):,} "
-          f"more at {achieved[1]:,.0f}/s (tail {args.tail:.0f} s)")
+    print(f"\nproduced {sum(measured_ends.values()) - sum(backlog_ends.values()):,} measured "
+          f"records at {achieved[0]:,.0f}/s, then "
+          f"{sum(end_ends.values()) - sum(measured_ends.values()):,} more at "
+          f"{achieved[1]:,.0f}/s (tail {args.tail:.0f} s)")
     print(f"model age of the measured records: median {pct(covered, 50):.1f} s, 90th percentile "
           f"{pct(covered, 90):.1f} s, max {covered.max() if covered.size else float('nan'):.1f} s; "
           f"not covered by a model before the end: {int((~np.isfinite(a)).sum()):,} of {a.size:,}")
-    steady = [m for m in models if m[0] >= steady_start_ms]
+    steady = [m for m in models if 1000 * m["served"] >= steady_start_ms]
     lags = consume_lags(steady, bootstrap, topic, steady_start_ms)
-    fits = [(m[0] / 1000.0 - m[2]) for m in steady]
+    fits = [m["served"] - m["snapshot"] for m in steady]
+    gaps = np.diff([m["snapshot"] for m in steady])
     print(f"models served in the steady phase: {len(steady)}; consume lag at their snapshots "
           f"(snapshot time - newest record in it): median {pct(lags, 50):.2f} s, max "
-          f"{max(lags, default=float('nan')):.2f} s; snapshot to served (fit + publish): "
-          f"median {pct(fits, 50):.1f} s, max {max(fits, default=float('nan')):.1f} s")
-    refits = [(int(v), float(s), w == "True") for v, w, s in re.findall(
-        r"event=refit version=(\d+) n=\d+ warm=(\w+) .*?seconds=([\d.]+)", log_text)]
-    sec = [s for _, s, _ in refits]
-    print(f"refits in the daemon's log: {len(refits)} (warm {sum(w for *_, w in refits)}), "
-          f"seconds: median {pct(sec, 50):.1f}, max {max(sec, default=float('nan')):.1f}; "
-          f"last ones: " + ", ".join(f"v{v} {s:.1f} s" for v, s, _ in refits[-6:]))
-    symbols = re.findall(r"event=refit .*? symbols=(\d+)", log_text)
+          f"{max(lags, default=float('nan')):.2f} s; snapshot to served: median "
+          f"{pct(fits, 50):.1f} s, max {max(fits, default=float('nan')):.1f} s; between "
+          f"snapshots: median {pct(gaps, 50):.1f} s, max {max(gaps, default=float('nan')):.1f} s")
+    sec = [m["seconds"] for m in models]
+    print(f"refits served: {len(models)} (warm {sum(m['warm'] for m in models)}), fit seconds: "
+          f"median {pct(sec, 50):.1f}, max {max(sec, default=float('nan')):.1f}; steady phase: "
+          + ", ".join(f"v{m['version']} {m['seconds']:.1f} s" for m in steady))
     lag_end = max(lags[-3:], default=float("nan"))
     kept = lag_end < 5 and achieved[0] >= 0.95 * args.rate
-    print(f"alphabet of the last refit: {symbols[-1] if symbols else '?'}; the daemon "
+    print(f"alphabet of the last refit: {models[-1]['symbols'] if models else '?'}; the daemon "
           f"{'kept up' if kept else 'did NOT keep up'} with {args.rate:,.0f} records/s "
           f"(consume lag at the last snapshots {lag_end:.2f} s)")
     print(f"load average during the steady phase: {'/'.join(f'{v:.1f}' for v in loads[0])} at "
           f"its start, {'/'.join(f'{v:.1f}' for v in loads[1])} at its end (1/5/15 min)")
-
-
-def _is_final(model, log_text: str) -> bool:
-    """Whether ``model`` is the shutdown's final refit (not served while running)."""
-    m = re.search(r"event=final-refit symbols", log_text)
-    if m is None:
-        return False
-    versions = [int(v) for v in re.findall(r"event=refit version=(\d+)", log_text[m.start():])]
-    return bool(versions) and model[3] == versions[0]
 
 
 if __name__ == "__main__":

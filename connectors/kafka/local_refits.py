@@ -126,9 +126,10 @@ class LocalRefits(RefitPolicy):
         if record is not None:
             log.info(
                 "event=refit version=%d n=%d warm=%s symbols=%d triples=%d seconds=%.3f "
-                "loss=%.6g fitted_records=%d age=%.3f", version, self.refitter.n_fits,
-                record.warm, record.n_alphabet, int(record.n_triples), record.seconds,
-                record.loss, -1 if fitted is None else fitted.records,
+                "loss=%.6g fitted_records=%d fitted_offsets=%s age=%.3f", version,
+                self.refitter.n_fits, record.warm, record.n_alphabet, int(record.n_triples),
+                record.seconds, record.loss, -1 if fitted is None else fitted.records,
+                "-" if fitted is None else fitted.offsets_text(),
                 float("nan") if fitted is None else time.time() - fitted.time,
             )
         self.outputs.serve(model, version)
@@ -171,6 +172,8 @@ class FittedOn:
 
     Examples
     --------
+    >>> FittedOn(5, {0: 3, 1: 2}, 1700000000.25).offsets_text()
+    '0:3,1:2'
     >>> FittedOn(5, {0: 3, 1: 2}, 1700000000.25).headers()
     [('fitted-records', b'5'), ('fitted-offsets', b'{"0": 3, "1": 2}'), ('snapshot-time', b'1700000000.250')]
     """
@@ -178,6 +181,10 @@ class FittedOn:
     records: int
     offsets: dict[int, int]
     time: float
+
+    def offsets_text(self) -> str:
+        """``partition:offset,...`` (the log line's ``fitted_offsets``). O(partitions)."""
+        return ",".join(f"{p}:{o}" for p, o in sorted(self.offsets.items())) or "-"
 
     def headers(self) -> list[tuple[str, bytes]]:
         """The model message's headers that say what it was fitted on. O(partitions)."""

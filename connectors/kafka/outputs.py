@@ -164,9 +164,15 @@ class Outputs:
             *(fitted or []),
         ]
         key = self.client_id.encode()
-        self.producer.send(topic, key=key, value=model.to_bytes(), headers=headers)
-        hmm = getattr(model, "hmm", None)
-        if hmm is not None:
-            _, value, hmm_headers = encode_hmm(hmm, version, records, self.client_id)
-            # the model's key: the same partition, so the HMM stays right after its model
-            self.producer.send(topic, key=key, value=value, headers=hmm_headers)
+        try:
+            self.producer.send(topic, key=key, value=model.to_bytes(), headers=headers)
+            hmm = getattr(model, "hmm", None)
+            if hmm is not None:
+                _, value, hmm_headers = encode_hmm(hmm, version, records, self.client_id)
+                # the model's key: the same partition, so the HMM stays right after its model
+                self.producer.send(topic, key=key, value=value, headers=hmm_headers)
+        except KafkaError as exc:  # e.g. larger than max_request_size: it is still served
+            self.metrics.model_publish_failures += 1
+            log.warning("event=model-publish-failed version=%d topic=%s error=%r (the model "
+                        "is served and saved; only its message is missing)", version, topic,
+                        str(exc)[:DETAIL_MAX])

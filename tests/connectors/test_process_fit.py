@@ -1,0 +1,73 @@
+"""The daemon's refits in a worker process: warm from the state the worker kept (issue 21)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from connectors.process_fit import ProcessMEstimator, shutdown_worker
+from connectors.refit_start import RefitStart
+from streamspec.core.hmm import HMM
+from streamspec.core.mestimator import MEstimator
+from streamspec.core.model import ObservableOperatorModel
+from streamspec.streaming.accumulator import MomentAccumulator
+
+
+@pytest.fixture(autouse=True)
+def _worker():
+    yield
+    shutdown_worker()
+
+
+def _counts(length: int, extra: int) -> tuple[MomentAccumulator, MomentAccumulator]:
+    """Counts of 12 HMM streams, and the same with ``extra`` more symbols per stream."""
+    hmm = HMM.random(n_states=3, n_symbols=8, random_state=4)
+    seqs = [hmm.sample(length + extra, random_state=10 + k) for k in range(12)]
+    before, after = MomentAccumulator(), MomentAccumulator()
+    for k, seq in enumerate(seqs):
+        for t, x in enumerate(seq):
+            after.learn_one(int(x), k)
+            if t < length:
+                before.learn_one(int(x), k)
+    return before, after
+
+
+def test_a_refit_from_the_last_model_is_the_warm_refit_from_the_workers_state():
+    before, after = _counts(3000, 30)
+    params = dict(rank=3)
+    first = ProcessMEstimator(**params).fit(before)
+    est = ProcessMEstimator(**params)
+    warm = est.fit(after, init=first)
+    # what the same refit gives in this process, from the first fit's state
+    _, state = MEstimator(**params).fit_with_state(before)
+    local = MEstimator(**params)
+    expected, _ = local.fit_with_state(after, init=state)
+    assert est.refit_.path == local.refit_.path == "warm"
+    np.testing.assert_allclose(warm.B, expected.B, rtol=1e-9, atol=1e-12)
+    # a copy of the model (as read back at a restart) is not the worker's: it warm-starts
+    # from its factors, as before
+    copy = ObservableOperatorModel.from_bytes(first.to_bytes())
+    other = ProcessMEstimator(**params)
+    from_factors = other.fit(after, init=copy)
+    assert getattr(other, "refit_", None) is None or other.refit_.path != "warm"
+    reference = MEstimator(**params).fit(after, init=RefitStart.of(first))
+    np.testing.assert_allclose(from_factors.B, reference.B, rtol=1e-9, atol=1e-12)
+
+
+def test_the_warm_refit_keeps_the_weights_learned_since():
+    before, after = _counts(3000, 30)
+    first = ProcessMEstimator(rank=3).fit(before)
+    mixture = first.backoff.mixture.copy()
+    # the partitions' learned weights, merged into the served model before the refit: the
+    # stream said the first component predicts well in bucket 0
+    learned = mixture.copy()
+    probs = np.full(mixture.n_components, 1e-3)
+    probs[0] = 0.9
+    for _ in range(200):
+        learned.observe(0, probs)
+    first.backoff.mixture = learned
+    est = ProcessMEstimator(rank=3)
+    refit = est.fit(after, init=first)
+    assert est.refit_.path == "warm"
+    np.testing.assert_allclose(refit.backoff.mixture.log_weights(), learned.log_weights())
+    assert not np.allclose(refit.backoff.mixture.log_weights(), mixture.log_weights())
