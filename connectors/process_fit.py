@@ -30,6 +30,7 @@ Examples
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import threading
@@ -46,6 +47,8 @@ from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.triples import Triples
 
 __all__ = ["ProcessMEstimator", "shutdown_worker", "start_worker", "sparse_counts"]
+
+log = logging.getLogger("streamspec.refit")
 
 _pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -132,6 +135,7 @@ def _fit_in_worker(params: dict, triples: Triples, labels, init, token: str | No
     weighting blocks, the counts fitted) stays here; the parent only holds its token. The
     weights the refit keeps are ``init``'s (the partitions' learned ones), not the state's.
     """
+    cpu0 = time.process_time()
     est = MEstimator(**params)
     state = _KEPT.get("state") if token is not None and _KEPT.get("token") == token else None
     _KEPT.clear()  # the previous state is freed before this fit allocates its own
@@ -147,6 +151,7 @@ def _fit_in_worker(params: dict, triples: Triples, labels, init, token: str | No
     if labels is not None:
         model.symbols = list(labels)
     attrs = {name: getattr(est, name) for name in _FITTED if hasattr(est, name)}
+    attrs["cpu_seconds_"] = time.process_time() - cpu0
     return model, attrs, new_token
 
 
@@ -170,6 +175,7 @@ class ProcessMEstimator(MEstimator):
         self._validate()
         triples, labels = sparse_counts(data)
         start = init if isinstance(init, RefitStart) or init is None else RefitStart.of(init)
+        t0 = time.perf_counter()
         token = _TOKENS.get(id(init)) if init is not None else None
         if token is not None and token[0]() is not init:
             token = None  # another object at a reused address
@@ -183,6 +189,10 @@ class ProcessMEstimator(MEstimator):
                 shutdown_worker()
                 if attempt:
                     raise
+        cpu = attrs.pop("cpu_seconds_", float("nan"))
+        log.info("event=worker-fit seconds=%.3f cpu_seconds=%.3f path=%s (the worker's CPU "
+                 "time: below the seconds when other processes had the cores)",
+                 time.perf_counter() - t0, cpu, getattr(attrs.get("refit_"), "path", "-"))
         for name, value in attrs.items():
             setattr(self, name, value)
         self.model_ = model

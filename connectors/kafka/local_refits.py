@@ -126,9 +126,10 @@ class LocalRefits(RefitPolicy):
         if record is not None:
             log.info(
                 "event=refit version=%d n=%d warm=%s symbols=%d triples=%d seconds=%.3f "
-                "loss=%.6g fitted_records=%d fitted_offsets=%s age=%.3f", version,
-                self.refitter.n_fits, record.warm, record.n_alphabet, int(record.n_triples),
-                record.seconds, record.loss, -1 if fitted is None else fitted.records,
+                "loss=%.6g path=%s rank=%s fitted_records=%d fitted_offsets=%s age=%.3f",
+                version, self.refitter.n_fits, record.warm, record.n_alphabet,
+                int(record.n_triples), record.seconds, record.loss, record.path, record.rank,
+                -1 if fitted is None else fitted.records,
                 "-" if fitted is None else fitted.offsets_text(),
                 float("nan") if fitted is None else time.time() - fitted.time,
             )
