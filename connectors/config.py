@@ -133,9 +133,11 @@ class DaemonConfig:
         Run each fit in a worker process (default) rather than a thread of the
         daemon, so that it never competes with the poll loop for the interpreter lock.
     refit_duty
-        Longest fraction of the time spent fitting, in (0, 1]: after a fit of T
+        Longest fraction of one core spent fitting, in (0, 1]: after a fit of T CPU
         seconds the next one waits ``T * (1 - duty) / duty`` seconds (default 0.5:
-        at most half of one core goes to refits, however fast records arrive).
+        at most half of one core goes to refits, however fast records arrive). CPU
+        seconds, not wall time: a fit slowed by other work on the cores is not
+        followed by a longer wait.
     checkpoint_every, checkpoint_interval
         Write the checkpoints (then commit offsets) after this many records or
         seconds, whichever comes first.

@@ -151,7 +151,7 @@ def _fit_in_worker(params: dict, triples: Triples, labels, init, token: str | No
     if labels is not None:
         model.symbols = list(labels)
     attrs = {name: getattr(est, name) for name in _FITTED if hasattr(est, name)}
-    attrs["cpu_seconds_"] = time.process_time() - cpu0
+    attrs["worker_cpu_seconds_"] = time.process_time() - cpu0
     return model, attrs, new_token
 
 
@@ -166,6 +166,7 @@ class ProcessMEstimator(MEstimator):
         weighting blocks reused, a cost proportional to the change; docs/math.md section
         10); ``refit_`` says which path it took. Any other ``init`` (a model read back at a
         restart, or after the worker was restarted) warm-starts from its factors.
+        ``worker_cpu_seconds_``: the worker's CPU time for this fit.
 
         A previous model ``init`` goes as its :class:`~connectors.refit_start.RefitStart`
         (factors, HMM, learned weights; no rank: ``"auto"`` chooses again). Sends O(distinct
@@ -189,10 +190,10 @@ class ProcessMEstimator(MEstimator):
                 shutdown_worker()
                 if attempt:
                     raise
-        cpu = attrs.pop("cpu_seconds_", float("nan"))
         log.info("event=worker-fit seconds=%.3f cpu_seconds=%.3f path=%s (the worker's CPU "
                  "time: below the seconds when other processes had the cores)",
-                 time.perf_counter() - t0, cpu, getattr(attrs.get("refit_"), "path", "-"))
+                 time.perf_counter() - t0, attrs["worker_cpu_seconds_"],
+                 getattr(attrs.get("refit_"), "path", "-"))
         for name, value in attrs.items():
             setattr(self, name, value)
         self.model_ = model

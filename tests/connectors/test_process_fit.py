@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
+from connectors.config import DaemonConfig
+from connectors.kafka.refit_policy import RefitPolicy
+from connectors.metrics import DaemonMetrics
 from connectors.process_fit import ProcessMEstimator, shutdown_worker
 from connectors.refit_start import RefitStart
 from streamspec.core.hmm import HMM
 from streamspec.core.mestimator import MEstimator
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.streaming.accumulator import MomentAccumulator
+from streamspec.streaming.refitter import Refitter
 
 
 @pytest.fixture(autouse=True)
@@ -71,3 +77,35 @@ def test_the_warm_refit_keeps_the_weights_learned_since():
     assert est.refit_.path == "warm"
     np.testing.assert_allclose(refit.backoff.mixture.log_weights(), learned.log_weights())
     assert not np.allclose(refit.backoff.mixture.log_weights(), mixture.log_weights())
+
+
+def test_a_fit_in_the_worker_records_the_workers_cpu_time():
+    before, _ = _counts(3000, 0)
+    refitter = Refitter(ProcessMEstimator(rank=3), refit_every=10**9)
+    refitter.fit_now(before)
+    record = refitter.records[-1]
+    assert record.error is None
+    # the worker's CPU time is counted (this thread only waited for it)
+    assert 0 < record.cpu_seconds
+    assert np.isfinite(record.cpu_seconds)
+
+
+class _Outputs:
+    model, version = None, 0
+
+
+def test_the_refit_duty_counts_the_fits_cpu_seconds_not_its_wall_time():
+    metrics = DaemonMetrics()
+    policy = RefitPolicy(DaemonConfig(topic="t", refit_duty=0.5), MEstimator(rank=2),
+                         _Outputs(), metrics)
+    now = time.monotonic()
+    policy.fit_taken_at = now - 5.0
+    # a fit that took 30 s on busy cores but used 2 s of CPU: its 2 s wait is over
+    metrics.last_fit_seconds, metrics.last_fit_cpu_seconds = 30.0, 2.0
+    assert not policy._duty_waits(now)
+    policy.fit_taken_at = now - 1.0
+    assert policy._duty_waits(now)
+    # without a CPU time, the wall time is what it has
+    metrics.last_fit_cpu_seconds = float("nan")
+    policy.fit_taken_at = now - 5.0
+    assert policy._duty_waits(now)
