@@ -138,6 +138,10 @@ class DaemonConfig:
         at most half of one core goes to refits, however fast records arrive). CPU
         seconds, not wall time: a fit slowed by other work on the cores is not
         followed by a longer wait.
+    refit_nice
+        The refit worker process's niceness increment, 0 to 19 (default 10: on busy cores
+        consuming goes first; on cores shared with other jobs the refits, and so the
+        model's age, wait for them too: ``demos/bench_model_age.py``).
     checkpoint_every, checkpoint_interval
         Write the checkpoints (then commit offsets) after this many records or
         seconds, whichever comes first.
@@ -239,6 +243,7 @@ class DaemonConfig:
     min_triples: int = 100
     refit_process: bool = True
     refit_duty: float = 0.5
+    refit_nice: int = 10
     checkpoint_every: int = 50_000
     score_every: int = SCORE_EVERY
     checkpoint_interval: float = 1.0
@@ -295,6 +300,8 @@ class DaemonConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
                 raise ValueError(f"{name} must be a number >= 0, got {v!r}")
+        if _bad_int(self.refit_nice, minimum=0) or self.refit_nice > 19:
+            raise ValueError(f"refit_nice must be an integer in 0..19, got {self.refit_nice!r}")
         if isinstance(self.refit_duty, bool) or not isinstance(self.refit_duty, int | float) or (
             not 0 < self.refit_duty <= 1
         ):

@@ -46,13 +46,15 @@ from streamspec.core.mestimator import MEstimator
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.triples import Triples
 
-__all__ = ["ProcessMEstimator", "shutdown_worker", "start_worker", "sparse_counts"]
+__all__ = ["ProcessMEstimator", "shutdown_worker", "start_worker", "sparse_counts", "NICE"]
 
 log = logging.getLogger("streamspec.refit")
 
 _pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
-_NICE = 10
+NICE = 10
+"""The worker's default priority (an increment of its niceness): below the consumer's."""
+_nice = [NICE]  # the one the next worker starts with
 _BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _FITTED = ("factors_", "weighting_", "loss_history_", "rank_", "model_", "refit_")
 
@@ -63,15 +65,20 @@ def _worker() -> ProcessPoolExecutor:
         if _pool is None:
             _pool = ProcessPoolExecutor(max_workers=1,
                                         mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_init_worker)
+                                        initializer=_init_worker, initargs=(_nice[0],))
         return _pool
 
 
-def start_worker() -> Future:
+def start_worker(nice: int | None = None) -> Future:
     """Start the worker process now, in the background (its imports take a second or so).
 
+    ``nice``: its scheduling priority, as an increment over this process's (default
+    :data:`NICE`, or the last one given; a running worker with another one is replaced).
     The returned future is done once the worker is up.
     """
+    if nice is not None and nice != _nice[0]:
+        _nice[0] = int(nice)
+        shutdown_worker()
     return _submit(int)
 
 
@@ -89,10 +96,11 @@ def _submit(fn, *args) -> Future:
                 os.environ[k] = v
 
 
-def _init_worker() -> None:
+def _init_worker(nice: int = 10) -> None:
     """In the worker: lower its priority, and exit as soon as the parent is gone."""
     try:
-        os.nice(_NICE)  # refits are best effort: on busy cores the consumer goes first
+        if nice:
+            os.nice(nice)  # refits are best effort: on busy cores the consumer goes first
     except (AttributeError, OSError):
         pass
     parent = os.getppid()
@@ -152,6 +160,7 @@ def _fit_in_worker(params: dict, triples: Triples, labels, init, token: str | No
         model.symbols = list(labels)
     attrs = {name: getattr(est, name) for name in _FITTED if hasattr(est, name)}
     attrs["worker_cpu_seconds_"] = time.process_time() - cpu0
+    attrs["worker_niceness_"] = os.nice(0)
     return model, attrs, new_token
 
 
@@ -166,7 +175,8 @@ class ProcessMEstimator(MEstimator):
         weighting blocks reused, a cost proportional to the change; docs/math.md section
         10); ``refit_`` says which path it took. Any other ``init`` (a model read back at a
         restart, or after the worker was restarted) warm-starts from its factors.
-        ``worker_cpu_seconds_``: the worker's CPU time for this fit.
+        ``worker_cpu_seconds_``, ``worker_niceness_``: the worker's CPU time for this fit,
+        and the niceness it ran at.
 
         A previous model ``init`` goes as its :class:`~connectors.refit_start.RefitStart`
         (factors, HMM, learned weights; no rank: ``"auto"`` chooses again). Sends O(distinct

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from connectors.config import DaemonConfig
 from connectors.kafka.refit_policy import RefitPolicy
 from connectors.metrics import DaemonMetrics
-from connectors.process_fit import ProcessMEstimator, shutdown_worker
+from connectors.process_fit import ProcessMEstimator, shutdown_worker, start_worker
 from connectors.refit_start import RefitStart
 from streamspec.core.hmm import HMM
 from streamspec.core.mestimator import MEstimator
@@ -109,3 +110,18 @@ def test_the_refit_duty_counts_the_fits_cpu_seconds_not_its_wall_time():
     metrics.last_fit_cpu_seconds = float("nan")
     policy.fit_taken_at = now - 5.0
     assert policy._duty_waits(now)
+
+
+@pytest.mark.parametrize("bad", [-1, 20, 2.5, True])
+def test_refit_nice_is_checked(bad):
+    with pytest.raises(ValueError, match="refit_nice"):
+        DaemonConfig(topic="t", refit_nice=bad)
+
+
+def test_the_worker_runs_at_the_niceness_asked():
+    base = os.nice(0)
+    for nice in (3, 0):
+        start_worker(nice).result(timeout=120)
+        est = ProcessMEstimator(rank=2)
+        est.fit(_counts(300, 0)[0])
+        assert est.worker_niceness_ == min(19, base + nice)
