@@ -319,11 +319,18 @@ def report(args, bootstrap, topic, log_text, backlog_ends, measured_ends, end_en
           + ", ".join(f"v{m['version']} {m['seconds']:.1f} s" for m in steady)
           + (f"; the worker's CPU seconds per fit: median {pct(cpu, 50):.1f}, max "
              f"{max(cpu):.1f}" if cpu else ""))
-    lag_end = max(lags[-3:], default=float("nan"))
-    kept = lag_end < 5
+    stop = log_text.find("event=signal")
+    behind = [int(v) for when, v in re.findall(r"^(\S+ \S+) INFO .*? event=status .*? lag=(\d+)",
+                                               log_text if stop < 0 else log_text[:stop], re.M)
+              if 1000 * datetime.strptime(when, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+              >= steady_start_ms]
+    worst = max(behind, default=-1) / args.rate
+    kept = 0 <= worst <= 5
     print(f"alphabet of the last refit: {models[-1]['symbols'] if models else '?'}; the daemon "
-          f"{'kept up' if kept else 'did NOT keep up'} with {args.rate:,.0f} records/s "
-          f"(consume lag at the last snapshots {lag_end:.2f} s)")
+          f"{'kept up' if kept else 'did NOT keep up'} with {args.rate:,.0f} records/s (records "
+          f"not yet read, at its status lines of the steady phase: at most {worst:.1f} s of "
+          f"them, last {behind[-1] / args.rate if behind else float('nan'):.1f} s; kept up: "
+          f"at most 5 s)")
     print(f"load average during the steady phase: {'/'.join(f'{v:.1f}' for v in loads[0])} at "
           f"its start, {'/'.join(f'{v:.1f}' for v in loads[1])} at its end (1/5/15 min)")
 
