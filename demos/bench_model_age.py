@@ -1,7 +1,8 @@
 """Benchmark: the daemon's model age (from a record to the first served model that includes it).
 
     python demos/bench_model_age.py [--rate 10000] [--seconds 90] [--backlog 500000]
-                                    [--keys 300] [--partitions 4] [--quick] [-- DAEMON FLAGS]
+                                    [--keys 300] [--partitions 4] [--refit-nice N] [--quick]
+                                    [--log FILE] [-- DAEMON FLAGS]
 
 The five books of ``books/`` as words (words seen twice or more, the rest ``<other>``:
 n ≈ 2.1·10⁴, the vocabulary of ``bench_large.py books``; the text is read again from its
@@ -218,6 +219,7 @@ def main(argv=None) -> int:
     p.add_argument("--tail", type=float, default=35)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--log", help="copy the daemon's log to this file")
+    p.add_argument("--refit-nice", type=int, help="the daemon's --refit-nice (default: its own)")
     p.add_argument("daemon_flags", nargs="*", help="after --: flags of streamspec consume")
     args = p.parse_args(argv)
     if args.quick:
@@ -249,6 +251,7 @@ def run(args, stream: Stream, bootstrap: str, tmp: str) -> int:
     cmd = [sys.executable, "-m", "streamspec", "consume", "--bootstrap", bootstrap,
            "--topic", topic, "--group", "age", "--state-dir", f"{tmp}/state",
            "--dead-letter-topic", "", "--status-interval", "10",
+           *([] if args.refit_nice is None else ["--refit-nice", str(args.refit_nice)]),
            *args.daemon_flags]
     print("daemon: " + " ".join(cmd[1:]).replace(bootstrap, "HOST:PORT").replace(tmp, "TMP"),
           flush=True)
