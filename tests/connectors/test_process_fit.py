@@ -1,4 +1,5 @@
-"""The daemon's refits in a worker process: warm from the state the worker kept (issue 21)."""
+"""The daemon's refits (issue 21): warm from the state the worker kept, the duty counted in CPU
+seconds, the worker's niceness, a model too large to publish."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import time
 
 import numpy as np
 import pytest
+from kafka.errors import MessageSizeTooLargeError
 
 from connectors.config import DaemonConfig
+from connectors.kafka.outputs import Outputs
 from connectors.kafka.refit_policy import RefitPolicy
 from connectors.metrics import DaemonMetrics
 from connectors.process_fit import ProcessMEstimator, shutdown_worker, start_worker
@@ -125,3 +128,18 @@ def test_the_worker_runs_at_the_niceness_asked():
         est = ProcessMEstimator(rank=2)
         est.fit(_counts(300, 0)[0])
         assert est.worker_niceness_ == min(19, base + nice)
+
+
+class _TooLarge:
+    def send(self, *args, **kwargs):
+        raise MessageSizeTooLargeError("The message is 70370658 bytes when serialized")
+
+
+def test_a_model_too_large_to_publish_is_logged_and_the_daemon_goes_on(caplog):
+    metrics = DaemonMetrics()
+    outputs = Outputs(DaemonConfig(topic="t", models_topic="t.models"), metrics, "d1", 1 << 20)
+    outputs.producer = _TooLarge()
+    model = MEstimator(rank=2).fit(_counts(300, 0)[0])
+    outputs.publish_model(model, 3, 100, 0.5)  # raised out of the poll loop before
+    assert metrics.model_publish_failures == 1
+    assert "event=model-publish-failed version=3" in caplog.text
