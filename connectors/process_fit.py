@@ -190,9 +190,15 @@ class ProcessMEstimator(MEstimator):
         token = _TOKENS.get(id(init)) if init is not None else None
         if token is not None and token[0]() is not init:
             token = None  # another object at a reused address
+        params = self.get_params()
+        bound = getattr(self, "warm_sweeps_", None)
+        if token is None and bound is not None and init is not None:
+            # a warm start from factors: bounded, as MEstimator.warm_start's copy is; a refit
+            # from the kept state is not (it computes what a cold fit computes)
+            params.update(max_sweeps=bound, max_outer=1)
         for attempt in range(2):
             try:
-                future = _submit(_fit_in_worker, self.get_params(), triples, labels, start,
+                future = _submit(_fit_in_worker, params, triples, labels, start,
                                  None if token is None else token[1])
                 model, attrs, new_token = future.result()
                 break
@@ -211,6 +217,15 @@ class ProcessMEstimator(MEstimator):
         if new_token is not None:
             _TOKENS[id(model)] = (weakref.ref(model), new_token)
         return model
+
+
+    def warm_start(self, sweeps: int) -> ProcessMEstimator:
+        """A copy for refits: bounded to ``sweeps`` sweeps in one outer iteration when it
+        starts from a model's factors (``MEstimator.warm_start``), unbounded when the worker
+        refits from the state it kept (as the refitter does in-process). O(parameters)."""
+        copy = self.clone()
+        copy.warm_sweeps_ = int(sweeps)
+        return copy
 
 
 _TOKENS: dict[int, tuple] = {}  # id(model) -> (its weak reference, the token of its state)

@@ -143,3 +143,15 @@ def test_a_model_too_large_to_publish_is_logged_and_the_daemon_goes_on(caplog):
     outputs.publish_model(model, 3, 100, 0.5)  # raised out of the poll loop before
     assert metrics.model_publish_failures == 1
     assert "event=model-publish-failed version=3" in caplog.text
+
+
+def test_the_refitter_refits_in_the_worker_as_it_does_in_process():
+    before, after = _counts(3000, 30)
+    models = []
+    for est in (ProcessMEstimator(rank=3), MEstimator(rank=3)):
+        refitter = Refitter(est, refit_every=10**9)
+        refitter.fit_now(before)
+        refitter.fit_now(after)
+        assert [r.path for r in refitter.records] == ["cold", "warm"]
+        models.append(refitter.model)
+    np.testing.assert_allclose(models[0].B, models[1].B, rtol=1e-9, atol=1e-12)
