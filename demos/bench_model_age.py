@@ -167,8 +167,11 @@ def record_times(bootstrap: str, topic: str, starts: dict[int, int],
     return {p: np.asarray(v, dtype=np.float64) for p, v in out.items()}
 
 
-def ages(models, times: dict[int, np.ndarray], starts: dict[int, int]) -> np.ndarray:
-    """Seconds from each record to the first model covering it (inf: none did)."""
+def ages(models, times: dict[int, np.ndarray], starts: dict[int, int],
+         since_ms: float = 0.0) -> np.ndarray:
+    """Seconds from each record to the first model covering it (inf: none did); only the
+    records stamped at ``since_ms`` or later (the broker's end offsets may lag a little
+    behind the records just flushed: a backlog record is never counted as a steady one)."""
     served = np.array([1000 * m["served"] for m in models], dtype=np.float64)
     order = np.argsort(served, kind="stable")
     out = []
@@ -179,7 +182,7 @@ def ages(models, times: dict[int, np.ndarray], starts: dict[int, int]) -> np.nda
         first = np.searchsorted(covered, offsets, side="right")  # first model past the offset
         at = np.where(first < len(order), served[order][np.minimum(first, len(order) - 1)],
                       np.inf)
-        out.append((at - t) / 1000.0)
+        out.append(((at - t) / 1000.0)[t >= since_ms])
     return np.concatenate(out)
 
 
@@ -296,7 +299,7 @@ def report(args, bootstrap, topic, log_text, backlog_ends, measured_ends, end_en
            steady_start_ms, achieved, loads) -> None:
     models = served_models(log_text)  # the final model (at shutdown) is not among them
     times = record_times(bootstrap, topic, backlog_ends, measured_ends)
-    a = ages(models, times, backlog_ends)
+    a = ages(models, times, backlog_ends, steady_start_ms)
     covered = a[np.isfinite(a)]
     print(f"\nproduced {sum(measured_ends.values()) - sum(backlog_ends.values()):,} measured "
           f"records at {achieved[0]:,.0f}/s, then "
