@@ -139,9 +139,11 @@ class DaemonConfig:
         seconds, not wall time: a fit slowed by other work on the cores is not
         followed by a longer wait.
     refit_nice
-        The refit worker process's niceness increment, 0 to 19 (default 10: on busy cores
-        consuming goes first; on cores shared with other jobs the refits, and so the
-        model's age, wait for them too: ``demos/bench_model_age.py``).
+        The refit worker process's niceness increment, 0 to 19 (default 0: the
+        consumer's priority; the duty cycle already keeps refits to half of one core).
+        10 makes consuming go first on busy cores, but on cores shared with other jobs
+        the refits, and so the model's age, then wait for those too
+        (``demos/bench_model_age.py``; docs/kafka-daemon.md, "Model age").
     checkpoint_every, checkpoint_interval
         Write the checkpoints (then commit offsets) after this many records or
         seconds, whichever comes first.
@@ -243,7 +245,7 @@ class DaemonConfig:
     min_triples: int = 100
     refit_process: bool = True
     refit_duty: float = 0.5
-    refit_nice: int = 10
+    refit_nice: int = 0
     checkpoint_every: int = 50_000
     score_every: int = SCORE_EVERY
     checkpoint_interval: float = 1.0

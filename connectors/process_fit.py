@@ -10,9 +10,12 @@ dense n³ array; not the stream tails) with the symbol labels, the estimator's
 constructor parameters and the warm-start factors to one long-lived worker process
 (``spawn``-started, so no thread state is forked), waits there for the result,
 and copies back the fitted attributes. The caller's thread blocks, but it holds
-no lock while it waits: the poll loop runs at full speed. The worker runs at a
-lower scheduling priority (nice 10): when the cores are busy, consuming (the
-exact part) goes first and refits (best effort) take the remaining CPU time.
+no lock while it waits: the poll loop runs at full speed. The worker runs at the
+caller's scheduling priority unless told otherwise (:func:`start_worker`, the daemon's
+``refit_nice``): the daemon's duty cycle keeps refits to half of one core in CPU time,
+and a lower priority (nice 10, the default until issue 21) made them wait for every
+other job on shared cores, so that a 2-3 s fit took 30-50 s and the model aged by as
+much (docs/kafka-daemon.md, "Model age").
 
 A worker whose parent dies (even by SIGKILL) exits within half a second: a
 watchdog thread notices that it was orphaned.
@@ -52,8 +55,8 @@ log = logging.getLogger("streamspec.refit")
 
 _pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
-NICE = 10
-"""The worker's default priority (an increment of its niceness): below the consumer's."""
+NICE = 0
+"""The worker's default niceness increment: the consumer's priority (see the module doc)."""
 _nice = [NICE]  # the one the next worker starts with
 _BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _FITTED = ("factors_", "weighting_", "loss_history_", "rank_", "model_", "refit_")
@@ -96,11 +99,11 @@ def _submit(fn, *args) -> Future:
                 os.environ[k] = v
 
 
-def _init_worker(nice: int = 10) -> None:
+def _init_worker(nice: int = NICE) -> None:
     """In the worker: lower its priority, and exit as soon as the parent is gone."""
     try:
         if nice:
-            os.nice(nice)  # refits are best effort: on busy cores the consumer goes first
+            os.nice(nice)  # asked for: on busy cores the consumer goes first
     except (AttributeError, OSError):
         pass
     parent = os.getppid()

@@ -114,7 +114,7 @@ def _add_schedule_options(p) -> None:
     g.add_argument("--refit-duty", type=float, metavar="F",
                    help="fraction of the time refits may take, in (0, 1] (default 0.5)")
     g.add_argument("--refit-nice", type=int, metavar="N",
-                   help="niceness increment of the refit worker process, 0-19 (default 10)")
+                   help="niceness increment of the refit worker process, 0-19 (default 0)")
     g.add_argument("--refit-in-thread", dest="refit_process", action="store_const",
                    const=False, help="refit in a thread instead of a worker process")
     g.add_argument("--checkpoint-every", type=int, metavar="N",
