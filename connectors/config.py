@@ -140,9 +140,17 @@ class DaemonConfig:
         Run each fit in a worker process (default) rather than a thread of the
         daemon, so that it never competes with the poll loop for the interpreter lock.
     refit_duty
-        Longest fraction of the time spent fitting, in (0, 1]: after a fit of T
+        Longest fraction of one core spent fitting, in (0, 1]: after a fit of T CPU
         seconds the next one waits ``T * (1 - duty) / duty`` seconds (default 0.5:
-        at most half of one core goes to refits, however fast records arrive).
+        at most half of one core goes to refits, however fast records arrive). CPU
+        seconds, not wall time: a fit slowed by other work on the cores is not
+        followed by a longer wait.
+    refit_nice
+        The refit worker process's niceness increment, 0 to 19 (default 0: the
+        consumer's priority; the duty cycle already keeps refits to half of one core).
+        10 makes consuming go first on busy cores, but on cores shared with other jobs
+        the refits, and so the model's age, then wait for those too
+        (``demos/bench_model_age.py``; docs/kafka-daemon.md, "Model age").
     checkpoint_every, checkpoint_interval
         Write the checkpoints (then commit offsets) after this many records or
         seconds, whichever comes first.
@@ -245,6 +253,7 @@ class DaemonConfig:
     min_triples: int = 100
     refit_process: bool = True
     refit_duty: float = 0.5
+    refit_nice: int = 0
     checkpoint_every: int = 50_000
     score_every: int = SCORE_EVERY
     checkpoint_interval: float = 1.0
@@ -306,6 +315,8 @@ class DaemonConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
                 raise ValueError(f"{name} must be a number >= 0, got {v!r}")
+        if _bad_int(self.refit_nice, minimum=0) or self.refit_nice > 19:
+            raise ValueError(f"refit_nice must be an integer in 0..19, got {self.refit_nice!r}")
         if isinstance(self.refit_duty, bool) or not isinstance(self.refit_duty, int | float) or (
             not 0 < self.refit_duty <= 1
         ):

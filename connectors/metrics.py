@@ -42,9 +42,11 @@ class DaemonMetrics:
     refits: int = 0
     last_loss: float = math.nan
     last_fit_seconds: float = math.nan
+    last_fit_cpu_seconds: float = math.nan
     predictions: int = 0
     unreadable_checkpoints: int = 0
     refit_failures: int = 0
+    model_publish_failures: int = 0
     broker_failures: int = 0
     verifications: int = 0
     log_mismatches: int = 0

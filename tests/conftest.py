@@ -67,6 +67,9 @@ class FakeTime:
     def perf_counter(self):
         return self.now
 
+    def thread_time(self):
+        return self.now
+
 
 @pytest.fixture
 def fake_refitter_time(monkeypatch) -> FakeTime:

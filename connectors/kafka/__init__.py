@@ -60,7 +60,12 @@ filter settings and a SHA-256 checksum; never a pickle), loaded back by
 the headers are ``format`` (``streamspec.ObservableOperatorModel/1``),
 ``model-version`` (the model's version: one more per refit, carried across
 restarts by the saved model's metadata ``model_version``), ``records`` (symbols
-learned so far) and ``loss`` (the fit's final training loss). The same model is
+learned so far), ``loss`` (the fit's final training loss), and what the model was
+fitted on: ``fitted-records`` (records in its counts), ``fitted-offsets`` (JSON: the
+next offset of each partition when its counts were copied; every record before it is
+in them) and ``snapshot-time`` (when they were copied, Unix seconds): a record's
+*model age* is the time from it to the first model that includes it
+(``demos/bench_model_age.py``). The same model is
 saved to ``<state_dir>/<topic>/model.ckpt``; at shutdown one last refit covers
 every symbol learned. With ``hmm_states`` (``--states K``)
 each refit also fits a K-state HMM (:class:`~streamspec.WithHMM`), saved to

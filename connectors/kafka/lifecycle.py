@@ -201,7 +201,7 @@ class Services:
             self.metrics_server = MetricsServer(render, cfg.metrics_port)
             log.info("event=metrics url=http://127.0.0.1:%d/metrics", self.metrics_server.port)
         if cfg.refit_process and (cfg.refit_every or cfg.refit_interval):
-            start_worker()  # its start-up is done by the time the first refit is due
+            start_worker(cfg.refit_nice)  # started by the time the first refit is due
 
     def close(self) -> None:
         """Stop the worker process (if refits used one) and the metrics endpoint."""

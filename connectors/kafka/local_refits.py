@@ -8,10 +8,12 @@ checkpoints and publishes it to ``models_topic`` (if set).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from connectors.config import DaemonConfig
 from connectors.kafka.outputs import Outputs
@@ -25,7 +27,7 @@ from streamspec.core.model import ObservableOperatorModel
 from streamspec.streaming.accumulator import MomentAccumulator
 from streamspec.streaming.with_hmm import WithHMM
 
-__all__ = ["LocalRefits"]
+__all__ = ["LocalRefits", "FittedOn"]
 
 log = logging.getLogger("streamspec.daemon")
 
@@ -48,6 +50,8 @@ class LocalRefits(RefitPolicy):
         super().__init__(config, estimator, outputs, metrics)
         self.store, self.states, self.lock, self.counts_bytes = store, states, lock, counts_bytes
         self.new_records = 0
+        # what each refit's counts held, by the refitter's symbol total at its snapshot
+        self._snapshots: dict[int, FittedOn] = {}
         model = self._load(ObservableOperatorModel, self.store.model_path(config.topic), "model")
         if model is not None:  # a restart warm-starts from the saved model's factors
             outputs.serve(model, _version_of(model))
@@ -118,14 +122,77 @@ class LocalRefits(RefitPolicy):
             return
         record = self._record_fit()
         version = self.outputs.version + 1
+        fitted = self.fitted_on(self.refitter.fitted_on_symbols)
         if record is not None:
             log.info(
                 "event=refit version=%d n=%d warm=%s symbols=%d triples=%d seconds=%.3f "
-                "loss=%.6g", version, self.refitter.n_fits, record.warm, record.n_alphabet,
-                int(record.n_triples), record.seconds, record.loss,
+                "loss=%.6g path=%s rank=%s fitted_records=%d fitted_offsets=%s age=%.3f",
+                version, self.refitter.n_fits, record.warm, record.n_alphabet,
+                int(record.n_triples), record.seconds, record.loss, record.path, record.rank,
+                -1 if fitted is None else fitted.records,
+                "-" if fitted is None else fitted.offsets_text(),
+                float("nan") if fitted is None else time.time() - fitted.time,
             )
         self.outputs.serve(model, version)
-        self.outputs.publish_model(model, version, self.metrics.records, self.metrics.last_loss)
+        self.outputs.publish_model(model, version, self.metrics.records, self.metrics.last_loss,
+                                   None if fitted is None else fitted.headers())
+
+    def note_snapshot(self) -> None:
+        """When a refit's counts are copied (under the lock): what they hold, and when.
+
+        Keyed by the refitter's symbol total that the fit will record (its ``n_seen``:
+        the symbols observed plus those about to be reported). O(partitions).
+        """
+        key = self.refitter.n_seen + self.new_records
+        self._snapshots[key] = FittedOn(
+            records=sum(s.records for s in self.states.values()),
+            offsets={tp.partition: s.offset for tp, s in self.states.items()},
+            time=time.time(),
+        )
+
+    def fitted_on(self, n_seen: int) -> FittedOn | None:
+        """What the counts of the model fitted at ``n_seen`` held; older snapshots are dropped."""
+        fitted = self._snapshots.get(n_seen)
+        for key in [k for k in self._snapshots if k <= n_seen]:
+            del self._snapshots[key]
+        return fitted
+
+
+@dataclass(frozen=True)
+class FittedOn:
+    """What the counts of a refit held when they were copied: how model age is measured.
+
+    Attributes
+    ----------
+    records
+        Records learned by the partitions held (their totals, restored ones included).
+    offsets
+        Next offset of each partition: every record before it is in the counts.
+    time
+        When the counts were copied (Unix seconds).
+
+    Examples
+    --------
+    >>> FittedOn(5, {0: 3, 1: 2}, 1700000000.25).offsets_text()
+    '0:3,1:2'
+    >>> FittedOn(5, {0: 3, 1: 2}, 1700000000.25).headers()
+    [('fitted-records', b'5'), ('fitted-offsets', b'{"0": 3, "1": 2}'), ('snapshot-time', b'1700000000.250')]
+    """
+
+    records: int
+    offsets: dict[int, int]
+    time: float
+
+    def offsets_text(self) -> str:
+        """``partition:offset,...`` (the log line's ``fitted_offsets``). O(partitions)."""
+        return ",".join(f"{p}:{o}" for p, o in sorted(self.offsets.items())) or "-"
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        """The model message's headers that say what it was fitted on. O(partitions)."""
+        return [("fitted-records", str(int(self.records)).encode()),
+                ("fitted-offsets", json.dumps({str(p): int(o) for p, o in
+                                               sorted(self.offsets.items())}).encode()),
+                ("snapshot-time", f"{self.time:.3f}".encode())]
 
 
 _VERSION_KEY = "model_version"  # in the saved model's metadata
@@ -158,6 +225,7 @@ class _PartitionsView:
 
     def copy(self) -> MomentAccumulator:
         p = self._policy
+        p.note_snapshot()
         acc = merge_accumulators((s.acc for s in p.states.values()), p.label_order)
         p.label_order = list(acc.symbols)
         p.learned_into_model([s.learned() for s in p.states.values()])

@@ -147,8 +147,12 @@ class Outputs:
         self.metrics.predictions += 1
 
     def publish_model(self, model: ObservableOperatorModel, version: int, records: int,
-                      loss: float) -> None:
-        """Send ``model`` (and its HMM, right after it) to ``models_topic``, if set."""
+                      loss: float, fitted: list[tuple[str, bytes]] | None = None) -> None:
+        """Send ``model`` (and its HMM, right after it) to ``models_topic``, if set.
+
+        ``fitted``: more headers, saying what the model was fitted on (local refits:
+        :meth:`connectors.kafka.local_refits.FittedOn.headers`).
+        """
         topic = self.config.models_topic
         if not topic or self.producer is None:
             return
@@ -157,11 +161,18 @@ class Outputs:
             ("model-version", str(version).encode()),
             ("records", str(records).encode()),
             ("loss", repr(loss).encode()),
+            *(fitted or []),
         ]
         key = self.client_id.encode()
-        self.producer.send(topic, key=key, value=model.to_bytes(), headers=headers)
-        hmm = getattr(model, "hmm", None)
-        if hmm is not None:
-            _, value, hmm_headers = encode_hmm(hmm, version, records, self.client_id)
-            # the model's key: the same partition, so the HMM stays right after its model
-            self.producer.send(topic, key=key, value=value, headers=hmm_headers)
+        try:
+            self.producer.send(topic, key=key, value=model.to_bytes(), headers=headers)
+            hmm = getattr(model, "hmm", None)
+            if hmm is not None:
+                _, value, hmm_headers = encode_hmm(hmm, version, records, self.client_id)
+                # the model's key: the same partition, so the HMM stays right after its model
+                self.producer.send(topic, key=key, value=value, headers=hmm_headers)
+        except KafkaError as exc:  # e.g. larger than max_request_size: it is still served
+            self.metrics.model_publish_failures += 1
+            log.warning("event=model-publish-failed version=%d topic=%s error=%r (the model "
+                        "is served and saved; only its message is missing)", version, topic,
+                        str(exc)[:DETAIL_MAX])

@@ -235,6 +235,7 @@ class RefitPolicy:
         if record is not None:
             self.metrics.last_loss = record.loss
             self.metrics.last_fit_seconds = record.seconds
+            self.metrics.last_fit_cpu_seconds = record.cpu_seconds
         return record
 
     def learned_into_model(self, learned: list[LearnedWeights | None]) -> None:
@@ -248,7 +249,15 @@ class RefitPolicy:
             backoff.mixture = merged  # the served model's copies in the partitions are theirs
 
     def _duty_waits(self, now: float) -> bool:
-        """Whether ``refit_duty`` asks to wait (refits kept to a fraction of the time)."""
-        duty, seconds = self.config.refit_duty, self.metrics.last_fit_seconds
+        """Whether ``refit_duty`` asks to wait (refits kept to a fraction of one core).
+
+        Counted in the last fit's CPU seconds (the worker's), not its wall time: on cores
+        busy with other work a fit of 2 s of CPU can take 30 s, and waiting 30 s more
+        would only make the model older (``demos/bench_model_age.py``). The wall time
+        when the CPU time is unknown.
+        """
+        duty, m = self.config.refit_duty, self.metrics
+        seconds = m.last_fit_cpu_seconds if not math.isnan(m.last_fit_cpu_seconds) else (
+            m.last_fit_seconds)
         return (duty < 1 and not math.isnan(seconds)
                 and now - self.fit_taken_at < seconds * (1 - duty) / duty)

@@ -113,6 +113,8 @@ def _add_schedule_options(p) -> None:
                    help="no refit before the counts hold N triples (default 100)")
     g.add_argument("--refit-duty", type=float, metavar="F",
                    help="fraction of the time refits may take, in (0, 1] (default 0.5)")
+    g.add_argument("--refit-nice", type=int, metavar="N",
+                   help="niceness increment of the refit worker process, 0-19 (default 0)")
     g.add_argument("--refit-in-thread", dest="refit_process", action="store_const",
                    const=False, help="refit in a thread instead of a worker process")
     g.add_argument("--checkpoint-every", type=int, metavar="N",
@@ -138,7 +140,7 @@ _CONSUME_SETTINGS = (
     "penalty",
     "weighting", "formulation", "sweeps", "mode", "max_symbols", "window", "hmm_states",
     "refit_every", "refit_interval", "min_triples",
-    "refit_duty", "refit_process",
+    "refit_duty", "refit_nice", "refit_process",
     "checkpoint_every", "checkpoint_interval", "score_every", "status_interval", "metrics_port",
     "state_backend", "state_topic", "on_offset_out_of_range", "max_malformed",
 )

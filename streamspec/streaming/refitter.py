@@ -58,6 +58,10 @@ class FitRecord:
         ``"warm"``, ``"rebased"``, ``"fallback"`` or ``"cold"``; docs/math.md section 10),
         ``"model"`` for a warm start from the previous model (its factors, its backoff), ``"cold"``
         otherwise.
+    cpu_seconds
+        CPU time of the fit: the fitting thread's, plus that of a worker process the
+        estimator fitted in (its ``worker_cpu_seconds_``). Below ``seconds`` when other
+        work had the cores; what a duty cycle on refits should count.
 
     """
 
@@ -72,6 +76,7 @@ class FitRecord:
     losses: tuple[float, ...]
     error: str | None = None
     path: str = "cold"
+    cpu_seconds: float = float("nan")
 
     @property
     def loss(self) -> float:
@@ -379,7 +384,7 @@ class Refitter:
     # ------------------------------------------------------------------ fitting
 
     def _fit(self, data, prev, n_seen: int) -> None:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         est, warm, model, prepared, error, state, path = None, False, None, None, None, None, "cold"
         try:
             cur = self._current
@@ -393,6 +398,8 @@ class Refitter:
                         "is kept)", self._attempts + 1, getattr(data, "n", -1), error,
                         exc_info=exc)
         seconds = time.perf_counter() - t0
+        # this thread's CPU time, and another process's that fitted for it (it says so)
+        cpu = time.thread_time() - cpu0 + float(getattr(est, "worker_cpu_seconds_", 0.0))
         history = getattr(est, "loss_history_", None) if error is None else None
         losses = tuple(float(v) for outer in (history or []) for v in outer)
         sweeps = (
@@ -414,6 +421,7 @@ class Refitter:
                 losses=losses,
                 error=error,
                 path=path,
+                cpu_seconds=cpu,
             )
             self.records.append(record)
             self.last_fit_seconds = seconds

@@ -80,6 +80,14 @@ def test_end_to_end_counts_equal_direct_accumulator(kafka_bootstrap, unique_name
     model = ObservableOperatorModel.from_bytes(snaps[-1].value)
     assert sorted(model.symbols) == ["a", "b", "c", "d"]
     assert dict(snaps[-1].headers)["format"] == b"streamspec.ObservableOperatorModel/1"
+    # what each model was fitted on: offsets within the log, and as many records (one
+    # valid symbol each) as the offsets say
+    for snap in snaps:
+        h = dict(snap.headers)
+        fitted = {int(p): o for p, o in json.loads(h["fitted-offsets"]).items()}
+        assert set(fitted) == set(ends) and all(0 <= fitted[p] <= ends[p] for p in ends)
+        assert int(h["fitted-records"]) == sum(fitted.values()) > 0
+        assert float(h["snapshot-time"]) <= snap.timestamp / 1000 + 1
     saved = ObservableOperatorModel.load(tmp_path / "state" / topic / "model.ckpt")
     assert saved.symbols is not None and saved.n_symbols == 4
     # predictions: valid next-symbol distributions
