@@ -64,7 +64,6 @@ MAX_HMM_STATES = 16
 STATE_CANDIDATES = (4, 8, 16)  # HMM sizes "auto" also tries on the held-out counts (measured)
 HMM_REFIT_SHARE = 0.05  # a refit keeps the HMM until this share of the triples changed since its EM
 _MIN_EM_ITER, _MAX_EM_ITER = 5, 200
-_SELECTION_EM_ITER = 50  # EM iterations of each candidate size at most
 
 
 def _thin(w: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
@@ -438,9 +437,7 @@ def _select_hmm(kept: Triples, candidates: list[int], held: tuple, seed: int):
     u, v, x, w = held
     best, best_p, best_loss = None, None, np.inf
     for K in candidates:
-        # a candidate needs only to be ranked: fewer iterations; the one kept goes on from there
-        hmm = fit_hmm(kept, K, EM_BUDGET / len(candidates), random_state=seed,
-                      max_iter=_SELECTION_EM_ITER if len(candidates) > 1 else _MAX_EM_ITER)
+        hmm = fit_hmm(kept, K, EM_BUDGET / len(candidates), random_state=seed)
         if hmm is None:
             continue
         p = _hmm_probas(hmm, u, v, x)
