@@ -47,6 +47,8 @@ def tansu_bin() -> str:
 def port_free(port: int) -> bool:
     """Whether nothing listens on ``127.0.0.1:port`` (and it can be bound)."""
     with socket.socket() as s:
+        # why: connections a killed broker left in TIME_WAIT do not stop a new one listening
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

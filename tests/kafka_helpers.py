@@ -8,7 +8,6 @@ Imported as ``kafka_helpers`` (pytest puts the ``tests`` folder, where ``conftes
 from __future__ import annotations
 
 import os
-import signal
 import struct
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import pytest
 
 kafka = pytest.importorskip("kafka")
 
-from connectors.broker import create_topic  # noqa: E402
+from connectors.broker import TansuBroker, create_topic  # noqa: E402
 from connectors.config import DaemonConfig  # noqa: E402
 from connectors.kafka import ConsumerDaemon  # noqa: E402
 from connectors.records import RecordFormat, parse_kafka  # noqa: E402
@@ -245,7 +244,7 @@ def field(line: str, name: str) -> str:
     return line.split(f" {name}=", 1)[1].split()[0]
 
 
-class FixedPortBroker:
+class FixedPortBroker(TansuBroker):
     """A Tansu broker on a given loopback port: start another on the same address after a kill.
 
     With in-memory storage a killed broker loses everything; a new one on the same port is
@@ -253,33 +252,7 @@ class FixedPortBroker:
     """
 
     def __init__(self, port: int, log_path: Path):
-        self.port, self.log_path = port, log_path
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> str:
-        import socket
-
-        from connectors.broker import tansu_bin
-
-        url = f"tcp://127.0.0.1:{self.port}"
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [tansu_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"], stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return self.bootstrap
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.proc.kill()
-                    raise RuntimeError(f"tansu failed, see {self.log_path}") from None
-                time.sleep(0.02)
+        super().__init__(log_path=log_path, port=port)
 
     def kill(self) -> None:
         """SIGKILL: the broker and everything it held (topics, records, groups) are gone."""
@@ -287,16 +260,7 @@ class FixedPortBroker:
             self.proc.kill()
             self.proc.wait(10)
             self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
+        self.stop()  # closes the log
 
 
 class RetentionProxy:
