@@ -138,22 +138,17 @@ def trigram_loss(acc: MomentAccumulator, test: list[np.ndarray]) -> float:
 
 
 def fit_em(train: list[np.ndarray], n: int, K: int, iters: int, restarts: int):
-    """hmmlearn EM, best training likelihood of ``restarts`` seeded starts: (model, seconds)."""
-    from hmmlearn.hmm import CategoricalHMM
+    """hmmlearn EM, best training likelihood of ``restarts`` seeded starts: (model, seconds)
+    (:func:`streamspec.experiments.em_baseline.fit_em`, the sequences uncut)."""
+    from streamspec.experiments.em_baseline import fit_em as em
 
-    X = np.concatenate(train).reshape(-1, 1)
-    lengths = [len(s) for s in train]
     t0 = time.perf_counter()
-    best, best_ll = None, -np.inf
-    for seed in range(restarts):
-        h = CategoricalHMM(n_components=K, n_features=n, n_iter=iters, tol=EM_TOL, random_state=seed)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            h.fit(X, lengths)
-        ll = h.score(X, lengths)
-        if ll > best_ll:
-            best, best_ll = h, ll
-    return HiddenMarkovModel.from_hmmlearn(best), time.perf_counter() - t0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        best = em(train, K, n, n_restarts=restarts, n_iter=iters, tol=EM_TOL,
+                  chunk=max(len(s) for s in train))
+    model = HiddenMarkovModel(best.startprob, best.transmat, best.emission)
+    return model, time.perf_counter() - t0
 
 
 def window_rows(acc: MomentAccumulator, test: list[np.ndarray], t_count: float
