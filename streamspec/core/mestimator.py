@@ -197,9 +197,9 @@ class MEstimator(StatefulFits, Estimator):
         iteration's sweeps; projected: ``sweep`` is 1, the iteration's single step).
         Empty when every step lowered the loss, as exact steps must: a non-empty
         list points at numerical trouble, never hidden by the history.
-    rank_, n_conditions_, formulation_
-        The rank, k' (projected) and formulation actually used (also the fitted
-        model's ``rank``).
+    rank_, n_conditions_, formulation_, window_
+        The rank, k' (projected), formulation and count window (1: the triples) actually
+        used (the rank is also the fitted model's ``rank``).
     basis_
         Projected: ``(U, Q)``, shapes (n, k) and (n, k').
     model_

@@ -43,6 +43,7 @@ class StatefulFits:
         if windows is not None:  # over windows: cold, no state (projected_windows)
             model = self._fit_windows(data, state.model if state is not None else init, *windows)
             return model, None
+        self.window_ = 1
         if isinstance(self.rank, str):  # "auto": chosen once, by held-out loss, then fitted
             previous = previous_model(init, state)
             k, scores, meta = resolve_rank(self, triples_of(data)[0], previous)
