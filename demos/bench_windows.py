@@ -41,7 +41,10 @@ Held-out log loss (nats per symbol; the sticky case reads one long stream) of:
 - ``θ_M predictor, windows, model on triples``: ``MEstimator(count_window=1)`` on the same
   counts (the model over the triples, the HMM still over the windows: θ_M before it fitted
   over windows), side by side;
-- ``θ_spec / θ_M plain, windows``: the models alone (``backoff=None``) over the windows.
+- ``θ_M predictor, count_window 2``: the default θ_M predictor with the model over windows of
+  2 symbols whatever ``choose_window`` says;
+- ``θ_spec / θ_M plain, count_window 2`` and ``θ_M plain, model on triples``: the models
+  alone (``backoff=None``), over windows of 2 symbols and over the triples.
 
 Fit times in seconds, one BLAS thread (set below, before numpy loads), counting
 included for our models; the machine is shared, so compare ratios within one run.
@@ -166,8 +169,10 @@ def window_rows(acc: MomentAccumulator, test: list[np.ndarray], t_count: float
     rows = []
     for name, est in (("θ_spec predictor", SpectralEstimator()), ("θ_M predictor", MEstimator()),
                       ("θ_M predictor, model on triples", MEstimator(count_window=1)),
-                      ("θ_spec plain", SpectralEstimator(backoff=None)),
-                      ("θ_M plain", MEstimator(backoff=None))):
+                      ("θ_M predictor, count_window 2", MEstimator(count_window=2)),
+                      ("θ_spec plain, count_window 2", SpectralEstimator(backoff=None, count_window=2)),
+                      ("θ_M plain, count_window 2", MEstimator(backoff=None, count_window=2)),
+                      ("θ_M plain, model on triples", MEstimator(backoff=None, count_window=1))):
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
