@@ -80,7 +80,11 @@ class MEstimator(StatefulFits, Estimator):
     dense ``"exact"``             O(n⁵); R-step coupled (CG/FISTA)            O(n⁴)
     ============================  ==========================================  ===================
 
-    Measured figures behind the defaults are in ``Notes``.
+    Over windows (``count_window``): the projected rows with W distinct windows in place of
+    n for the SVD (of the window Hankel), nnz distinct grams and P distinct (x, future)
+    pairs, plus O(nnz · L + nnz log nnz) to intern the windows
+    (:mod:`streamspec.core.projected_windows`). Measured figures behind the defaults are
+    in ``Notes``.
 
     Parameters
     ----------
