@@ -30,7 +30,7 @@ class StatefulFits:
 
     def fit_with_state(self, data, init=None) -> tuple[ObservableOperatorModel, ProjectedState | None]:
         """:meth:`fit`, also returning what the next warm refit reuses (kept as ``state_``;
-        None in the dense formulation). The state holds the counts fitted (16 bytes a
+        None in the dense formulation and over windows). The state holds the counts fitted (16 bytes a
         distinct triple), O(n · k') floats, the weighted symbols' conditions and weighting
         blocks (O(k · k' + k'²) floats each); the operators are the model's."""
         return self._fit(data, init, keep_state=True)
@@ -47,7 +47,7 @@ class StatefulFits:
         if isinstance(self.rank, str):  # "auto": chosen once, by held-out loss, then fitted
             previous = previous_model(init, state)
             k, scores, meta = resolve_rank(self, triples_of(data)[0], previous)
-            est = self.clone(rank=k)
+            est = self.clone(rank=k, count_window=1)  # the window was decided above
             model, new_state = est._fit(data, init, keep_state)
             model = est.model_ = with_metadata(model, new_state, meta)
             self.__dict__.update({name: v for name, v in vars(est).items() if name.endswith("_")})
