@@ -138,7 +138,14 @@ def test_window_counts_are_not_ignored(wide):
     on_triples = MEstimator(backoff=None, count_window=1)
     on_triples.fit(wide)
     assert on_triples.rank_ <= 2
-    assert window_projected_rank(WindowTriples.of(wide.windows()), 100) >= est.rank_
+    wt = WindowTriples.of(wide.windows())
+    cap = min(np.unique(wt.triples.x1).size, np.unique(wt.current).size)
+    assert window_projected_rank(wt, 100) == cap >= est.rank_
+    big = MEstimator(backoff=None, rank=100, count_window=2)  # up to the windows, not n = 2
+    model = big.fit(wide)
+    assert big.rank_ == cap > 2 and model.B.shape == (2, cap, cap)
+    assert big.n_conditions_ == min(2 * cap, wt.size)
+    assert np.isfinite(model.predict_proba_next([0, 1, 1])).all()
 
 
 def test_with_the_backoff_the_hmm_runs_over_windows(wide, held_out):
