@@ -389,7 +389,10 @@ class MEstimator(StatefulFits, Estimator):
         """Fit on counts; returns the model.
 
         ``data``: a :class:`~streamspec.core.triples.Triples` (sparse counts, any
-        alphabet size), a MomentAccumulator, or dense counts ``c3[x2, x3, x1]``.
+        alphabet size), a MomentAccumulator, or dense counts ``c3[x2, x3, x1]``. Window
+        counts (``MomentAccumulator(window=L)``, :class:`~streamspec.core.windows.WindowCounts`)
+        are fitted over windows (``count_window``; cold, ``init`` only keeps a previous
+        backoff's weights).
 
         ``init`` warm-starts from a previous solution. The state of an earlier projected
         fit (:meth:`fit_with_state`, or a fitted estimator's ``state_``) gives a refit
