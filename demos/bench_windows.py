@@ -33,9 +33,18 @@ Held-out log loss (nats per symbol; the sticky case reads one long stream) of:
 - ``EM K``: hmmlearn ``CategoricalHMM`` (K states, ``--em-iter`` iterations, tol 1e-4) on the
   training sequences, the best training likelihood of ``--em-restarts`` seeded starts.
 
-- ``θ_spec / θ_M predictor, windows``: the same defaults on the window counts: the HMM they
-  mix in is fitted over the windows (up to 16 states, r or 2r for the supported window rank
-  r, by held-out grams), the model itself still over triples (:func:`window_rows`).
+- ``θ_spec / θ_M predictor, windows``: the same defaults on the window counts: the model is
+  fitted over the windows of ``count_window="auto"`` (window l and rank k shown; θ_M: θ_spec
+  over windows, then the per-symbol GLS step, docs/math.md section 11), and the HMM they mix
+  in is fitted over the windows (up to 16 states, r or 2r for the supported window rank r, by
+  held-out grams) (:func:`window_rows`);
+- ``θ_M predictor, windows, model on triples``: ``MEstimator(count_window=1)`` on the same
+  counts (the model over the triples, the HMM still over the windows: θ_M before it fitted
+  over windows), side by side;
+- ``θ_M predictor, count_window 2``: the default θ_M predictor with the model over windows of
+  2 symbols whatever ``choose_window`` says;
+- ``θ_spec / θ_M plain, count_window 2`` and ``θ_M plain, model on triples``: the models
+  alone (``backoff=None``), over windows of 2 symbols and over the triples.
 
 Fit times in seconds, one BLAS thread (set below, before numpy loads), counting
 included for our models; the machine is shared, so compare ratios within one run.
@@ -158,14 +167,20 @@ def window_rows(acc: MomentAccumulator, test: list[np.ndarray], t_count: float
     states chosen among the supported rank r and 2r by held-out grams), as ``(name,
     held-out loss, seconds)`` rows; the HMM's number of states is shown."""
     rows = []
-    for name, est in (("θ_spec", SpectralEstimator()), ("θ_M", MEstimator())):
+    for name, est in (("θ_spec predictor", SpectralEstimator()), ("θ_M predictor", MEstimator()),
+                      ("θ_M predictor, model on triples", MEstimator(count_window=1)),
+                      ("θ_M predictor, count_window 2", MEstimator(count_window=2)),
+                      ("θ_spec plain, count_window 2", SpectralEstimator(backoff=None, count_window=2)),
+                      ("θ_M plain, count_window 2", MEstimator(backoff=None, count_window=2)),
+                      ("θ_M plain, model on triples", MEstimator(backoff=None, count_window=1))):
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model = est.fit(acc)
         hmm = model.backoff.hmm if model.backoff is not None else None
         states = f", HMM {hmm.n_states}" if hmm is not None else ""
-        rows.append((f"{name} predictor, windows (L = {acc.current_window}{states})",
+        fitted = f", l = {getattr(est, 'window_', 1)}, k = {est.rank_}"
+        rows.append((f"{name}, windows (L = {acc.current_window}{fitted}{states})",
                      model.log_loss(test), t_count + time.perf_counter() - t0))
     return rows
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from streamspec.core import defaults
 from streamspec.core.backoff_fit import fit_with_backoff
 from streamspec.core.dense import DENSE_MEMORY_LIMIT, DenseFit
@@ -16,6 +18,7 @@ from streamspec.core.projected_weighting import PROJECTED_WEIGHTINGS
 from streamspec.core.spectral import select_rank_by_spectrum
 from streamspec.core.triples import Triples
 from streamspec.core.warm_fit import cold_fit, with_state
+from streamspec.core.windows import MAX_WINDOW
 
 __all__ = ["MEstimator", "MFactors", "FACTORIZATIONS", "FORMULATIONS", "DENSE_MEMORY_LIMIT",
            "select_rank_by_spectrum"]
@@ -77,7 +80,11 @@ class MEstimator(StatefulFits, Estimator):
     dense ``"exact"``             O(n⁵); R-step coupled (CG/FISTA)            O(n⁴)
     ============================  ==========================================  ===================
 
-    Measured figures behind the defaults are in ``Notes``.
+    Over windows (``count_window``): the projected rows with W distinct windows in place of
+    n for the SVD (of the window Hankel), nnz distinct grams and P distinct (x, future)
+    pairs, plus O(nnz · L + nnz log nnz) to intern the windows
+    (:mod:`streamspec.core.projected_windows`). Measured figures behind the defaults are
+    in ``Notes``.
 
     Parameters
     ----------
@@ -149,6 +156,18 @@ class MEstimator(StatefulFits, Estimator):
         integer, or ``None`` (no HMM component).
     filter, window, min_proba
         Passed to the fitted :class:`ObservableOperatorModel`.
+    count_window
+        The window of the model when the counts are of windows (``MomentAccumulator(window=L)``,
+        L ≥ 2; ``docs/math.md`` section 11, "θ_M over windows"), as
+        :class:`~streamspec.SpectralEstimator`'s: ``"auto"`` (default) the smallest window
+        whose Hankel supports what a longer one does, an integer l ≤ L that window, 1 the
+        triples. Over a window l ≥ 2 the projected fit runs on the window Hankel
+        (:mod:`streamspec.core.projected_windows`: θ_spec over windows, then the GLS steps
+        under ``weighting``), with rank up to min(distinct pasts, distinct current windows)
+        (``"auto"``: the supported rank of that Hankel, at most 256) and k' conditions up to
+        the distinct windows; refits over windows are cold (``refit_.path`` ``"fallback"``
+        when a start was given: window ids are interned afresh from each set of counts) and
+        ``fit_with_state`` returns no state. The dense formulation fits the triples.
     basis_tol, weighting_rtol
         Warm refits (``fit(data, init=state)``, docs/math.md section 10): the previous
         bases are kept while their backward error on the new counts is at most
@@ -182,9 +201,9 @@ class MEstimator(StatefulFits, Estimator):
         iteration's sweeps; projected: ``sweep`` is 1, the iteration's single step).
         Empty when every step lowered the loss, as exact steps must: a non-empty
         list points at numerical trouble, never hidden by the history.
-    rank_, n_conditions_, formulation_
-        The rank, k' (projected) and formulation actually used (also the fitted
-        model's ``rank``).
+    rank_, n_conditions_, formulation_, window_
+        The rank, k' (projected), formulation and count window (1: the triples) actually
+        used (the rank is also the fitted model's ``rank``).
     basis_
         Projected: ``(U, Q)``, shapes (n, k) and (n, k').
     model_
@@ -294,6 +313,7 @@ class MEstimator(StatefulFits, Estimator):
         hmm_states: int | str | None = defaults.HMM_STATES,
         basis_tol: float = defaults.BASIS_TOL,
         weighting_rtol: float = defaults.WEIGHTING_RTOL,
+        count_window: int | str = "auto",
     ):
         self.rank = rank
         self.penalty = penalty
@@ -316,6 +336,7 @@ class MEstimator(StatefulFits, Estimator):
         self.hmm_states = hmm_states
         self.basis_tol = basis_tol
         self.weighting_rtol = weighting_rtol
+        self.count_window = count_window
         self._validate()  # why: a bad setting is refused before anything is fitted
 
     # ------------------------------------------------------------------ public
@@ -331,6 +352,10 @@ class MEstimator(StatefulFits, Estimator):
     def _validate(self) -> None:
         """Check every setting (:func:`streamspec.core.defaults.check_settings`). O(1)."""
         defaults.check_settings(**{name: getattr(self, name) for name in _SETTINGS})
+        w = self.count_window
+        if w != "auto" and (isinstance(w, bool) or not isinstance(w, int | np.integer)
+                            or not 1 <= w <= MAX_WINDOW):
+            raise ValueError(f"count_window must be 'auto' or an integer in 1..{MAX_WINDOW}, got {w!r}")
         if self.formulation == "projected":
             dense_only = self._dense_only()
             if dense_only:
@@ -364,7 +389,10 @@ class MEstimator(StatefulFits, Estimator):
         """Fit on counts; returns the model.
 
         ``data``: a :class:`~streamspec.core.triples.Triples` (sparse counts, any
-        alphabet size), a MomentAccumulator, or dense counts ``c3[x2, x3, x1]``.
+        alphabet size), a MomentAccumulator, or dense counts ``c3[x2, x3, x1]``. Window
+        counts (``MomentAccumulator(window=L)``, :class:`~streamspec.core.windows.WindowCounts`)
+        are fitted over windows (``count_window``; cold, ``init`` only keeps a previous
+        backoff's weights).
 
         ``init`` warm-starts from a previous solution. The state of an earlier projected
         fit (:meth:`fit_with_state`, or a fitted estimator's ``state_``) gives a refit

@@ -1,7 +1,9 @@
 """MEstimator's fits that keep and reuse their state: cold, warm, rebased or fallen back.
 
 :class:`StatefulFits` is the part of :class:`~streamspec.core.mestimator.MEstimator` that
-routes a fit: ``rank="auto"`` resolved first (a refit keeps the previous rank,
+routes a fit: over windows when the counts are of windows (cold, docs/math.md section 11,
+:mod:`~streamspec.core.projected_windows`), else ``rank="auto"`` resolved first (a refit
+keeps the previous rank,
 :func:`~streamspec.core.rank_selection.resolve_rank`), then, given a previous fit's
 :class:`~streamspec.core.projected_state.ProjectedState` in the projected formulation,
 :func:`~streamspec.core.warm_fit.fit_projected` (warm when the state's plan says so,
@@ -10,11 +12,15 @@ docs/math.md section 10), else the estimator's own cold fit.
 
 from __future__ import annotations
 
+from streamspec.core.backoff_fit import fit_with_backoff
 from streamspec.core.fit_data import long_windows_of, starts_of, triples_of
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.projected_state import ProjectedState, settings_of
+from streamspec.core.projected_windows import WindowProjectedFit
 from streamspec.core.rank_selection import resolve_rank, with_metadata
-from streamspec.core.warm_fit import fit_projected, previous_model, state_of
+from streamspec.core.spectral_windows import window_rank_for
+from streamspec.core.warm_fit import fit_projected, previous_model, run_steps, state_of
+from streamspec.core.windows import WindowCounts
 
 __all__ = ["StatefulFits"]
 
@@ -24,7 +30,7 @@ class StatefulFits:
 
     def fit_with_state(self, data, init=None) -> tuple[ObservableOperatorModel, ProjectedState | None]:
         """:meth:`fit`, also returning what the next warm refit reuses (kept as ``state_``;
-        None in the dense formulation). The state holds the counts fitted (16 bytes a
+        None in the dense formulation and over windows). The state holds the counts fitted (16 bytes a
         distinct triple), O(n · k') floats, the weighted symbols' conditions and weighting
         blocks (O(k · k' + k'²) floats each); the operators are the model's."""
         return self._fit(data, init, keep_state=True)
@@ -33,10 +39,15 @@ class StatefulFits:
         self._validate()
         self.__dict__.pop("state_", None)
         state = state_of(init)
+        windows = self._window_fit_of(data)
+        if windows is not None:  # over windows: cold, no state (projected_windows)
+            model = self._fit_windows(data, state.model if state is not None else init, *windows)
+            return model, None
+        self.window_ = 1
         if isinstance(self.rank, str):  # "auto": chosen once, by held-out loss, then fitted
             previous = previous_model(init, state)
             k, scores, meta = resolve_rank(self, triples_of(data)[0], previous)
-            est = self.clone(rank=k)
+            est = self.clone(rank=k, count_window=1)  # the window was decided above
             model, new_state = est._fit(data, init, keep_state)
             model = est.model_ = with_metadata(model, new_state, meta)
             self.__dict__.update({name: v for name, v in vars(est).items() if name.endswith("_")})
@@ -69,3 +80,54 @@ class StatefulFits:
         self.formulation_, self.model_ = "projected", result.model
         return result.model, result.fitted.get("state_")
 
+    def _window_fit_of(self, data) -> tuple[WindowCounts, int, int] | None:
+        """``(grams, l, k)`` when the fit runs over windows of l ≥ 2 symbols (window counts, the
+        projected formulation, ``count_window`` not 1), else None. Up to L + 1 SVDs of window
+        Hankels (:func:`~streamspec.core.spectral_windows.window_rank_for`)."""
+        if self.count_window == 1 or self._resolved_formulation() != "projected":
+            return None
+        grams = long_windows_of(data)
+        if grams is None:
+            return None
+        if self.count_window == "auto":
+            level, k = window_rank_for(grams, self.rank)
+        elif self.count_window > grams.window:
+            raise ValueError(f"count_window={self.count_window} needs counts of windows of "
+                             f"{self.count_window} symbols, these are of {grams.window}")
+        else:
+            level = int(self.count_window)
+            k = window_rank_for(grams.marginal(level), self.rank)[1] if level > 1 else 0
+        return (grams, level, k) if level > 1 else None
+
+    def _fit_windows(self, data, init, grams: WindowCounts, level: int, k: int
+                     ) -> ObservableOperatorModel:
+        """θ_M over windows of ``level`` symbols, rank k (clipped by
+        :func:`~streamspec.core.projected_windows.window_projected_rank`), with the backoff (its
+        HMM over the windows too) unless ``backoff=None``; cold, a previous model with a
+        backoff keeps its weights. Cost: :mod:`streamspec.core.projected_windows`, twice with
+        the backoff."""
+        triples, labels = triples_of(data)
+        max_outer = self._max_outer(projected=True)
+        last: dict = {}
+
+        def fit_grams(g: WindowCounts) -> ObservableOperatorModel:
+            result = run_steps(WindowProjectedFit(settings_of(self, rank=k), max_outer,
+                                                  g.marginal(level), labels), init)
+            last["fitted"] = result.fitted
+            return result.model
+
+        for name in ("model_", "factors_", "weighting_", "state_"):
+            self.__dict__.pop(name, None)
+        self.formulation_ = "projected"
+        if self.backoff is None:
+            model = fit_grams(grams)
+        else:
+            seed = 0 if self.random_state is None else self.random_state
+            previous = init if getattr(init, "backoff", None) is not None else None
+            model = fit_with_backoff(None, triples, starts_of(data, triples.n), random_state=seed,
+                                     hmm_states=self.hmm_states, previous=previous, grams=grams,
+                                     fit_grams=fit_grams)
+        for name, value in last["fitted"].items():  # those of the fit on all the counts (the last)
+            setattr(self, name, value)
+        self.model_ = model
+        return model

@@ -210,7 +210,7 @@ class ProjectedFit(FitSteps):
         if not N > 0:
             raise ValueError(EMPTY_COUNTS)
         self.index = self._pair_index()
-        c21 = self.index.c21()
+        c21 = self.second_moment_counts()
         P21 = c21 * (1.0 / N)
         k, U, s, Q = self._basis(P21, N)
         Y = np.asarray(c21 @ Q)
@@ -219,6 +219,26 @@ class ProjectedFit(FitSteps):
         self.set_basis(k, U, s, Q, Y, X, c1, self.index.middle_counts())
         self.A = project_triples(triples, self.U, self.Q, middle=self.active, index=self.index)
         self.base = self.spectral_operators()
+
+    def second_moment_counts(self):
+        """The unnormalised second moment the conditions project on: ``c21[x2, x1]`` (P21 · N),
+        sparse. Over windows (:class:`~streamspec.core.projected_windows.WindowProjectedFit`) the
+        Hankel counts of (current window, past). O(nnz)."""
+        return self.index.c21()
+
+    def n_operators(self) -> int:
+        """The number of operators (symbols) fitted: the triples' alphabet. O(1)."""
+        return self.triples.n
+
+    def start_counts(self, c1: np.ndarray) -> np.ndarray:
+        """The unnormalised distribution b1 projects: the first symbol's marginal ``c1``
+        (stationarity; over windows, the current windows' marginal). O(n)."""
+        return c1
+
+    def pair_current(self) -> np.ndarray | None:
+        """Per distinct pair (x2, x3), the index of the row of the second moment the pair's
+        samples fall in, or None when it is x2 itself (triples). O(1) here."""
+        return None
 
     def _pair_index(self) -> PairIndex:
         """The counts' :class:`PairIndex`, shared through the bases cache by fits of the same counts."""
@@ -251,18 +271,18 @@ class ProjectedFit(FitSteps):
         symbols whose conditions are kept. O(n · k · k').
         """
         N = self.triples.total
-        n, kp = self.triples.n, Q.shape[1]
+        n, kp = self.n_operators(), Q.shape[1]
         self.n, self.k, self.kp = n, k, kp
         self.U_full, self.s, self.Q, self.Y, self.X = U, s, Q, Y, X
         self.U = np.ascontiguousarray(U[:, :k])
-        self.c1, self.n_middle = c1, n_middle
+        self.c1, self.n_middle = c1, n_middle[:n]
         M_raw = self.U.T @ Y  # (k, k') = N [Σ_k, 0] up to rounding in exact singular bases
         self.M = M_raw / N
         # why pinv: M1 is singular when P21 has rank below k (a handful of triples)
         self.M1inv = np.linalg.pinv(self.M[:, :k])
-        self.b1 = self.U.T @ c1 / N
+        self.b1 = self.U.T @ self.start_counts(c1) / N
         self.binf = self.M1inv.T @ (Q[:, :k].T @ c1) / N
-        self.active = weighted_symbols(self.est, n_middle, n, k, kp)
+        self.active = weighted_symbols(self.est, self.n_middle, n, k, kp)
 
     def spectral_operators(self, out: np.ndarray | None = None) -> np.ndarray:
         """θ_spec's operators of every symbol, ``B_x = (Uᵀ P3x1[x] V) M1⁻¹`` (7.1).
@@ -300,7 +320,7 @@ class ProjectedFit(FitSteps):
         est = self.est
         return projected_weighting(est.weighting, self.triples, self.U, self.Q, ops,
                                    shrinkage=est.shrinkage, ridge=est.ridge, index=self.index,
-                                   symbols=self.active)
+                                   symbols=self.active, current=self.pair_current())
 
     def r_step(self) -> tuple[np.ndarray, float | None, float]:
         """``(new operators of the active symbols, loss before, loss after)`` of one step.

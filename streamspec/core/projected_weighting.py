@@ -120,7 +120,7 @@ class ProjectedIdentityWeighting(ProjectedWeighting):
     @classmethod
     def build(cls, triples: Any, U: np.ndarray, Q: np.ndarray, B: np.ndarray | None, *,
               shrinkage: float | str, ridge: float, index: Any = None, symbols: Any = None,
-              total: float | None = None) -> ProjectedIdentityWeighting:
+              total: float | None = None, current: Any = None) -> ProjectedIdentityWeighting:
         # why: W = I depends on neither the counts nor the operators, so nothing is checked
         return cls()
 
@@ -159,16 +159,18 @@ class FactoredProjectedWeighting(ProjectedWeighting):
     @classmethod
     def build(cls, triples: Any, U: np.ndarray, Q: np.ndarray, B: np.ndarray | None, *,
               shrinkage: float | str, ridge: float, index: PairIndex | None = None,
-              symbols: np.ndarray | None = None, total: float | None = None
-              ) -> FactoredProjectedWeighting:
+              symbols: np.ndarray | None = None, total: float | None = None,
+              current: np.ndarray | None = None) -> FactoredProjectedWeighting:
         """This mode at operators B (k × k each), for the middle symbols ``symbols`` (None: all);
-        O(n · k² + P · k + nnz), memory O(nnz + n · k') (:func:`residual_pair_sums`)."""
+        O(n · k² + P · k + nnz), memory O(nnz + n · k') (:func:`residual_pair_sums`; with
+        ``current``, the windows' rows, O(P · k²))."""
         if B is None:
             raise ValueError(f"the {cls.mode!r} weighting needs the operators B")
         if not ridge >= 0:
             raise ValueError(f"ridge must be >= 0, got {ridge!r}")
         kp = Q.shape[1]
-        C, n_middle = residual_pair_sums(triples, U, B, index=index, symbols=symbols, total=total)
+        C, n_middle = residual_pair_sums(triples, U, B, index=index, symbols=symbols, total=total,
+                                         current=current)
         shrink = resolve_projected_shrinkage(shrinkage, n_middle, kp)
         tau_x = np.asarray(C @ np.einsum("ij,ij->i", Q, Q)).ravel() / kp
         live = tau_x > 0
@@ -329,8 +331,8 @@ PROJECTED_WEIGHTING_CLASSES: dict[str, type[ProjectedWeighting]] = {
 
 
 def residual_pair_sums(triples: Any, U: np.ndarray, B: np.ndarray, index: PairIndex | None = None,
-                       symbols: np.ndarray | None = None, total: float | None = None
-                       ) -> tuple[Any, np.ndarray]:
+                       symbols: np.ndarray | None = None, total: float | None = None,
+                       current: np.ndarray | None = None) -> tuple[Any, np.ndarray]:
     """``(C, n_middle)``: the residual-weighted pair sums ``C[x2, x1]`` (csr, n × n) and the
     weight of the triples whose middle symbol is x.
 
@@ -340,6 +342,11 @@ def residual_pair_sums(triples: Any, U: np.ndarray, B: np.ndarray, index: PairIn
     divided by (None: the triples' total; a warm refit passes the total of all the counts).
     Costs: O(n_sym · k² + P_sym · k) for the residual norms (one per distinct pair
     (x2, x3) of those symbols), O(nnz) for the sums; nothing of size n² is formed.
+
+    ``current``: over windows (docs/math.md section 11), the row of U of each distinct pair's
+    samples in the second moment, the id of the current window ``(x, f_1..f_{L-1})`` (the
+    pair (x, future) determines it): the residual is then ``u_f - B̃_x u_current``, one
+    product per pair, O(P_sym · k²). None: ``u_{x2}`` (triples; at L = 1 the ids are x2).
     """
     idx = index if index is not None else PairIndex(triples)
     N = triples.total if total is None else float(total)
@@ -352,17 +359,25 @@ def residual_pair_sums(triples: Any, U: np.ndarray, B: np.ndarray, index: PairIn
         sizes = mp[symbols + 1] - mp[symbols]
         pairs = np.repeat(mp[symbols] - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
         pairs += np.arange(int(sizes.sum()))
-    # why: B̃_{x2} u_{x2} depends on x2 alone: one product per symbol, not one per pair
-    Bu = np.zeros((idx.n, U.shape[1]))
-    for a in range(0, symbols.size, 4096):  # blocks: no copy of B's rows at once
-        g = symbols[a : a + 4096]
-        Bu[g] = np.einsum("xab,xb->xa", B[g], U[g])
     res = np.zeros(idx.n_pairs)
-    step = max(1, SCRATCH // max(1, U.shape[1]))
-    for a in range(0, pairs.size, step):
-        p = pairs[a : a + step]
-        r = U[idx.px3[p]] - Bu[idx.px2[p]]
-        res[p] = np.einsum("ij,ij->i", r, r)
+    k = U.shape[1]
+    if current is not None:  # windows: B̃_x u_w with w the pair's current window
+        step = max(1, SCRATCH // max(1, k * k))
+        for a in range(0, pairs.size, step):
+            p = pairs[a : a + step]
+            r = U[idx.px3[p]] - np.einsum("pab,pb->pa", B[idx.px2[p]], U[current[p]])
+            res[p] = np.einsum("ij,ij->i", r, r)
+    else:
+        # why: B̃_{x2} u_{x2} depends on x2 alone: one product per symbol, not one per pair
+        Bu = np.zeros((idx.n, k))
+        for a in range(0, symbols.size, 4096):  # blocks: no copy of B's rows at once
+            g = symbols[a : a + 4096]
+            Bu[g] = np.einsum("xab,xb->xa", B[g], U[g])
+        step = max(1, SCRATCH // max(1, k))
+        for a in range(0, pairs.size, step):
+            p = pairs[a : a + step]
+            r = U[idx.px3[p]] - Bu[idx.px2[p]]
+            res[p] = np.einsum("ij,ij->i", r, r)
     w = idx.weights * np.repeat(res, np.diff(idx.pair_starts)) / N
     return idx.c21(w), idx.middle_counts()
 
@@ -378,6 +393,7 @@ def projected_weighting(
     index: PairIndex | None = None,
     symbols: np.ndarray | None = None,
     total: float | None = None,
+    current: np.ndarray | None = None,
 ) -> ProjectedWeighting:
     """The weighting ``mode`` of the projected conditions at operators ``B[x]`` (k × k each).
 
@@ -385,7 +401,8 @@ def projected_weighting(
     bases of the conditions; ``index`` its :class:`~streamspec.core.pair_index.PairIndex` when
     the caller has one, ``symbols`` the middle symbols it is needed for (None: all; the
     others get no data, so their ``Σ_x`` is the identity) and ``total`` the N the sums are
-    divided by (None: the triples' total). Costs: O(n · k² + P · k) for the residual norms (one per
+    divided by (None: the triples' total), ``current`` the windows' rows of each pair
+    (:func:`residual_pair_sums`; None for triples). Costs: O(n · k² + P · k) for the residual norms (one per
     distinct pair (x2, x3), P pairs), O(nnz) for the pair sums ``C[x2, x1]``, O(n) for the
     per-symbol scales; memory O(nnz + n · k'). Nothing of size n² is formed.
 
@@ -406,4 +423,5 @@ def projected_weighting(
             "('exact' couples all symbols: use formulation='dense')"
         )
     return PROJECTED_WEIGHTING_CLASSES[mode].build(triples, U, Q, B, shrinkage=shrinkage, ridge=ridge,
-                                                   index=index, symbols=symbols, total=total)
+                                                   index=index, symbols=symbols, total=total,
+                                                   current=current)

@@ -1,0 +1,142 @@
+"""θ_M over windows: the projected GMM fit of the conditions ``P_x = B_x H`` (docs/math.md 11).
+
+With window counts (``MomentAccumulator(window=L)``) the moment conditions of θ_M carry over
+unchanged, with pasts and futures of L symbols in place of x1 and x3 ((11.3)):
+
+    P_x[f, p] = Pr(past p, x, future f) = (B_x H)[f, p],   H[w, p] = Pr(current w, past p).
+
+:class:`~streamspec.core.window_triples.WindowTriples` presents the grams as triples
+``(past id, x, future id)`` over an alphabet of windows, the shape the projected fit
+(:class:`~streamspec.core.projected.ProjectedFit`) consumes, so :class:`WindowProjectedFit`
+is that fit with three of its hooks changed and nothing else:
+
+- the second moment is the Hankel H (the current window ``(x, f_1..f_{L-1})`` is the row,
+  not x itself), so U (top-k left) and Q (top-k' right singular vectors) are over windows,
+  ``M = Uᵀ H Q`` and ``A_x = Uᵀ P_x Q`` (the same ``project_triples``);
+- b1 projects the distribution of the current window, ``Uᵀ H 1`` ((11.4)–(11.5): ``b∞ᵀ Uᵀ``
+  plays ``1ᵀ`` on the span of U, so ``b∞ᵀ B_x b`` is the next-symbol probability, the
+  one-step marginal of :mod:`streamspec.core.spectral_windows`);
+- the weightings' residual of a gram is ``u_f - B̃_x u_w`` with w its current window
+  (:func:`~streamspec.core.projected_weighting.residual_pair_sums` with ``current``).
+
+The first step (W = I) is therefore θ_spec over windows
+(:func:`~streamspec.core.spectral_windows.window_spectral_operators`), and the next ones the
+GLS steps of Algorithm 1 under the ``"diagonal"`` or ``"per_symbol"`` weighting. The
+operators are over the n symbols, so the model is an ordinary
+:class:`~streamspec.core.model.ObservableOperatorModel` of dimension k ≤ min(distinct pasts,
+distinct current windows). At L = 1 the windows are the symbols and the fit is the triples'
+(to rounding, on counts with the same first- and second-symbol marginals; b1 is ``Uᵀ P1``
+there, ``Uᵀ Pr(x2)`` here).
+
+Costs (nnz distinct grams, W distinct windows, P distinct (x, future) pairs, rank k, k'
+conditions): interning O(nnz · L + nnz log nnz); the top-k' SVD of H (dense up to 1,000
+windows, O(W³), else truncated, O(nnz · k') per iteration); ``A_x`` O(nnz · k' + P · k · k');
+per outer iteration the weighting O(P · k² + nnz) and the step O(n · k'³) (per_symbol);
+memory O(nnz + W · k' + n · k · k'). Nothing of size n^L is formed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from streamspec.core.projected import ProjectedFit
+from streamspec.core.projected_state import ProjectedSettings, RefitInfo
+from streamspec.core.window_triples import WindowTriples
+from streamspec.core.windows import WindowCounts
+
+__all__ = ["WindowProjectedFit", "window_projected_rank"]
+
+
+def window_projected_rank(wt: WindowTriples, rank: int) -> int:
+    """``rank`` clipped to what the windows can carry: 1 ≤ k ≤ min(distinct pasts, distinct
+    current windows) (above 1,000 windows, below their number: a truncated SVD). O(nnz).
+
+    Examples
+    --------
+    >>> g = WindowCounts.from_digits(2, 2, [[0, 1, 0, 1, 1], [1, 0, 1, 1, 0]])
+    >>> window_projected_rank(WindowTriples.of(g), 10)
+    2
+    """
+    pasts = np.unique(wt.triples.x1).size
+    currents = np.unique(wt.current).size
+    cap = min(pasts, currents)
+    if wt.size > 1_000:
+        cap = min(cap, wt.size - 1)
+    return int(max(1, min(int(rank), cap)))
+
+
+class WindowProjectedFit(ProjectedFit):
+    """The projected θ_M fit over the windows of ``grams`` (module docstring), cold.
+
+    Parameters
+    ----------
+    est
+        The :class:`~streamspec.core.projected_state.ProjectedSettings`; an integer ``rank`` is
+        clipped by :func:`window_projected_rank`.
+    max_outer
+        Outer iterations at most (Algorithm 1; 1 under the identity weighting).
+    grams
+        The window counts (every gram, padded ones included).
+    labels
+        The symbols' labels, or None.
+    scored_only
+        The model's predictions alone are used (the backoff's 90%).
+
+    A warm start (``init``) is not taken: window ids are interned afresh from each set of
+    counts, so a previous basis has no rows to map onto; the fit is cold and ``refit_`` says
+    so (``"fallback"`` when a start was given). Costs: see the module docstring.
+
+    Examples
+    --------
+    >>> from streamspec.core.hmm import HMM
+    >>> from streamspec.core.hmm_moments import exact_windows
+    >>> from streamspec.core.projected_state import ProjectedSettings
+    >>> from streamspec.core.warm_fit import run_steps
+    >>> ring = HMM(T=0.2 * np.eye(4) + 0.8 * np.roll(np.eye(4), 1, axis=0),   # 4 states, 2 symbols
+    ...            O=[[0.9, 0.6, 0.2, 0.1], [0.1, 0.4, 0.8, 0.9]])
+    >>> fit = run_steps(WindowProjectedFit(ProjectedSettings(rank=4), 2, exact_windows(ring, 2), None))
+    >>> fit.model.B.shape, fit.fitted["n_conditions_"], round(float(fit.model.binf @ fit.model.b1), 9)
+    ((2, 4, 4), 4, 1.0)
+    """
+
+    def __init__(self, est: ProjectedSettings, max_outer: int, grams: WindowCounts,
+                 labels: list | None, scored_only: bool = False):
+        self.windows = WindowTriples.of(grams)
+        if not isinstance(est.rank, str):
+            est = replace(est, rank=window_projected_rank(self.windows, est.rank))
+        super().__init__(est, max_outer, self.windows.triples, labels, None, scored_only,
+                         keep_state=False)
+
+    def second_moment_counts(self):
+        """The Hankel counts ``N · H[current, past]`` (size × size, sparse). O(nnz)."""
+        return self.windows.hankel() * self.triples.total
+
+    def n_operators(self) -> int:
+        """The n symbols (not the windows). O(1)."""
+        return self.windows.n
+
+    def start_counts(self, c1: np.ndarray) -> np.ndarray:
+        """``N · H 1``: the current windows' counts ((11.4), as θ_spec over windows). O(nnz)."""
+        t = self.triples
+        return np.bincount(self.windows.current, weights=t.weights, minlength=t.n)
+
+    def pair_current(self) -> np.ndarray:
+        """The current window of each distinct pair (x, future): that of its first gram. O(P)."""
+        return self.windows.current[self.index.pair_starts[:-1]]
+
+    def initial_estimate(self, init) -> None:
+        """Cold (θ_spec over windows first); a given start is recorded as not taken. O(1)."""
+        self.ops = None
+        if init is not None:
+            self.info = RefitInfo(path="fallback", reason="warm refits are not supported over "
+                                  "windows (window ids are interned afresh): cold fit")
+
+    def finish(self):
+        """The model (without factors: a warm start cannot use bases over other windows) and the
+        fitted attributes, ``window_`` among them."""
+        model, fitted = super().finish()
+        model.factors = None
+        fitted["window_"] = self.windows.window
+        return model, fitted
