@@ -49,12 +49,18 @@ def max_window_rank(grams: WindowCounts) -> int:
 
 def window_rank_for(grams: WindowCounts, rank: int | str) -> tuple[int, int]:
     """``(l, k)``: the window (:func:`~streamspec.core.window_rank.choose_window`, the smallest
-    whose Hankel supports what a longer one does) and the rank, for ``rank`` an integer
-    (clipped to the windows) or ``"auto"`` (the supported rank at l, at least 1, at most
-    :data:`~streamspec.core.spectral_basis.MAX_AUTO_RANK`). Up to L + 1 SVDs.
+    whose Hankel supports what a longer one does; for an integer ``rank`` above what that
+    window holds, the shortest longer one that holds it, up to the counts' L) and the rank,
+    for ``rank`` an integer (clipped to the windows) or ``"auto"`` (the supported rank at
+    l, at least 1, at most :data:`~streamspec.core.spectral_basis.MAX_AUTO_RANK`). Up to L + 1 SVDs.
     """
     level = choose_window(grams, MAX_AUTO_RANK)
     counts = grams.marginal(level)
+    while rank != "auto" and int(rank) > max_window_rank(counts) and level < grams.window:
+        # why: an explicit rank above what the chosen window can hold (e.g. more states than
+        # symbols, asked for by name) needs the longer windows the counts have
+        level += 1
+        counts = grams.marginal(level)
     if rank == "auto":
         k = supported_rank(counts, MAX_AUTO_RANK)
         return level, int(min(max(k, 1), MAX_AUTO_RANK, max_window_rank(counts)))

@@ -12,7 +12,7 @@ from typing import Any
 
 from streamspec.core.params import clone, get_params
 
-__all__ = ["fit_once", "refit_estimator", "keeps_state"]
+__all__ = ["fit_once", "refit_estimator", "keeps_state", "rank_bound"]
 
 
 def fit_once(estimator, data, prev, state, sweeps: int) -> tuple[Any, Any, Any, bool, str]:
@@ -23,7 +23,7 @@ def fit_once(estimator, data, prev, state, sweeps: int) -> tuple[Any, Any, Any, 
     the previous model's factors (:func:`refit_estimator`), else cold; ``path`` says which
     (:class:`~streamspec.streaming.refitter.FitRecord`). Costs one fit of the estimator.
     """
-    est, warm = refit_estimator(estimator, data.n, prev, sweeps, state=state)
+    est, warm = refit_estimator(estimator, data.n, prev, sweeps, state=state, max_rank=rank_bound(data))
     if keeps_state(est):
         with_state = est.fit_with_state
         init = state if state is not None else (prev if warm else None)
@@ -40,10 +40,29 @@ def fit_once(estimator, data, prev, state, sweeps: int) -> tuple[Any, Any, Any, 
     return est, model, None, warm, "model" if warm else "cold"
 
 
-def refit_estimator(estimator, n: int, prev, sweeps: int, state: Any = None) -> tuple[Any, bool]:
+def rank_bound(data) -> int:
+    """The largest rank counts ``data`` can support: the alphabet n over triples, n**L over
+    windows of L symbols (a Hankel matrix over windows has at most that many rows; the
+    estimators cap it further at the distinct windows they see). O(1).
+
+    >>> from streamspec import MomentAccumulator
+    >>> acc = MomentAccumulator(n_symbols=3, window=2)
+    >>> acc.learn_many([0, 1, 2, 1, 0, 2, 2, 1])
+    >>> rank_bound(acc), rank_bound(MomentAccumulator(n_symbols=3, window=1))
+    (9, 3)
+    """
+    current = getattr(data, "current_window", None)
+    L = current() if callable(current) else getattr(data, "window", 1)
+    L = L if isinstance(L, int) and not isinstance(L, bool) and L >= 1 else 1
+    return int(data.n) ** L
+
+
+def refit_estimator(estimator, n: int, prev, sweeps: int, state: Any = None,
+                    max_rank: int | None = None) -> tuple[Any, bool]:
     """A fresh copy of ``estimator`` for ``n`` symbols, and whether it warm-starts from ``prev``.
 
-    The copy (:func:`~streamspec.core.params.clone`) has ``rank`` clamped to n and
+    The copy (:func:`~streamspec.core.params.clone`) has ``rank`` clamped to ``max_rank``
+    (default n; over windows :func:`rank_bound` of the counts, which may exceed n) and
     ``min_proba`` to ``0.5 / n`` when it is not below ``1 / n``. It warm-starts (the
     caller then fits it with ``fit(data, init=prev)``) when ``prev`` carries factors of
     the same rank and the estimator offers a warm start, ``estimator.warm_start(sweeps)``
@@ -57,8 +76,9 @@ def refit_estimator(estimator, n: int, prev, sweeps: int, state: Any = None) -> 
     params = get_params(estimator)
     changes: dict[str, Any] = {}
     rank = params.get("rank")
-    if isinstance(rank, int) and not isinstance(rank, bool) and rank > n:
-        changes["rank"] = rank = n
+    top = n if max_rank is None else max_rank
+    if isinstance(rank, int) and not isinstance(rank, bool) and rank > top:
+        changes["rank"] = rank = top
     floor = params.get("min_proba")
     if isinstance(floor, float | int) and floor >= 1.0 / n:
         changes["min_proba"] = 0.5 / n  # a model needs min_proba < 1/n

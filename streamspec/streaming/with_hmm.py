@@ -8,7 +8,7 @@ import numpy as np
 
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.params import Estimator
-from streamspec.streaming.refits import keeps_state, refit_estimator
+from streamspec.streaming.refits import keeps_state, rank_bound, refit_estimator
 
 __all__ = ["WithHMM"]
 
@@ -92,7 +92,8 @@ class WithHMM(Estimator):
         """
         last = self.last
         prev = last.model
-        est, warm = refit_estimator(self.estimator, data.n, prev, self.sweeps, state=last.state)
+        est, warm = refit_estimator(self.estimator, data.n, prev, self.sweeps, state=last.state,
+                                    max_rank=rank_bound(data))
         self.refit_ = None
         if keeps_state(est):  # a warm refit from the previous state (docs/math.md section 10)
             init = last.state if last.state is not None else (prev if warm else None)

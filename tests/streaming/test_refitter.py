@@ -333,3 +333,20 @@ def test_an_estimator_whose_fit_is_overridden_is_not_given_a_state(hmm_symbols):
     r.fit_now(acc)
     assert calls == [False, True]  # its own fit, warm from the factors the second time
     assert [rec.path for rec in r.records] == ["cold", "model"]
+
+
+@pytest.mark.parametrize("estimator", [SpectralEstimator, MEstimator])
+def test_refits_over_windows_keep_a_rank_above_the_alphabet(estimator):
+    # 4 hidden states over 2 symbols: only windows of 2 symbols hold rank 4; a refit must
+    # neither clamp the rank to the alphabet nor fail on it
+    ring = HMM(T=0.2 * np.eye(4) + 0.8 * np.roll(np.eye(4), 1, axis=0),
+               O=[[0.9, 0.6, 0.2, 0.1], [0.1, 0.4, 0.8, 0.9]])
+    x = ring.sample(12_000, random_state=3)
+    acc = MomentAccumulator(n_symbols=2, window=2)
+    r = Refitter(estimator(rank=4, backoff=None), refit_every=4_000)
+    for s in x:
+        acc.learn_one(int(s))
+        r.observe(1, acc)
+    assert r.last_error is None and r.n_fits == 3
+    assert [rec.rank for rec in r.records] == [4, 4, 4]
+    assert r.model.rank == 4
