@@ -2,6 +2,7 @@
 
     python demos/bench_predict.py [--quick] [--sets synthetic,alice,books,splice,chorales,dodgers]
                                   [--only 'sticky m=10,T=1e6'] [--skip-em] [--skip-hmmest]
+                                  [--count-window 1|L|auto]
                                   [--baseline-checkout PATH] [--em-iter N] [--json PATH]
 
 The benchmark of issue 18 ("Predictions that beat the trigram"). For every data set
@@ -142,10 +143,10 @@ def best_time(fn, *args):
     return out, best
 
 
-def count(case: Case) -> tuple[MomentAccumulator, float]:
+def count(case: Case, window: int | str = 1) -> tuple[MomentAccumulator, float]:
     """The counts of the training sequences, one accumulator key per sequence, and the seconds."""
     t0 = time.process_time()
-    acc = MomentAccumulator(n_symbols=case.n)
+    acc = MomentAccumulator(n_symbols=case.n, window=window)
     for i, seq in enumerate(case.train):
         acc.learn_many(seq, key=i)
     acc.triples()  # merge the buffered counts inside the timed part
@@ -265,7 +266,7 @@ def run_case(case: Case, args) -> dict:
     r["unigram"] = NGramModel(case.n, order=0, alpha=0.5).fit(case.train).log_loss(case.test)
     for order, key in ((1, "kn2"), (2, "kn3")):
         r[key] = KneserNeyNGram(case.n, order=order, discount=DISCOUNT).fit(case.train).log_loss(case.test)
-    acc, r["count"] = count(case)
+    acc, r["count"] = count(case, args.count_window)
     for name in ESTIMATORS:
         r[name] = fit_default(name, acc, case.test)
         say(f"{name} default {r[name]['loss']:.4f} ({r[name]['fit']:.2f} s), KN trigram {r['kn3']:.4f}")
@@ -435,6 +436,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="comma-separated: synthetic," + ",".join(REAL_SETS) + " (default: all; "
                          "--quick: synthetic,chorales)")
     ap.add_argument("--skip-em", action="store_true", help="without hmmlearn's EM")
+    ap.add_argument("--count-window", default="1", help="the accumulator's window (1: triples, the "
+                    "default; L or 'auto': windows, the predictor's HMM fitted over them)")
     ap.add_argument("--skip-hmmest", action="store_true", help="without the HMMEstimator K=5/10/20 columns")
     ap.add_argument("--only", default=None,
                     help="comma-separated: only the synthetic sets whose name contains one of these "
@@ -449,6 +452,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     default = "synthetic,chorales" if args.quick else ",".join(("synthetic", *REAL_SETS))
     args.sets = [s.strip() for s in (args.sets or default).split(",") if s.strip()]
+    args.count_window = args.count_window if args.count_window == "auto" else int(args.count_window)
     args.only = [s.strip() for s in (args.only or "").split(",") if s.strip()]
     unknown = sorted(set(args.sets) - {"synthetic", *REAL_SETS})
     if unknown:

@@ -28,10 +28,10 @@ def triples_of(x: np.ndarray, n: int) -> Triples:
 
 
 def test_auto_chooses_more_than_16_states_where_the_held_out_counts_need_them():
-    """Fails with the old cap (16 states): a 32-state HMM over 40 symbols, 40,000 symbols. The
+    """Fails with the old cap (16 states): a 32-state HMM over 40 symbols, 60,000 symbols. The
     32-state candidate predicts the held-out counts better than the 16-state one, and a refit
     keeps the size chosen."""
-    t = triples_of(sparse_hmm().sample(40_000, random_state=1), 40)
+    t = triples_of(sparse_hmm().sample(60_000, random_state=1), 40)
     fit = SpectralEstimator(rank=2, backoff=None).fit
     auto = fit_with_backoff(fit, t, hmm_states="auto")
     assert auto.backoff.hmm.n_states > 16
@@ -40,11 +40,14 @@ def test_auto_chooses_more_than_16_states_where_the_held_out_counts_need_them():
 
 
 def test_larger_candidates_only_where_the_alphabet_and_the_budget_allow():
-    """Over triples, no more states than symbols; above 16 states only where the minimum EM
-    iterations on the EM sample fit the candidate's scaled budget: few distinct triples yes,
-    hundreds of thousands (a uniform 100-symbol stream) no."""
-    small = triples_of(sparse_hmm().sample(40_000, random_state=1), 40)
-    assert [k for k in _candidate_states("auto", small) if k > BASE_STATES] == [32, 40]
+    """Over triples, no more states than symbols; above 16 states only with 20 counted triples
+    per free parameter (32 states over 40 symbols: 44,800; 40 states: 62,400) and where the
+    minimum EM iterations on the EM sample fit the candidate's scaled budget: few distinct
+    triples yes, hundreds of thousands (a uniform 100-symbol stream) no."""
+    x = sparse_hmm().sample(70_000, random_state=1)
+    assert [k for k in _candidate_states("auto", triples_of(x, 40)) if k > BASE_STATES] == [32, 40]
+    assert [k for k in _candidate_states("auto", triples_of(x[:50_000], 40)) if k > BASE_STATES] == [32]
+    assert max(_candidate_states("auto", triples_of(x[:40_000], 40))) == 16
     x = np.random.default_rng(0).integers(0, 12, 20_000)
     assert max(_candidate_states("auto", triples_of(x, 12))) == 12  # the alphabet
     busy = triples_of(np.random.default_rng(0).integers(0, 100, 600_000), 100)
