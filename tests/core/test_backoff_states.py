@@ -89,3 +89,13 @@ def test_em_starts_from_the_moments_of_all_the_triples_not_of_its_sample(monkeyp
     seen.clear()
     backoff_fit.fit_hmm(t, 8, 1e7, init=hmm, random_state=0)  # a warm start needs no moments
     assert seen == []
+
+
+def test_over_windows_auto_tries_four_times_the_supported_rank_up_to_64():
+    """Fails with the old candidates (r and 2r, up to 16): over windows the states are not capped
+    by the alphabet, and 4r is tried with a share of its own (r and 2r keep half the budget each)."""
+    from streamspec.core.backoff_windows import state_candidates
+
+    assert state_candidates(12, backoff_fit.MAX_HMM_STATES) == [12, 24, 48]
+    assert state_candidates(40, backoff_fit.MAX_HMM_STATES) == [40, 64]
+    assert state_candidates(1, backoff_fit.MAX_HMM_STATES) == [2, 4]
