@@ -43,6 +43,7 @@ from streamspec.core.backoff_windows import (
     choose_window_hmm,
     fit_window_hmm,
     hmm_states_for_windows,
+    sample_threshold,
     state_candidates,
 )
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
@@ -191,21 +192,9 @@ def em_sample(triples: Triples, max_nnz: int, rng: np.random.Generator) -> Tripl
     if triples.nnz <= max_nnz:
         return triples
     w = triples.weights
-    tau = _threshold(w, max_nnz)
+    tau = sample_threshold(w, max_nnz)
     keep = (w >= tau) | (rng.random(w.size) * tau < w)
     return Triples(triples.n, triples.codes[keep], np.maximum(w[keep], tau))
-
-
-def _threshold(w: np.ndarray, m: int) -> float:
-    """τ with Σ min(1, w/τ) ≈ m (bisection on a monotone function). O(nnz · 50)."""
-    lo, hi = 0.0, float(w.max())
-    for _ in range(50):
-        mid = 0.5 * (lo + hi)
-        if mid > 0 and np.minimum(1.0, w / mid).sum() > m:
-            lo = mid
-        else:
-            hi = mid
-    return hi
 
 
 def fit_hmm(triples: Triples | WindowCounts, n_states: int, budget: float = EM_BUDGET, init=None,

@@ -33,7 +33,7 @@ from streamspec.core.window_rank import supported_rank, window_for_states
 from streamspec.core.windows import WindowCounts
 
 __all__ = ["hmm_states_for_windows", "fit_window_hmm", "choose_window_hmm", "state_candidates",
-           "sample_grams", "em_window", "candidate_budget", "BASE_STATES"]
+           "sample_grams", "sample_threshold", "em_window", "candidate_budget", "BASE_STATES"]
 
 # candidates up to this many states share the EM budget evenly; a larger one's share is scaled
 # by (K² + 30) / (BASE_STATES² + 30), so it gets as many EM iterations as BASE_STATES states
@@ -77,15 +77,26 @@ def sample_grams(grams: WindowCounts, max_nnz: int, rng: np.random.Generator) ->
     if grams.nnz <= max_nnz:
         return grams
     w = grams.weights
+    tau = sample_threshold(w, max_nnz)
+    keep = (w >= tau) | (rng.random(w.size) * tau < w)
+    return WindowCounts(grams.n, grams.window, grams.codes[keep], np.maximum(w[keep], tau))
+
+
+def sample_threshold(w: np.ndarray, m: int) -> float:
+    """τ with Σ min(1, w/τ) ≈ m, the threshold of a sample of about m of the weights ``w``
+    (bisection on a monotone function). O(len(w) · 50).
+
+    >>> sample_threshold(np.array([1.0, 1.0, 1.0, 1.0, 4.0]), 3)
+    2.0
+    """
     lo, hi = 0.0, float(w.max())
-    for _ in range(50):  # τ with Σ min(1, w/τ) ≈ max_nnz (monotone: bisection)
+    for _ in range(50):
         mid = 0.5 * (lo + hi)
-        if mid > 0 and np.minimum(1.0, w / mid).sum() > max_nnz:
+        if mid > 0 and np.minimum(1.0, w / mid).sum() > m:
             lo = mid
         else:
             hi = mid
-    keep = (w >= hi) | (rng.random(w.size) * hi < w)
-    return WindowCounts(grams.n, grams.window, grams.codes[keep], np.maximum(w[keep], hi))
+    return hi
 
 
 def em_window(grams: WindowCounts, n_states: int, budget: float, min_iter: int) -> int:
