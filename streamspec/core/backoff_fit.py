@@ -283,9 +283,11 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         states, same alphabet), else runs EM from it for ``EM_BUDGET ×`` that sum (at
         least one iteration). Without it, a quarter of the budget (at least five).
 
-    Time: two fits of the model, the HMM's EM budget (:data:`EM_BUDGET`) and half of it,
-    O(nnz log nnz) for the trigrams, O(max_contexts · n · d) to score the model on the
-    held-out contexts; memory O(nnz + n · (d² + K)).
+    Time: two fits of the model, the HMM's EM budget (:data:`EM_BUDGET`, up to
+    ``1 + 16.1 / c`` times it with sizes above 16, c the sizes up to 16; an EM iteration
+    costs O(K² · distinct triples)) and half of it, each size's moment start
+    (:func:`fit_hmm`), O(nnz log nnz) for the trigrams, O(max_contexts · n · d) to score the
+    model on the held-out contexts; memory O(nnz + n · (d² + K)).
 
     Examples
     --------
