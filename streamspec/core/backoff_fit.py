@@ -211,8 +211,8 @@ def fit_hmm(triples: Triples | WindowCounts, n_states: int, budget: float = EM_B
     (:func:`~streamspec.core.backoff_windows.fit_window_hmm`).
 
     Cost: O(budget) for EM, at least ``min_iter`` iterations of O(EM_MAX_TRIPLES · K²); the
-    moment start O(16 · min(nnz, MOMENT_MAX_TRIPLES) · K²) plus a top-K SVD of P31.
-    """
+    moment start O(16 · min(nnz, MOMENT_MAX_TRIPLES) · K²) plus a top-K SVD of P31, memory
+    O(min(nnz, MOMENT_MAX_TRIPLES) · K)."""
     if isinstance(triples, WindowCounts):
         return fit_window_hmm(triples, n_states, budget, EM_MAX_TRIPLES, min_iter, max_iter,
                               init=init, random_state=random_state)
@@ -232,9 +232,9 @@ def fit_hmm(triples: Triples | WindowCounts, n_states: int, budget: float = EM_B
 
 
 def _moment_start(triples: Triples, n_states: int, random_state: int) -> HiddenMarkovModel | None:
-    """The method-of-moments HMM of ``triples`` (EM's start), or ``None`` when the moment problem
-    is singular (EM then starts from the moments of its sample, as without this).
-    O(16 · nnz · K²) plus a top-K SVD."""
+    """The method-of-moments HMM of ``triples`` (EM's start; a seeded random one when the moment
+    problem is singular, as in HMMEstimator), or ``None`` when it cannot be fitted at all.
+    O(16 · nnz · K²) plus a top-K SVD; memory O(nnz · K)."""
     try:
         return HMMEstimator(n_states=n_states, n_iter=0, random_state=random_state).fit(triples)
     except (ValueError, np.linalg.LinAlgError, FloatingPointError):
