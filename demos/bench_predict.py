@@ -1,7 +1,9 @@
 """Next-symbol prediction: streamspec's default predictor against n-grams, EM and the truth.
 
     python demos/bench_predict.py [--quick] [--sets synthetic,alice,books,splice,chorales,dodgers]
-                                  [--skip-em] [--baseline-checkout PATH] [--em-iter N] [--json PATH]
+                                  [--only 'sticky m=10,T=1e6'] [--skip-em] [--skip-hmmest]
+                                  [--count-window 1|L|auto]
+                                  [--baseline-checkout PATH] [--em-iter N] [--json PATH]
 
 The benchmark of issue 18 ("Predictions that beat the trigram"). For every data set
 (``demos/predict_sets.py`` says how each is made and split; a missing one is skipped
@@ -141,10 +143,10 @@ def best_time(fn, *args):
     return out, best
 
 
-def count(case: Case) -> tuple[MomentAccumulator, float]:
+def count(case: Case, window: int | str = 1) -> tuple[MomentAccumulator, float]:
     """The counts of the training sequences, one accumulator key per sequence, and the seconds."""
     t0 = time.process_time()
-    acc = MomentAccumulator(n_symbols=case.n)
+    acc = MomentAccumulator(n_symbols=case.n, window=window)
     for i, seq in enumerate(case.train):
         acc.learn_many(seq, key=i)
     acc.triples()  # merge the buffered counts inside the timed part
@@ -264,14 +266,14 @@ def run_case(case: Case, args) -> dict:
     r["unigram"] = NGramModel(case.n, order=0, alpha=0.5).fit(case.train).log_loss(case.test)
     for order, key in ((1, "kn2"), (2, "kn3")):
         r[key] = KneserNeyNGram(case.n, order=order, discount=DISCOUNT).fit(case.train).log_loss(case.test)
-    acc, r["count"] = count(case)
+    acc, r["count"] = count(case, args.count_window)
     for name in ESTIMATORS:
         r[name] = fit_default(name, acc, case.test)
         say(f"{name} default {r[name]['loss']:.4f} ({r[name]['fit']:.2f} s), KN trigram {r['kn3']:.4f}")
     r["old"] = fit_old_defaults(args.baseline_checkout, case, acc) if args.baseline_checkout else None
     if r["old"]:
         say(f"old M {r['old']['M']['loss']:.4f} ({r['old']['M']['fit']:.2f} s)")
-    r["hmmest"] = fit_hmm_estimators(acc, case)
+    r["hmmest"] = {} if args.skip_hmmest else fit_hmm_estimators(acc, case)
     r["em"] = {}
     if not args.skip_em:
         for K in STATES:
@@ -352,7 +354,7 @@ def time_row(r: dict) -> list[str]:
             f"{M['fit'] / old['M']['fit']:.2f}×" if old else "–",
             f"{S['fit'] / old['S']['fit']:.2f}×" if old else "–",
             f"{M['score_us']:.0f}",
-            " / ".join("n/a" if v is None else _t(v[2]) for v in r["hmmest"].values()), em]
+            " / ".join("n/a" if v is None else _t(v[2]) for v in r["hmmest"].values()) or "skipped", em]
 
 
 def _pct(a: float, b: float) -> float:
@@ -416,7 +418,8 @@ def cases(args):
     """The cases of ``--sets`` in order; a missing real set prints a line saying where it looked."""
     for name in args.sets:
         if name == "synthetic":
-            yield from synthetic_cases(args.quick)
+            yield from (c for c in synthetic_cases(args.quick)
+                        if not args.only or any(o in c.name for o in args.only))
             continue
         try:
             yield real_case(name, args.quick)
@@ -433,6 +436,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="comma-separated: synthetic," + ",".join(REAL_SETS) + " (default: all; "
                          "--quick: synthetic,chorales)")
     ap.add_argument("--skip-em", action="store_true", help="without hmmlearn's EM")
+    ap.add_argument("--count-window", default="1", help="the accumulator's window (1: triples, the "
+                    "default; L or 'auto': windows, the predictor's HMM fitted over them)")
+    ap.add_argument("--skip-hmmest", action="store_true", help="without the HMMEstimator K=5/10/20 columns")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated: only the synthetic sets whose name contains one of these "
+                         "(e.g. 'sticky m=10,T=1e6')")
     ap.add_argument("--em-iter", type=int, default=None, help="EM iterations at most (100; --quick: 10)")
     ap.add_argument("--baseline-checkout", type=Path, default=None,
                     help="a checkout of the previous version (commit 0793dc7): its defaults are "
@@ -443,6 +452,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     default = "synthetic,chorales" if args.quick else ",".join(("synthetic", *REAL_SETS))
     args.sets = [s.strip() for s in (args.sets or default).split(",") if s.strip()]
+    args.count_window = args.count_window if args.count_window == "auto" else int(args.count_window)
+    args.only = [s.strip() for s in (args.only or "").split(",") if s.strip()]
     unknown = sorted(set(args.sets) - {"synthetic", *REAL_SETS})
     if unknown:
         ap.error(f"unknown set(s) {', '.join(unknown)}; choose from synthetic,{','.join(REAL_SETS)}")

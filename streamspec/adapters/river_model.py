@@ -78,7 +78,7 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         new ones are counted, and predicted, as the reserved label ``"<other>"``.
     n_states
         States of the HMM in the predictions (``None``: the estimator's ``"auto"``, the
-        rank clipped to 2..16). :attr:`hmm` is that HMM with the labels;
+        size chosen on held-out counts, 2..64). :attr:`hmm` is that HMM with the labels;
         :meth:`predict_state_one` each stream's filtered state.
     predictor
         ``"mixture"`` (default): the mixed prediction. ``"hmm"``: the HMM's filter alone
@@ -87,7 +87,7 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         The window L of the counts (``MomentAccumulator(window=L)``; not ``window``, the
         spectral model's filter): 1 (default) counts triples; L ≥ 2 or ``"auto"`` counts
         the (2L+1)-grams around each symbol, and the HMM of the predictions is fitted over
-        them, so that it can have more states than the alphabet has symbols (up to 16
+        them, so that it can have more states than the alphabet has symbols (up to 64
         with ``n_states=None``; ``docs/math.md`` section 11).
 
     Attributes

@@ -38,9 +38,12 @@ import numpy as np
 
 from streamspec.core.backoff import Backoff
 from streamspec.core.backoff_windows import (
+    BASE_STATES,
+    candidate_budget,
     choose_window_hmm,
     fit_window_hmm,
     hmm_states_for_windows,
+    sample_threshold,
     state_candidates,
 )
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
@@ -55,13 +58,22 @@ from streamspec.core.windows import WindowCounts
 
 __all__ = ["fit_with_backoff", "fit_hmm", "held_out_contexts", "held_out_scores", "hmm_states_for",
            "em_sample", "EM_BUDGET", "STATE_CANDIDATES", "EM_MAX_TRIPLES", "MAX_HMM_STATES",
-           "MIN_MODEL_GAIN", "HMM_REFIT_SHARE"]
+           "MIN_MODEL_GAIN", "HMM_REFIT_SHARE", "MOMENT_MAX_TRIPLES", "MIN_COUNTS_PER_PARAMETER"]
 
 EM_BUDGET = 3e8  # EM work of the HMM's first fit: triples × (states² + 30) × iterations (~3 s)
 MIN_MODEL_GAIN = 1e-3  # held-out nats per symbol the model must add to be a component
 EM_MAX_TRIPLES = 200_000  # distinct triples EM runs on at most (threshold-sampled, unbiased)
-MAX_HMM_STATES = 16
-STATE_CANDIDATES = (4, 8, 16)  # HMM sizes "auto" also tries on the held-out counts (measured)
+# distinct triples the method of moments (EM's start) sees at most: all of them up to this. Why:
+# started from the moments of a 200,000-triple sample, a 20-state HMM of 10⁶ symbols over 1,000
+# lost 0.09 nats (6.861 against 6.767 after 5 EM iterations), and "auto" then chose 4 states
+MOMENT_MAX_TRIPLES = 1_000_000
+MAX_HMM_STATES = 64
+# HMM sizes "auto" also tries on the held-out counts (measured); those above 16 only where the
+# alphabet allows them and min. EM iterations fit their (scaled) budget share (_candidate_states)
+STATE_CANDIDATES = (4, 8, 16, 32, 64)
+# counted triples per free parameter (K(K-1) + K(n-1)) a size above 16 needs to be tried: with 5
+# (20 states over 20 symbols, 3,787 chorale notes) its held-out-chosen HMM lost 0.19% (overfit)
+MIN_COUNTS_PER_PARAMETER = 20
 HMM_REFIT_SHARE = 0.05  # a refit keeps the HMM until this share of the triples changed since its EM
 _MIN_EM_ITER, _MAX_EM_ITER = 5, 200
 
@@ -153,7 +165,7 @@ def _hmm_probas(hmm: HiddenMarkovModel, u, v, x) -> np.ndarray:
 def hmm_states_for(triples: Triples) -> int:
     """One of the HMM sizes ``"auto"`` tries: the singular values of P21 above the sampling
     noise ``N^(-1/2)`` (how many hidden directions the counts can tell apart), clipped to
-    2..16 and to the alphabet. The top 17 singular values at most: O(nnz · 17) per iteration
+    2..64 and to the alphabet. The top 65 singular values at most: O(nnz · 65) per iteration
     of a truncated SVD (a dense one up to 1,000 symbols).
 
     >>> from streamspec.core.hmm import HMM
@@ -180,21 +192,9 @@ def em_sample(triples: Triples, max_nnz: int, rng: np.random.Generator) -> Tripl
     if triples.nnz <= max_nnz:
         return triples
     w = triples.weights
-    tau = _threshold(w, max_nnz)
+    tau = sample_threshold(w, max_nnz)
     keep = (w >= tau) | (rng.random(w.size) * tau < w)
     return Triples(triples.n, triples.codes[keep], np.maximum(w[keep], tau))
-
-
-def _threshold(w: np.ndarray, m: int) -> float:
-    """τ with Σ min(1, w/τ) ≈ m (bisection on a monotone function). O(nnz · 50)."""
-    lo, hi = 0.0, float(w.max())
-    for _ in range(50):
-        mid = 0.5 * (lo + hi)
-        if mid > 0 and np.minimum(1.0, w / mid).sum() > m:
-            lo = mid
-        else:
-            hi = mid
-    return hi
 
 
 def fit_hmm(triples: Triples | WindowCounts, n_states: int, budget: float = EM_BUDGET, init=None,
@@ -202,21 +202,41 @@ def fit_hmm(triples: Triples | WindowCounts, n_states: int, budget: float = EM_B
             min_iter: int = _MIN_EM_ITER) -> HiddenMarkovModel | None:
     """An HMM of the counts: EM on at most :data:`EM_MAX_TRIPLES` distinct triples
     (:func:`em_sample`), its iterations bounded by ``budget`` (``triples × (K² + 30)`` per
-    iteration: the measured cost of an E-step, ~10 ns a unit), at most ``max_iter`` and at
+    iteration: the measured cost of an E-step, 4–10 ns a unit), at most ``max_iter`` and at
     least ``min_iter``; ``None`` when it cannot be fitted (too few symbols or counts, a
-    singular moment problem). Counts of windows (L ≥ 2): over windows, as many grams and
-    the same budget (:func:`~streamspec.core.backoff_windows.fit_window_hmm`). O(budget)."""
+    singular moment problem). Without ``init``, EM starts from the method of moments on up
+    to :data:`MOMENT_MAX_TRIPLES` distinct triples (all of them below that), not on the EM
+    sample: its error shrinks with every triple it sees. Counts of windows (L ≥ 2): over
+    windows, as many grams and the same budget
+    (:func:`~streamspec.core.backoff_windows.fit_window_hmm`).
+
+    Cost: O(budget) for EM, at least ``min_iter`` iterations of O(EM_MAX_TRIPLES · K²); the
+    moment start O(16 · min(nnz, MOMENT_MAX_TRIPLES) · K²) plus a top-K SVD of P31, memory
+    O(min(nnz, MOMENT_MAX_TRIPLES) · K)."""
     if isinstance(triples, WindowCounts):
         return fit_window_hmm(triples, n_states, budget, EM_MAX_TRIPLES, min_iter, max_iter,
                               init=init, random_state=random_state)
-    sample = em_sample(triples, EM_MAX_TRIPLES, np.random.default_rng(random_state))
+    rng = np.random.default_rng(random_state)
+    sample = em_sample(triples, EM_MAX_TRIPLES, rng)
     iters = int(np.clip(budget / max(1.0, sample.nnz * (n_states**2 + 30)), min_iter, max_iter))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             warnings.simplefilter("ignore", UserWarning)  # a failed moment step: EM starts at random
+            if init is None and sample is not triples:
+                init = _moment_start(em_sample(triples, MOMENT_MAX_TRIPLES, rng), n_states, random_state)
             return HMMEstimator(n_states=n_states, n_iter=iters, random_state=random_state).fit(
                 sample, init=init)
+    except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+        return None
+
+
+def _moment_start(triples: Triples, n_states: int, random_state: int) -> HiddenMarkovModel | None:
+    """The method-of-moments HMM of ``triples`` (EM's start; a seeded random one when the moment
+    problem is singular, as in HMMEstimator), or ``None`` when it cannot be fitted at all.
+    O(16 · nnz · K²) plus a top-K SVD; memory O(nnz · K)."""
+    try:
+        return HMMEstimator(n_states=n_states, n_iter=0, random_state=random_state).fit(triples)
     except (ValueError, np.linalg.LinAlgError, FloatingPointError):
         return None
 
@@ -250,7 +270,8 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         :meth:`~streamspec.MomentAccumulator.windows`), or ``None``. With them the grams
         are split (the triples of each part are its marginal) and the HMM is fitted over
         windows (:mod:`streamspec.core.backoff_windows`): ``"auto"`` states may exceed the
-        alphabet, up to 16. Costs the window SVDs and the same EM budget.
+        alphabet, up to 64. Costs the window SVDs and the same EM budget (scaled by K² above 16
+        states, :func:`~streamspec.core.backoff_windows.candidate_budget`).
     fit_grams
         With ``grams``: a callable from window counts to the model, used instead of ``fit``
         (a model over windows, :mod:`streamspec.core.spectral_windows`) on the kept grams
@@ -262,9 +283,11 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         states, same alphabet), else runs EM from it for ``EM_BUDGET ×`` that sum (at
         least one iteration). Without it, a quarter of the budget (at least five).
 
-    Time: two fits of the model, the HMM's EM budget (:data:`EM_BUDGET`) and half of it,
-    O(nnz log nnz) for the trigrams, O(max_contexts · n · d) to score the model on the
-    held-out contexts; memory O(nnz + n · (d² + K)).
+    Time: two fits of the model, the HMM's EM budget (:data:`EM_BUDGET`, up to
+    ``1 + 16.1 / c`` times it with sizes above 16, c the sizes up to 16; an EM iteration
+    costs O(K² · distinct triples)) and half of it, each size's moment start
+    (:func:`fit_hmm`), O(nnz log nnz) for the trigrams, O(max_contexts · n · d) to score the
+    model on the held-out contexts; memory O(nnz + n · (d² + K)).
 
     Examples
     --------
@@ -325,9 +348,10 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     counts = triples if grams is None else grams
     if K is None:  # too few counts to hold any out: the HMM from all of them, uniform weights
         K = _resolve_states(hmm_states, triples, grams)
-        final = fit_hmm(counts, K, random_state=seed) if K else None
+        final = fit_hmm(counts, K, candidate_budget(EM_BUDGET, 1, K), random_state=seed) if K else None
     else:
-        final = fit_hmm(counts, K, EM_BUDGET / 2, init=hmm, random_state=seed) if hmm else None
+        final = (fit_hmm(counts, K, candidate_budget(EM_BUDGET / 2, 1, K), init=hmm, random_state=seed)
+                 if hmm else None)
     return _attach(model, triples, starts, final, mixture, scores, use_model)
 
 
@@ -365,11 +389,11 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_s
             if old is not None and K == old.n_states and old.n_symbols <= triples.n else None)
     counts = triples if grams is None else grams
     if init is not None and stale == stale:  # proportional to what changed since its EM
-        hmm = fit_hmm(counts, K, EM_BUDGET * min(stale, 0.25), init=init, random_state=seed,
-                      min_iter=1)
+        hmm = fit_hmm(counts, K, candidate_budget(EM_BUDGET * min(stale, 0.25), 1, K), init=init,
+                      random_state=seed, min_iter=1)
     else:
         budget = EM_BUDGET / 4 if init is not None else EM_BUDGET
-        hmm = fit_hmm(counts, K, budget, init=init, random_state=seed) if K else None
+        hmm = fit_hmm(counts, K, candidate_budget(budget, 1, K), init=init, random_state=seed) if K else None
     return _attach(model, triples, starts, hmm, previous.mixture, use_model=previous.use_model,
                    hmm_changed=0.0)
 
@@ -422,22 +446,37 @@ def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=
 
 def _candidate_states(hmm_states, triples: Triples, grams: WindowCounts | None = None) -> list[int]:
     """The HMM sizes a first fit tries: for ``"auto"``, :func:`hmm_states_for` the counts and
-    :data:`STATE_CANDIDATES`, within 2..min(16, n); else the one given (none for ``None``)."""
+    :data:`STATE_CANDIDATES`, within 2..min(64, n); those above 16 states only where the data
+    support them: :data:`MIN_COUNTS_PER_PARAMETER` counted triples per free parameter, and
+    ``_MIN_EM_ITER`` EM iterations on the EM sample within their budget share
+    (:func:`~streamspec.core.backoff_windows.candidate_budget`; a larger HMM cut to fewer
+    iterations loses to the smaller ones anyway). Else the one given (none for ``None``).
+    O(1) beyond :func:`hmm_states_for`."""
     if hmm_states != "auto" or triples.n < 2:
         K = _resolve_states(hmm_states, triples, grams)
         return [K] if K else []
     top = min(MAX_HMM_STATES, triples.n)
-    return sorted({min(max(k, 2), top) for k in (hmm_states_for(triples), *STATE_CANDIDATES)})
+    sizes = sorted({min(max(k, 2), top) for k in (hmm_states_for(triples), *STATE_CANDIDATES)})
+    n_base, n = sum(k <= BASE_STATES for k in sizes), triples.n
+    nnz = min(triples.nnz, EM_MAX_TRIPLES)
+    return [k for k in sizes if k <= BASE_STATES or (
+        triples.total >= MIN_COUNTS_PER_PARAMETER * k * (k + n - 2)
+        and _MIN_EM_ITER * nnz * (k**2 + 30) <= candidate_budget(EM_BUDGET, n_base, k))]
 
 
 def _select_hmm(kept: Triples, candidates: list[int], held: tuple, seed: int):
-    """The candidate HMM with the least held-out log loss (its EM budget shared among them), and
-    its probabilities of the held-out symbols; ``(None, None)`` when none could be fitted.
-    O(EM_BUDGET + m · K² per candidate) for m held-out contexts."""
+    """The candidate HMM with the least held-out log loss, and its probabilities of the held-out
+    symbols; ``(None, None)`` when none could be fitted. The candidates up to 16 states share
+    :data:`EM_BUDGET`, a larger one gets a share scaled by K²
+    (:func:`~streamspec.core.backoff_windows.candidate_budget`). EM costs O(K² · distinct
+    triples) per iteration: O(EM_BUDGET · (1 + 16.1 / c) + m · K² per candidate) for c
+    candidates up to 16 states and m held-out contexts, plus each candidate's moment start
+    (:func:`fit_hmm`)."""
     u, v, x, w = held
     best, best_p, best_loss = None, None, np.inf
+    n_base = max(1, sum(K <= BASE_STATES for K in candidates))
     for K in candidates:
-        hmm = fit_hmm(kept, K, EM_BUDGET / len(candidates), random_state=seed)
+        hmm = fit_hmm(kept, K, candidate_budget(EM_BUDGET, n_base, K), random_state=seed)
         if hmm is None:
             continue
         p = _hmm_probas(hmm, u, v, x)

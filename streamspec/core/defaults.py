@@ -62,7 +62,7 @@ WINDOW = 2
 MIN_PROBA = 1e-6  # floor of a batch-fitted model's probabilities
 ONLINE_MIN_PROBA = 1e-3  # SpectralHMM: online predictions meet unseen trigrams often
 BACKOFF = "auto"
-HMM_STATES: int | str = "auto"  # the backoff's HMM: the spectrum's rank, 2..16 (backoff_fit.hmm_states_for)
+HMM_STATES: int | str = "auto"  # the backoff's HMM: chosen on held-out counts, 2..64 (backoff_fit)
 REFIT_EVERY = 10_000
 # warm refits (docs/math.md section 10, docs/benchmarks.md "Warm refits"): keep the previous
 # bases while their backward error on the new counts is at most this many N^(-1/2) ...

@@ -152,7 +152,7 @@ class MEstimator(StatefulFits, Estimator):
         of the counts to score it, then on all of them, so it fits twice; the fitted
         attributes are those of the last fit). ``None``: the plain model.
     hmm_states
-        States of the backoff's HMM: ``"auto"`` (default: the rank, clipped to 2..16), an
+        States of the backoff's HMM: ``"auto"`` (default: chosen on held-out counts, 2..64), an
         integer, or ``None`` (no HMM component).
     filter, window, min_proba
         Passed to the fitted :class:`ObservableOperatorModel`.

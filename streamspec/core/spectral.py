@@ -137,7 +137,7 @@ class SpectralEstimator(Estimator):
         Seed of the held-out split and of the sparse SVD's start vector.
     hmm_states
         States of the HMM whose forward filter the backoff mixes in: ``"auto"`` (default:
-        the rank, clipped to 2..16), an integer, or ``None`` (no HMM component).
+        chosen on held-out counts, 2..64), an integer, or ``None`` (no HMM component).
     count_window
         The window of the model when the counts are of windows (``MomentAccumulator(window=L)``,
         L ≥ 2; ``docs/math.md`` section 11; not ``window``, the filter's): ``"auto"``
