@@ -31,7 +31,9 @@ __all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS", "UNSEEN"]
 
 ROW_CACHE_FLOATS = 1 << 22  # rows kept per model (floats: 32 MiB)
 _CONTEXTS_KEPT = 1 << 18  # trigram contexts remembered (then forgotten all at once)
+_STATES_KEPT = 1 << 16  # window states of prefixes remembered (then forgotten all at once)
 TOP = 32  # argmax: candidates per part before the exact bound is checked
+HMM_SLACK = 0.05  # argmax: HMM states without candidates: at most this share of Σ_k w_k max E_k
 OWN_CUT = 0.25  # argmax: the model's own candidates are above this fraction of its row's maximum
 
 
@@ -51,6 +53,7 @@ class _Rows:
         self.T = None if hmm is None else np.ascontiguousarray(hmm.transmat_)
         self._tops = None  # the top symbols of each part, for argmax (made on first use)
         self._C = None  # the model's rows C[x] = b∞ᵀ B_x as columns, for its own rows (on first use)
+        self._states: dict[tuple[int, ...], np.ndarray] = {}  # window states of contexts' prefixes
 
     def _get(self, key, make):
         row = self._cache.get(key)
@@ -66,13 +69,18 @@ class _Rows:
 
     def own(self, digits: tuple[int, ...]) -> np.ndarray:
         """The model's own row after the known symbols ``digits`` (oldest first). O(n · d) once."""
-        return self._get(("own", digits), lambda: self._own_row(digits))
+        return self._get(("own", digits), lambda: self._own_entry(digits))[0]
+
+    def _own_entry(self, digits: tuple[int, ...]) -> list:
+        """``[row, top symbols, bound]`` of a context, its top (:meth:`own_top`) made on first use."""
+        return [self._own_row(digits), None, 0.0]
 
     def _own_row(self, digits: tuple[int, ...]) -> np.ndarray:
         """``model.predict_from_state(model.state_for(digits))`` as a backoff's component (clipped,
         renormalised), in a few vector operations: new contexts are met at most symbols of a
         large alphabet, and the checks and chunking of the model's batch methods cost more than
-        the O(n · d) product. O(w · d² + n · d)."""
+        the O(n · d) product. O(w · d² + n · d), the state after all but the last symbol
+        cached (:meth:`_state`)."""
         model = self.model
         if model.backoff is None:
             return model.predict_from_state(model.state_for(np.asarray(digits, dtype=np.int64)))
@@ -83,13 +91,7 @@ class _Rows:
             self._absbinf = np.abs(model.binf)
         if model.filter == "window":
             digits = digits[max(0, len(digits) - model.window):]
-        state, binf, B = model.b1, model.binf, model.B
-        for x in digits:  # filters.update_state, one symbol at a time
-            v = B[x] @ state
-            z, fb = float(binf @ v), float(self._absbinf @ np.abs(v))
-            fb = fb if fb > 0 else 1.0
-            state = v / (z if z > 1e-12 * fb else fb)
-        q = np.dot(state, self._C)
+        q = np.dot(self._state(digits), self._C)
         np.maximum(q, 0.0, out=q)
         total = q.sum()
         if total > 0:
@@ -97,19 +99,39 @@ class _Rows:
             return q
         return np.full(self.n, 1.0 / self.n)
 
+    def _state(self, digits: tuple[int, ...]) -> np.ndarray:
+        """The window filter's state after ``digits`` from ``b1`` (filters.update_state, one symbol
+        at a time); the states of prefixes are cached (at most :data:`_STATES_KEPT`, then
+        forgotten at once), so a new context of w symbols costs one update. O(d²)."""
+        model = self.model
+        if not digits:
+            return model.b1
+        prefix = digits[:-1]
+        prev = self._states.get(prefix) if prefix else model.b1
+        if prev is None:
+            prev = self._state(prefix)
+            if len(self._states) >= _STATES_KEPT:
+                self._states.clear()
+            self._states[prefix] = prev
+        v = model.B[digits[-1]] @ prev
+        z, fb = float(model.binf @ v), float(self._absbinf @ np.abs(v))
+        fb = fb if fb > 0 else 1.0
+        return v / (z if z > 1e-12 * fb else fb)
+
     def own_top(self, digits: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, float]:
         """The model's own row after ``digits``, its most probable symbols (those above
         :data:`OWN_CUT` of its maximum, or the :data:`TOP` largest) and a bound on every other symbol, for
         :meth:`OnlinePredictor.argmax`.
         O(n · d) once per context (the row), O(n) once more (its top)."""
-        def make():
-            row = self.own(digits)
+        entry = self._get(("own", digits), lambda: self._own_entry(digits))
+        if entry[1] is None:
+            row = entry[0]
             thr = OWN_CUT * float(row.max())  # every symbol not above it is bounded by it
             idx = np.flatnonzero(row > thr)
             if idx.size > TOP:  # a flat row: its TOP largest instead
                 idx, thr = _top(row, TOP)
-            return row, idx, float(thr)
-        return self._get(("top", digits), make)
+            entry[1], entry[2] = idx, float(thr)
+        return entry[0], entry[1], entry[2]
 
     def trigram(self, u: int, v: int) -> np.ndarray:
         """The trigram's row after ``(u, v)``. O(n + entries) once."""
@@ -143,9 +165,9 @@ class _Rows:
             trigram, hmm = self.model.backoff.trigram, self.model.backoff.hmm
             k = min(TOP, self.n)
             self._tops = {"p1": _top(trigram.continuation(), k), "freq": _top(trigram.unigram(), k)}
-            if hmm is not None:
+            if hmm is not None:  # per state: its top symbols, the k-th value, its largest value
                 idx, kth = _top(hmm.emissionprob_, k)
-                self._tops["hmm"] = (idx.ravel(), kth)
+                self._tops["hmm"] = (idx, kth, hmm.emissionprob_.max(axis=1))
             self._scratch = np.zeros(self.n)  # direct trigram entries of one context, then reset
         return self._tops
 
@@ -157,9 +179,9 @@ def _top(p: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _floats(entry) -> int:
-    """Floats held by a cache entry: a row, or a tuple of arrays and numbers. O(1)."""
-    if isinstance(entry, tuple):
-        return sum(e.size for e in entry if isinstance(e, np.ndarray))  # shared rows counted twice: a bound
+    """Floats held by a cache entry: a row, or an own row with its top. O(1)."""
+    if isinstance(entry, list):  # an own row and its top (at most TOP more, filled in later)
+        return entry[0].size
     return entry.size
 
 
@@ -420,10 +442,17 @@ def _pruned_argmax(trigram, rows: _Rows, top: int, mid: int, lam: np.ndarray,
     parts = [top_next, mid_next, low_idx]
     bound = c_low * float(low_kth)
     if state is not None:
-        idx, kth = tops["hmm"]
-        parts.append(idx)
+        idx, kth, emax = tops["hmm"]
         w_state = float(lam[1]) * state
-        bound += float(w_state @ kth)
+        # the states that weigh least, their largest terms w_k · max E_k summing to at most
+        # HMM_SLACK of all states', give no candidates: each is bounded by that term instead
+        reach = w_state * emax
+        order = np.argsort(reach)
+        tail = np.cumsum(reach[order])
+        out = int(np.searchsorted(tail, HMM_SLACK * tail[-1], side="right"))
+        kept = order[out:]
+        parts.append(idx[kept].ravel())
+        bound += float(w_state[kept] @ kth[kept]) + float(tail[out - 1] if out else 0.0)
     if own is not None:
         (own_row, own_idx, own_kth), own_lam = own
         parts.append(own_idx)
