@@ -334,11 +334,12 @@ class OnlinePredictor(BatchObservation):
         own, backoff = self._own(window), self.model.backoff
         if backoff is None:
             return own
-        lam = self.mixture.blend(self._rows.context(u, v)[3]).tolist()
+        top, mid, _, bucket = self._rows.context(u, v)
+        lam = self.mixture.blend(bucket).tolist()
         j = int(backoff.use_model)
         if backoff.hmm is not None:  # the weight folded into the K-vector: one (K, n) product
             out = (lam[j + 1] * state) @ backoff.hmm.emissionprob_
-            out += lam[j] * self._rows.trigram(u, v)
+            _add_trigram(out, backoff.trigram, top, mid, lam[j])
         else:
             out = lam[j] * self._rows.trigram(u, v)
         if j:
@@ -424,6 +425,18 @@ class OnlinePredictor(BatchObservation):
 
     def __len__(self) -> int:
         return len(self._codes)
+
+
+def _add_trigram(out: np.ndarray, trigram, top: int, mid: int, lam: float) -> None:
+    """``out += lam · trigram.row1(context)`` without making the row: the lower level scaled
+    in one pass, the context's direct terms added where they are. O(n + entries)."""
+    g3, g2, top_next, top_direct, mid_next, mid_direct, unigram = trigram.tables(top, mid)
+    low = trigram.unigram_of() if unigram else trigram.continuation_of()
+    out += (lam * g3 * (1.0 if unigram else g2)) * low
+    if mid_next.size:
+        out[mid_next] += (lam * g3) * mid_direct
+    if top_next.size:
+        out[top_next] += lam * top_direct
 
 
 def _pruned_argmax(trigram, rows: _Rows, top: int, mid: int, lam: np.ndarray,
