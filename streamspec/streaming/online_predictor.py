@@ -33,7 +33,6 @@ ROW_CACHE_FLOATS = 1 << 22  # rows kept per model (floats: 32 MiB)
 _CONTEXTS_KEPT = 1 << 18  # trigram contexts remembered (then forgotten all at once)
 _STATES_KEPT = 1 << 16  # window states of prefixes remembered (then forgotten all at once)
 TOP = 32  # argmax: candidates per part before the exact bound is checked
-HMM_SLACK = 0.05  # argmax: HMM states without candidates: at most this share of Σ_k w_k max E_k
 OWN_CUT = 0.25  # argmax: the model's own candidates are above this fraction of its row's maximum
 
 
@@ -165,9 +164,9 @@ class _Rows:
             trigram, hmm = self.model.backoff.trigram, self.model.backoff.hmm
             k = min(TOP, self.n)
             self._tops = {"p1": _top(trigram.continuation(), k), "freq": _top(trigram.unigram(), k)}
-            if hmm is not None:  # per state: its top symbols, the k-th value, its largest value
+            if hmm is not None:
                 idx, kth = _top(hmm.emissionprob_, k)
-                self._tops["hmm"] = (idx, kth, hmm.emissionprob_.max(axis=1))
+                self._tops["hmm"] = (idx.ravel(), kth)
             self._scratch = np.zeros(self.n)  # direct trigram entries of one context, then reset
         return self._tops
 
@@ -455,17 +454,10 @@ def _pruned_argmax(trigram, rows: _Rows, top: int, mid: int, lam: np.ndarray,
     parts = [top_next, mid_next, low_idx]
     bound = c_low * float(low_kth)
     if state is not None:
-        idx, kth, emax = tops["hmm"]
+        idx, kth = tops["hmm"]
+        parts.append(idx)
         w_state = float(lam[1]) * state
-        # the states that weigh least, their largest terms w_k · max E_k summing to at most
-        # HMM_SLACK of all states', give no candidates: each is bounded by that term instead
-        reach = w_state * emax
-        order = np.argsort(reach)
-        tail = np.cumsum(reach[order])
-        out = int(np.searchsorted(tail, HMM_SLACK * tail[-1], side="right"))
-        kept = order[out:]
-        parts.append(idx[kept].ravel())
-        bound += float(w_state[kept] @ kth[kept]) + float(tail[out - 1] if out else 0.0)
+        bound += float(w_state @ kth)
     if own is not None:
         (own_row, own_idx, own_kth), own_lam = own
         parts.append(own_idx)
