@@ -31,7 +31,7 @@ __all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS", "UNSEEN"]
 
 ROW_CACHE_FLOATS = 1 << 22  # rows kept per model (floats: 32 MiB)
 _CONTEXTS_KEPT = 1 << 18  # trigram contexts remembered (then forgotten all at once)
-_STATES_KEPT = 1 << 16  # window states of prefixes remembered (then forgotten all at once)
+_STATES_KEPT = 1 << 14  # window states of prefixes remembered (≤ 2¹⁴ · d floats; then forgotten at once)
 TOP = 32  # argmax: candidates per part before the exact bound is checked
 OWN_CUT = 0.25  # argmax: the model's own candidates are above this fraction of its row's maximum
 
