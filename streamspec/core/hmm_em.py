@@ -33,43 +33,62 @@ _CHUNK = 1 << 16  # distinct triples per block of the E-step: bounds its scratch
 _BLOCK_FLOATS = 1 << 22  # floats of one (rows × positions × states) array of the window E-step
 
 
-def _estep(triples: Triples, pi, T, O, stats: bool = True):
+class _Chunks:
+    """The triples of an E-step in blocks of :data:`_CHUNK`, each with its weights per unit total
+    and the sparse one-hot map of its cells ``(symbol, position)`` (n × 3c), made once per
+    EM run: the emission counts of a block are then one sparse product. O(nnz) once."""
+
+    def __init__(self, triples: Triples):
+        self.n = triples.n
+        x1a, x2a, x3a, wa = triples.x1, triples.x2, triples.x3, triples.weights / triples.total
+        self.blocks = []
+        for lo in range(0, triples.nnz, _CHUNK):
+            sl = slice(lo, lo + _CHUNK)
+            x1, x2, x3 = x1a[sl], x2a[sl], x3a[sl]
+            c = x1.size
+            onehot = sp.csr_matrix((np.ones(3 * c), (np.concatenate([x1, x2, x3]), np.arange(3 * c))),
+                                   shape=(self.n, 3 * c))
+            self.blocks.append((x1, x2, x3, wa[sl], onehot))
+
+
+def _estep(triples: Triples | _Chunks, pi, T, O, stats: bool = True):
     """Triple log-likelihood (per unit weight) and, if ``stats``, expected sufficient statistics.
 
     O(nnz · m²) time, O(chunk · m + n · m) memory.
     """
     n, m = O.shape
-    total = triples.total
-    x1a, x2a, x3a, wa = triples.x1, triples.x2, triples.x3, triples.weights / total
+    chunks = triples if isinstance(triples, _Chunks) else _Chunks(triples)
     ll = 0.0
     s_pi = np.zeros(m)
     s_T = np.zeros((m, m))
     s_O = np.zeros((n, m))
-    for lo in range(0, triples.nnz, _CHUNK):
-        sl = slice(lo, lo + _CHUNK)
-        x1, x2, x3, w = x1a[sl], x2a[sl], x3a[sl], wa[sl]
+    for x1, x2, x3, w, onehot in chunks.blocks:
         e1, e2, e3 = O[x1], O[x2], O[x3]  # (c, m)
         a1 = e1 * pi  # Pr(x1, h1)
-        f2 = (a1 @ T.T) * e2  # Pr(x1, x2, h2)
+        f2 = a1 @ T.T
+        f2 *= e2  # Pr(x1, x2, h2)
         b3 = e3 @ T  # Pr(x3 | h2)
-        p = (f2 * b3).sum(axis=1)
+        fb = f2 * b3
+        p = fb.sum(axis=1)
         with np.errstate(divide="ignore"):
             ll += float(w @ np.log(p))
         if not stats:
             continue
-        r = np.divide(w, p, out=np.zeros_like(p), where=p > 0)
-        g2 = f2 * b3 * r[:, None]
-        b2 = (e2 * b3) @ T  # Pr(x2, x3 | h1)
-        g1 = a1 * b2 * r[:, None]
-        f3 = f2 @ T.T  # Pr(x1, x2, h3)
-        g3 = f3 * e3 * r[:, None]
+        r = np.divide(w, p, out=np.zeros_like(p), where=p > 0)[:, None]
+        c = p.size
+        G = np.empty((3 * c, m))  # the posteriors of h1, h2, h3, stacked as the one-hot map's columns
+        g1, g2, g3 = G[:c], G[c:2 * c], G[2 * c:]
+        np.multiply(fb, r, out=g2)
+        eb = e2 * b3
+        eb *= r  # Pr(x2, x3 | h2) / p
+        np.matmul(eb, T, out=g1)
+        g1 *= a1
         s_pi += g1.sum(axis=0)
-        s_T += T * (((e2 * b3) * r[:, None]).T @ a1)  # ξ12[h2, h1]
-        s_T += T * ((e3 * r[:, None]).T @ f2)  # ξ23[h3, h2]
-        # one bincount over (symbol, state) cells for all three positions (3m would cost ~3x)
-        cells = (np.concatenate([x1, x2, x3])[:, None] * m + np.arange(m)).ravel()
-        s_O += np.bincount(cells, weights=np.concatenate([g1, g2, g3]).ravel(),
-                           minlength=n * m).reshape(n, m)
+        s_T += T * (eb.T @ a1)  # ξ12[h2, h1]
+        np.multiply(e3, r, out=g3)
+        s_T += T * (g3.T @ f2)  # ξ23[h3, h2]
+        g3 *= f2 @ T.T  # Pr(x1, x2, h3) e3 / p
+        s_O += onehot @ G
     return ll, (s_pi, s_T, s_O)
 
 
@@ -170,7 +189,8 @@ def refine(triples: Triples, pi, T, O, n_iter: int, tol: float):
         s_pi, s_T, s_O = st
         return s_pi / s_pi.sum(), _normalised(s_T, params[1]), _normalised(s_O, params[2])
 
-    (pi, T, O), history, converged = _em(lambda *p: _estep(triples, *p), (pi, T, O), mstep, n_iter, tol)
+    chunks = _Chunks(triples)  # why: the blocks and their one-hot maps are made once, not per iteration
+    (pi, T, O), history, converged = _em(lambda *p: _estep(chunks, *p), (pi, T, O), mstep, n_iter, tol)
     return pi, T, O, history, converged
 
 

@@ -24,6 +24,7 @@ than its best fixed blend, in particular than any component alone, by more than 
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -136,16 +137,16 @@ class ExpertMixture:
         """Learn from one symbol: the components gave it ``probs`` (K,). Returns the mixture's
         probability of it *before* learning (the prequential prediction). O(E · K)."""
         b = int(bucket)
-        pe = self.grid @ np.asarray(probs, dtype=np.float64)
-        w = self._posterior[b]
-        p = float(w @ pe)
-        if not np.isfinite(p) or p <= 0:  # no expert gave the symbol any mass: nothing to learn
-            return max(p, 0.0) if np.isfinite(p) else 0.0
-        w = w * (pe / p)
+        pe = np.dot(self.grid, probs)
+        w = self._posterior[b]  # a view: updated in place, as observe_many does
+        p = float(np.dot(w, pe))
+        if not p > 0 or p == math.inf:  # no expert gave the symbol any mass: nothing to learn
+            return max(p, 0.0) if math.isfinite(p) else 0.0
+        w *= pe
+        w *= (1.0 - self.switching) / p
         if self.switching:
-            w = (1.0 - self.switching) * w + self.switching / w.size
-        self._posterior[b] = w
-        self._blends[b] = w @ self.grid
+            w += self.switching / w.size
+        self._blends[b] = np.dot(w, self.grid)
         self.n_observed[b] += 1
         return p
 

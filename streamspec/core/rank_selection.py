@@ -29,7 +29,7 @@ from streamspec.core.subspace import DENSE_SVD_MAX, project_triples, top_singula
 from streamspec.core.triples import Triples
 
 __all__ = ["select_rank", "resolve_rank", "max_rank", "rank_candidates", "MODEL_FLOATS_MAX", "SCORE_BUDGET",
-           "RANK_CHOSEN_ON", "with_metadata"]
+           "RANK_CHOSEN_ON", "with_metadata", "near_rank"]
 
 MODEL_FLOATS_MAX = 1 << 23  # a candidate model holds n · k² floats: at most this many (64 MiB)
 SCORE_BUDGET = 1.5e8  # context × symbol × rank products spent on scoring (~1.5 s)
@@ -140,7 +140,9 @@ def resolve_rank(estimator, triples: Triples, init=None) -> tuple[int, dict[int,
     An integer rank as it is. ``"auto"``: :func:`select_rank` with the estimator's window,
     floor and seed; in a refit (``init``, a previous model) the previous rank, so that the
     refit can start from its solution, until the counts have doubled since it was chosen
-    (the model's metadata ``rank_chosen_on``), then chosen again. ``metadata`` is what the
+    (the model's metadata ``rank_chosen_on``), then chosen again, first among the ranks up to
+    :func:`near_rank` of the previous one (all of them when the best is the largest of
+    those: a choice costs its largest rank's SVD and projection). ``metadata`` is what the
     fitted model should carry (``{}`` for an integer rank). O(1), or the cost of
     :func:`select_rank`.
 
@@ -159,9 +161,27 @@ def resolve_rank(estimator, triples: Triples, init=None) -> tuple[int, dict[int,
         return int(previous), {}, ({} if chosen_on != chosen_on else {RANK_CHOSEN_ON: f"{chosen_on:.0f}"})
     window = estimator.window if estimator.filter == "window" else 2
     seed = getattr(estimator, "random_state", 0)
-    k, scores = select_rank(triples, min_proba=estimator.min_proba, window=window,
-                            random_state=0 if seed is None else seed)
+    kwargs = {"min_proba": estimator.min_proba, "window": window,
+              "random_state": 0 if seed is None else seed}
+    cap = max_rank(triples.n)
+    if isinstance(previous, int | np.integer) and near_rank(int(previous)) < cap:
+        # why: the SVD and the projection at the largest rank are most of a selection; a
+        # rechoice tries the ranks up to about twice the previous one, and all of them
+        # only when the best is the largest tried
+        k, scores = select_rank(triples, k_max=near_rank(int(previous)), **kwargs)
+        if not scores or k < max(scores):
+            return k, scores, {RANK_CHOSEN_ON: f"{triples.total:.0f}"}
+    k, scores = select_rank(triples, **kwargs)
     return k, scores, {RANK_CHOSEN_ON: f"{triples.total:.0f}"}
+
+
+def near_rank(previous: int) -> int:
+    """The largest rank a rechoice of the rank tries first, after ``previous``: 2k + 4. O(1).
+
+    >>> near_rank(6), near_rank(64)
+    (16, 132)
+    """
+    return 2 * previous + 4
 
 
 def with_metadata(model: ObservableOperatorModel, state, metadata: dict[str, str]) -> ObservableOperatorModel:

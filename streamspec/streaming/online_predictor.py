@@ -31,6 +31,7 @@ __all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS", "UNSEEN"]
 
 ROW_CACHE_FLOATS = 1 << 22  # rows kept per model (floats: 32 MiB)
 _CONTEXTS_KEPT = 1 << 18  # trigram contexts remembered (then forgotten all at once)
+_STATES_KEPT = 1 << 14  # window states of prefixes remembered (≤ 2¹⁴ · d floats; then forgotten at once)
 TOP = 32  # argmax: candidates per part before the exact bound is checked
 OWN_CUT = 0.25  # argmax: the model's own candidates are above this fraction of its row's maximum
 
@@ -51,6 +52,7 @@ class _Rows:
         self.T = None if hmm is None else np.ascontiguousarray(hmm.transmat_)
         self._tops = None  # the top symbols of each part, for argmax (made on first use)
         self._C = None  # the model's rows C[x] = b∞ᵀ B_x as columns, for its own rows (on first use)
+        self._states: dict[tuple[int, ...], np.ndarray] = {}  # window states of contexts' prefixes
 
     def _get(self, key, make):
         row = self._cache.get(key)
@@ -66,13 +68,18 @@ class _Rows:
 
     def own(self, digits: tuple[int, ...]) -> np.ndarray:
         """The model's own row after the known symbols ``digits`` (oldest first). O(n · d) once."""
-        return self._get(("own", digits), lambda: self._own_row(digits))
+        return self._get(("own", digits), lambda: self._own_entry(digits))[0]
+
+    def _own_entry(self, digits: tuple[int, ...]) -> list:
+        """``[row, top symbols, bound]`` of a context, its top (:meth:`own_top`) made on first use."""
+        return [self._own_row(digits), None, 0.0]
 
     def _own_row(self, digits: tuple[int, ...]) -> np.ndarray:
         """``model.predict_from_state(model.state_for(digits))`` as a backoff's component (clipped,
         renormalised), in a few vector operations: new contexts are met at most symbols of a
         large alphabet, and the checks and chunking of the model's batch methods cost more than
-        the O(n · d) product. O(w · d² + n · d)."""
+        the O(n · d) product. O(w · d² + n · d), the state after all but the last symbol
+        cached (:meth:`_state`)."""
         model = self.model
         if model.backoff is None:
             return model.predict_from_state(model.state_for(np.asarray(digits, dtype=np.int64)))
@@ -83,13 +90,7 @@ class _Rows:
             self._absbinf = np.abs(model.binf)
         if model.filter == "window":
             digits = digits[max(0, len(digits) - model.window):]
-        state, binf, B = model.b1, model.binf, model.B
-        for x in digits:  # filters.update_state, one symbol at a time
-            v = B[x] @ state
-            z, fb = float(binf @ v), float(self._absbinf @ np.abs(v))
-            fb = fb if fb > 0 else 1.0
-            state = v / (z if z > 1e-12 * fb else fb)
-        q = np.dot(state, self._C)
+        q = np.dot(self._state(digits), self._C)
         np.maximum(q, 0.0, out=q)
         total = q.sum()
         if total > 0:
@@ -97,19 +98,39 @@ class _Rows:
             return q
         return np.full(self.n, 1.0 / self.n)
 
+    def _state(self, digits: tuple[int, ...]) -> np.ndarray:
+        """The window filter's state after ``digits`` from ``b1`` (filters.update_state, one symbol
+        at a time); the states of prefixes are cached (at most :data:`_STATES_KEPT`, then
+        forgotten at once), so a new context of w symbols costs one update. O(d²)."""
+        model = self.model
+        if not digits:
+            return model.b1
+        prefix = digits[:-1]
+        prev = self._states.get(prefix) if prefix else model.b1
+        if prev is None:
+            prev = self._state(prefix)
+            if len(self._states) >= _STATES_KEPT:
+                self._states.clear()
+            self._states[prefix] = prev
+        v = model.B[digits[-1]] @ prev
+        z, fb = float(model.binf @ v), float(self._absbinf @ np.abs(v))
+        fb = fb if fb > 0 else 1.0
+        return v / (z if z > 1e-12 * fb else fb)
+
     def own_top(self, digits: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, float]:
         """The model's own row after ``digits``, its most probable symbols (those above
         :data:`OWN_CUT` of its maximum, or the :data:`TOP` largest) and a bound on every other symbol, for
         :meth:`OnlinePredictor.argmax`.
         O(n · d) once per context (the row), O(n) once more (its top)."""
-        def make():
-            row = self.own(digits)
+        entry = self._get(("own", digits), lambda: self._own_entry(digits))
+        if entry[1] is None:
+            row = entry[0]
             thr = OWN_CUT * float(row.max())  # every symbol not above it is bounded by it
             idx = np.flatnonzero(row > thr)
             if idx.size > TOP:  # a flat row: its TOP largest instead
                 idx, thr = _top(row, TOP)
-            return row, idx, float(thr)
-        return self._get(("top", digits), make)
+            entry[1], entry[2] = idx, float(thr)
+        return entry[0], entry[1], entry[2]
 
     def trigram(self, u: int, v: int) -> np.ndarray:
         """The trigram's row after ``(u, v)``. O(n + entries) once."""
@@ -157,9 +178,9 @@ def _top(p: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _floats(entry) -> int:
-    """Floats held by a cache entry: a row, or a tuple of arrays and numbers. O(1)."""
-    if isinstance(entry, tuple):
-        return sum(e.size for e in entry if isinstance(e, np.ndarray))  # shared rows counted twice: a bound
+    """Floats held by a cache entry: a row, or an own row with its top. O(1)."""
+    if isinstance(entry, list):  # an own row and its top (at most TOP more, filled in later)
+        return entry[0].size
     return entry.size
 
 
@@ -312,11 +333,12 @@ class OnlinePredictor(BatchObservation):
         own, backoff = self._own(window), self.model.backoff
         if backoff is None:
             return own
-        lam = self.mixture.blend(self._rows.context(u, v)[3]).tolist()
+        top, mid, _, bucket = self._rows.context(u, v)
+        lam = self.mixture.blend(bucket).tolist()
         j = int(backoff.use_model)
         if backoff.hmm is not None:  # the weight folded into the K-vector: one (K, n) product
             out = (lam[j + 1] * state) @ backoff.hmm.emissionprob_
-            out += lam[j] * self._rows.trigram(u, v)
+            _add_trigram(out, backoff.trigram, top, mid, lam[j])
         else:
             out = lam[j] * self._rows.trigram(u, v)
         if j:
@@ -402,6 +424,18 @@ class OnlinePredictor(BatchObservation):
 
     def __len__(self) -> int:
         return len(self._codes)
+
+
+def _add_trigram(out: np.ndarray, trigram, top: int, mid: int, lam: float) -> None:
+    """``out += lam · trigram.row1(context)`` without making the row: the lower level scaled
+    in one pass, the context's direct terms added where they are. O(n + entries)."""
+    g3, g2, top_next, top_direct, mid_next, mid_direct, unigram = trigram.tables(top, mid)
+    low = trigram.unigram_of() if unigram else trigram.continuation_of()
+    out += (lam * g3 * (1.0 if unigram else g2)) * low
+    if mid_next.size:
+        out[mid_next] += (lam * g3) * mid_direct
+    if top_next.size:
+        out[top_next] += lam * top_direct
 
 
 def _pruned_argmax(trigram, rows: _Rows, top: int, mid: int, lam: np.ndarray,

@@ -1,0 +1,89 @@
+"""OnlinePredictor's fast paths against the backoff's batch definition, on a large alphabet.
+
+The online predictor computes each stream's mixed row from cached pieces (own rows from
+cached prefix states, the trigram's terms added in place, weights folded into the HMM's
+state) and its argmax from candidates and a bound; these tests recompute every row from
+the model's public batch methods (:meth:`Backoff.walk` for the weights learned along the
+stream, :meth:`Backoff.rows`, :meth:`ObservableOperatorModel.predict_from_state`) and hold
+the fast paths to it, symbol by symbol, for random streams.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamspec import MomentAccumulator, SpectralEstimator
+from streamspec.core.backoff import Backoff, contexts_of
+from streamspec.core.hmm import HMM
+from streamspec.core.mixture import ExpertMixture
+from streamspec.streaming import online_predictor as op
+from streamspec.streaming.online_predictor import OnlinePredictor
+
+N = 3 * 4 * op.TOP  # above 4 · TOP symbols: the pruned argmax is used
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    x = HMM.random(6, N, random_state=4, concentration=0.05).sample(60_000, random_state=5)
+    acc = MomentAccumulator(n_symbols=N)
+    for t in range(0, x.size, 200):
+        acc.learn_many(x[t:t + 200].tolist(), key=t % 7)
+    return SpectralEstimator(rank=4).fit(acc), x
+
+
+def _with_model_part(model):
+    """The same model with its own rows a component (the held-out choice may drop them)."""
+    b = model.backoff
+    if b.use_model:
+        return model
+    return model.with_backoff(Backoff(b.trigram, ExpertMixture(len(b.components) + 1), b.hmm,
+                                      use_model=True))
+
+
+@pytest.mark.parametrize("own_part", [True, False])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rows_and_argmax_equal_the_batch_definition(fitted, own_part, seed, monkeypatch):
+    model, x = fitted
+    settled, real = [], op._pruned_argmax
+    monkeypatch.setattr(op, "_pruned_argmax", lambda *a, **k: settled.append(real(*a, **k)) or settled[-1])
+    model = _with_model_part(model) if own_part else model
+    b = model.backoff
+    rng = np.random.default_rng(seed)
+    start = int(rng.integers(0, x.size - 400))
+    seq = x[start:start + 300].copy()
+    seq = np.where(rng.random(seq.size) < 0.2, rng.integers(0, N, seq.size), seq)
+    online = OnlinePredictor(window=model.window)
+    online.set_model(model)
+    # the definition: the weights learned along the sequence, the rows from the batch methods
+    own = np.array([model.predict_from_state(model.state_for(seq[max(0, t - model.window):t]))
+                    for t in range(seq.size + 1)])
+    walk = b.walk(seq, own[np.arange(seq.size), seq] if b.use_model else None)
+    u, v = contexts_of(seq)
+    states = b.hmm_states(seq)
+    ref = b.rows(u, v, states, own, walk.blends)
+    for t in range(seq.size + 1):
+        row = online.row("s")
+        np.testing.assert_allclose(row, ref[t], rtol=1e-9, atol=1e-15)
+        best = online.argmax("s")
+        assert best[0] == int(ref[t].argmax()) and best[1] == pytest.approx(ref[t].max(), rel=1e-9)
+        if t < seq.size:
+            p = online.observe("s", int(seq[t]))
+            assert p == pytest.approx(walk.probs[t], rel=1e-9)
+    assert len(settled) == seq.size + 1 and sum(r is not None for r in settled) > seq.size // 2
+    assert online.loss == pytest.approx(-np.log(walk.probs).sum(), rel=1e-9)
+
+
+def test_cached_prefix_states_do_not_leak_between_contexts(fitted):
+    """The own row of (a, b) must not reuse the state cached for another prefix: every
+    context's row equals the model's own, whatever order the contexts are met in."""
+    model, _ = fitted
+    rows = op._Rows(_with_model_part(model), model.window, 1 << 20)
+    rng = np.random.default_rng(7)
+    pairs = [tuple(int(s) for s in rng.integers(0, N, 2)) for _ in range(60)] + [(3,), ()]
+    for digits in pairs + pairs[::-1]:
+        want = model.predict_from_state(model.state_for(np.array(digits, dtype=np.int64)))
+        np.testing.assert_allclose(rows.own(digits), want, rtol=1e-10, atol=1e-15)
+        row, idx, bound = rows.own_top(digits)
+        rest = np.setdiff1d(np.arange(N), idx)
+        assert row[idx].min() >= bound >= row[rest].max()  # the top and its bound are exact
