@@ -320,7 +320,7 @@ def serial_count(paths: Sequence[str | os.PathLike], fmt: RecordFormat) -> Momen
     """
     from .files import FileSource
 
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)  # triples, as the chunks count
     for rec, _ in FileSource([os.fspath(p) for p in paths], fmt):
         if rec.symbol is not None:
             acc.learn_one(rec.symbol, rec.key)

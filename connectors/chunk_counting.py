@@ -74,7 +74,7 @@ class ChunkResult:
 
 
 def new_chunk_accumulator(alphabet: Sequence[Hashable] | None) -> MomentAccumulator:
-    acc = MomentAccumulator(track_heads=True)
+    acc = MomentAccumulator(track_heads=True, window=1)  # chunks count triples (learn: --workers)
     if alphabet is not None:
         acc.alphabet.add_labels(alphabet)
     return acc
@@ -427,7 +427,7 @@ def _count_unicode_chars(
 def _relabelled_counts(idx: np.ndarray, new_labels: list, key: Hashable) -> MomentAccumulator:
     """Counts of the index sequence ``idx`` of stream ``key``, labelled ``new_labels``."""
     n = len(new_labels)
-    fixed = MomentAccumulator(n_symbols=max(1, n), track_heads=True)
+    fixed = MomentAccumulator(n_symbols=max(1, n), track_heads=True, window=1)
     fixed.learn_many(idx, key=key)
     _, _, header, arrays = fixed.to_checkpoint()
     header = dict(header, n_symbols=None, labels=[encode_value(s) for s in new_labels])

@@ -99,7 +99,7 @@ _SAVE_INTERVAL = 60.0  # learn --follow --out: seconds between periodic model sa
 def _one_pass(args) -> bool:
     """Whether ``learn`` reads its files once with nothing to resume or cap (chunked counting)."""
     return (not args.follow and not args.state and (args.mode or "sliding") == "sliding"
-            and args.max_symbols is None and args.window in (None, 1))
+            and args.max_symbols is None and args.window in (None, 1, "auto"))
 
 
 def _check_outputs(args) -> None:
@@ -141,6 +141,7 @@ def _learn(args) -> int:
         check_estimator_settings(args)
     _new_accumulator(args)  # a bad --window (for --mode, --max-symbols) before anything is read
     check_input_files(args, fmt)
+    args._asked_workers = wants_backfill(args)
     if not wants_backfill(args) and _one_pass(args):
         # nothing to follow or resume: counting by chunks gives the same counts as reading
         # record by record, 10 to 50 times faster (docs/benchmarks.md, "learn --workers")
@@ -194,7 +195,21 @@ def _learn_by_chunks(args, fmt, report) -> int:
         raise CommandError(str(exc)) from None
     except (ValueError, ImportError) as exc:
         raise CommandError(str(exc), status=2) from None
-    return _counted(args, result.acc, result.records, report)
+    acc = result.acc
+    if args.window in (None, "auto") and args.window != 1:
+        from streamspec.core.windows import auto_window
+
+        L = auto_window(acc.n)
+        if L > 1:  # the chunks count triples; this alphabet needs windows: count again
+            log = logging.getLogger("streamspec.learn")
+            (log.warning if args._asked_workers else log.info)(
+                "event=window-recount symbols=%d window=%d (chunks count triples; an alphabet "
+                "under 128 symbols is counted again record by record with windows of %d; "
+                "--window 1 keeps the chunks' triples)", acc.n, L, L)
+            args.workers = args.dask = None
+            return _learn_by_records(args, fmt, _malformed_report(args))
+        acc.window = "auto"  # what "auto" counts for this alphabet: triples, the same counts
+    return _counted(args, acc, result.records, report)
 
 
 def _counted(args, acc, records: int, report, fit: bool = True, scorer=None) -> int:

@@ -122,10 +122,12 @@ def add_estimator_options(p: argparse.ArgumentParser, defaults: bool) -> None:
                         "'<other>' (bounds memory on open vocabularies; default: no cap)")
     g.add_argument("--window", type=parse_window, metavar="L",
                    help="count windows of L symbols before and after every symbol, not only "
-                        "triples (L = 1, the default), so that the HMM of the predictor (and "
-                        "--states) can have more hidden states than the alphabet has symbols; "
-                        "'auto': the smallest L with n^L >= 128 for n symbols (1 from 128 "
-                        "symbols on). L >= 2 is counted record by record (no --workers/--dask); "
+                        "triples (L = 1), so that the HMM of the predictor (and --states) can "
+                        "have more hidden states than the alphabet has symbols; 'auto' (the "
+                        "default): the smallest L with n^L >= 128 for n symbols (1, triples, "
+                        "from 128 symbols on). L >= 2 is counted record by record: with "
+                        "--workers/--dask only 1 or auto, whose files are counted in chunks and, "
+                        "when their alphabet has under 128 symbols, again record by record; "
                         "at most 4,095 symbols at L = 2, 511 at L = 3")
 
 
@@ -311,9 +313,11 @@ def backfill_result_from_args(args: argparse.Namespace, fmt: Any,
     mode = getattr(args, "mode", None) or "sliding"
     if mode != "sliding":
         raise ValueError(f"--dask/--workers count in sliding mode only, not --mode {mode}")
-    if getattr(args, "window", None) not in (None, 1):
+    if getattr(args, "window", None) not in (None, 1, "auto"):
         raise ValueError(f"--dask/--workers count triples only, not --window {args.window}: "
-                         f"count windows serially (without --dask/--workers)")
+                         f"count windows serially (without --dask/--workers), or give "
+                         f"--window auto (the default: files whose alphabet needs windows, "
+                         f"under 128 symbols, are then counted again serially)")
     if getattr(args, "max_symbols", None) is not None:
         raise ValueError("--dask/--workers count chunks independently: they cannot be combined "
                          "with --max-symbols (which symbols fit the cap depends on the order); "
