@@ -129,7 +129,7 @@ class MomentAccumulator(CountBuffer, StartCounting, WindowedStreams, Accumulator
 
     Examples
     --------
-    >>> acc = MomentAccumulator(n_symbols=3)
+    >>> acc = MomentAccumulator(n_symbols=3, window=1)    # triples ("auto" would count 11-grams)
     >>> acc.learn_many([0, 1, 2, 0, 1], key="a")
     >>> for x in [2, 2, 1]:
     ...     _ = acc.learn_one(x, key="b")
@@ -148,6 +148,8 @@ class MomentAccumulator(CountBuffer, StartCounting, WindowedStreams, Accumulator
 
     >>> words = MomentAccumulator()
     >>> words.learn_many("abracadabra")
+    >>> words.current_window, words.end()  # 5 symbols: windows of 4 (counted up to its end)
+    (4, None)
     >>> words.symbols
     ['a', 'b', 'r', 'c', 'd']
     >>> int(words.counts()[words.symbols.index("r"), 0, 1])   # "b r a": x1=b, x2=r, x3=a
@@ -427,7 +429,7 @@ class MomentAccumulator(CountBuffer, StartCounting, WindowedStreams, Accumulator
 
         Examples
         --------
-        >>> acc = MomentAccumulator()
+        >>> acc = MomentAccumulator(window=1)
         >>> acc.learn_many("abcabc")
         >>> t = acc.triples()
         >>> t.nnz, t.total

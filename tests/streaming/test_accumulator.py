@@ -341,7 +341,7 @@ def test_concat_of_consecutive_pieces_is_exact_and_associative(events, data):
 
 
 def test_concat_with_labels_and_checkpoint(tmp_path):
-    first, second = MomentAccumulator(track_heads=True, window=1), MomentAccumulator(track_heads=True, window=1)
+    first, second = (MomentAccumulator(track_heads=True, window=1) for _ in range(2))
     first.learn_many(list("abra"), key="s")
     second.learn_many(list("cadabra"), key="s")
     second.save(tmp_path / "second.npz")

@@ -83,7 +83,7 @@ def test_merging_accumulators_of_disjoint_streams_adds_their_starts(events):
 @settings(max_examples=80, deadline=None)
 @given(events_st, st.integers(0, 60))
 def test_concat_of_consecutive_pieces_counts_only_real_starts(events, cut):
-    first, second = MomentAccumulator(track_heads=True, window=1), MomentAccumulator(track_heads=True, window=1)
+    first, second = (MomentAccumulator(track_heads=True, window=1) for _ in range(2))
     feed(first, events[:cut], runs=False)
     feed(second, events[cut:], runs=True)
     joined = first.concat(second)
