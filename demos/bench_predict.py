@@ -141,10 +141,11 @@ def best_time(fn, *args):
     return out, best
 
 
-def count(case: Case) -> tuple[MomentAccumulator, float]:
-    """The counts of the training sequences, one accumulator key per sequence, and the seconds."""
+def count(case: Case, window: int | str | None = None) -> tuple[MomentAccumulator, float]:
+    """The counts of the training sequences, one accumulator key per sequence, and the seconds
+    (``window``: the counts' window, ``None`` the accumulator's default, ``"auto"``)."""
     t0 = time.process_time()
-    acc = MomentAccumulator(n_symbols=case.n)
+    acc = MomentAccumulator(n_symbols=case.n, **({} if window is None else {"window": window}))
     for i, seq in enumerate(case.train):
         acc.learn_many(seq, key=i)
     acc.triples()  # merge the buffered counts inside the timed part
@@ -264,7 +265,9 @@ def run_case(case: Case, args) -> dict:
     r["unigram"] = NGramModel(case.n, order=0, alpha=0.5).fit(case.train).log_loss(case.test)
     for order, key in ((1, "kn2"), (2, "kn3")):
         r[key] = KneserNeyNGram(case.n, order=order, discount=DISCOUNT).fit(case.train).log_loss(case.test)
-    acc, r["count"] = count(case)
+    acc, r["count"] = count(case, args.count_window)
+    r["count_window"] = acc.current_window
+    say(f"counted at window {acc.current_window}")
     for name in ESTIMATORS:
         r[name] = fit_default(name, acc, case.test)
         say(f"{name} default {r[name]['loss']:.4f} ({r[name]['fit']:.2f} s), KN trigram {r['kn3']:.4f}")
@@ -437,6 +440,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--baseline-checkout", type=Path, default=None,
                     help="a checkout of the previous version (commit 0793dc7): its defaults are "
                          "fitted in a subprocess for the fit-cost aim")
+    ap.add_argument("--count-window", type=lambda v: v if v == "auto" else int(v), default=None,
+                    help="the counts' window L (default: MomentAccumulator's, 'auto'; 1: triples, "
+                         "the default before issue 19)")
     ap.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
     ap.add_argument("--from-json", type=Path, default=None,
                     help="print the tables of a run saved with --json (nothing is fitted)")
