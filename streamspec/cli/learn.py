@@ -152,15 +152,19 @@ def _learn(args) -> int:
     return _learn_by_records(args, fmt, report)
 
 
-def _recount_report(args) -> Any:
-    """The malformed-line report of a second read of the same files: its summary and limit as
-    usual, but not each line again (the first read named them). O(1)."""
-    from connectors.malformed import MalformedReport
-
-    quiet = logging.getLogger("streamspec.learn.recount")
-    if not quiet.filters:
-        quiet.addFilter(lambda record: "event=skipped" not in record.getMessage())
-    return MalformedReport(args.max_malformed, what="lines", logger=quiet)
+def _count_windows(args, fmt, labels: list, L: int) -> Any:
+    """The second pass of ``--window auto`` by chunks: the files' windows of ``L`` symbols, the
+    alphabet ``labels`` (of the first pass) given, so that every chunk has it whole and the
+    chunks join exactly (``concat``). Its malformed lines were reported by the first pass.
+    Time of the first pass, times about L for the grams. O(distinct grams) memory."""
+    log = logging.getLogger("streamspec.learn")
+    log.info("event=window-pass symbols=%d window=%d (the chunks counted triples; an alphabet "
+             "under 128 symbols is counted again with windows; --window 1 keeps the triples)",
+             len(labels), L)
+    try:
+        return backfill_result_from_args(args, fmt, alphabet=labels, window=L).acc
+    except (ValueError, ImportError) as exc:
+        raise CommandError(str(exc), status=2) from None
 
 
 def _malformed_report(args) -> Any:
@@ -211,15 +215,10 @@ def _learn_by_chunks(args, fmt, report) -> int:
         from streamspec.core.windows import auto_window
 
         L = auto_window(acc.n)
-        if L > 1:  # the chunks count triples; this alphabet needs windows: count again
-            log = logging.getLogger("streamspec.learn")
-            (log.warning if args._asked_workers else log.info)(
-                "event=window-recount symbols=%d window=%d (chunks count triples; an alphabet "
-                "under 128 symbols is counted again record by record with windows of %d; "
-                "--window 1 keeps the chunks' triples)", acc.n, L, L)
-            args.workers = args.dask = None
-            return _learn_by_records(args, fmt, _recount_report(args))
-        acc.window = "auto"  # what "auto" counts for this alphabet: triples, the same counts
+        if L > 1:  # the chunks counted triples, this alphabet needs windows: count them now
+            acc = _count_windows(args, fmt, acc.symbols, L)
+        acc.window = "auto"  # what "auto" counts for this alphabet, the same counts
+        acc._set_level(acc.current_window)
     return _counted(args, acc, result.records, report)
 
 

@@ -154,3 +154,41 @@ def _plain(text: str) -> MomentAccumulator:
     acc = MomentAccumulator(window=1)
     acc.learn_many(text)
     return acc
+
+
+def test_learn_by_chunks_counts_the_auto_window_exactly(dna, tmp_path, caplog):
+    # the default (auto) by chunks, with --workers or without: the first pass counts triples,
+    # a 4-symbol alphabet is then counted again with windows of 4, every chunk with the alphabet
+    serial = tmp_path / "serial.ckpt"
+    assert main(["learn", str(dna), "--state", str(serial), "--no-fit"]) == 0  # record by record
+    from connectors.state import SourceState
+
+    want = SourceState.load(serial).acc
+    assert want.window == "auto" and want.current_window == 4
+    for flags in ([], ["--workers", "2", "--chunk-mb", "1"]):
+        out = tmp_path / "chunks.ckpt"
+        with caplog.at_level(logging.INFO, logger="streamspec.learn"):
+            assert main(["learn", str(dna), "--counts", str(out), "--no-fit", *flags]) == 0
+        assert "event=window-pass symbols=4 window=4" in caplog.text
+        got = MomentAccumulator.load(out)
+        assert got.window == "auto" and got.current_window == 4 and got.symbols == want.symbols
+        assert got.windows() == want.windows() and got.n_triples == want.n_triples
+        caplog.clear()
+
+
+def test_learn_by_chunks_keeps_triples_for_a_large_alphabet(tmp_path, caplog):
+    rng = np.random.default_rng(3)
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(" ".join(f"w{int(i)}" for i in rng.zipf(1.5, 12) % 400)
+                               for _ in range(2_000)) + "\n")
+    auto, plain = tmp_path / "auto.ckpt", tmp_path / "plain.ckpt"
+    with caplog.at_level(logging.INFO, logger="streamspec.learn"):
+        assert main(["learn", str(words), "--encoding", "tokens", "--workers", "2", "--counts",
+                     str(auto), "--no-fit"]) == 0
+    assert "event=window-pass" not in caplog.text  # one pass: auto is L = 1 here
+    assert main(["learn", str(words), "--encoding", "tokens", "--window", "1", "--workers", "2",
+                 "--counts", str(plain),
+                 "--no-fit"]) == 0
+    a, p = MomentAccumulator.load(auto), MomentAccumulator.load(plain)
+    assert a.n >= 128 and a.window == "auto" and a.current_window == 1 and p.window == 1
+    assert a.triples() == p.triples() and a.symbols == p.symbols
