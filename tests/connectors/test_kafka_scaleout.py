@@ -68,7 +68,7 @@ class Daemon:
             "--session-timeout-ms", "2000",
             "--heartbeat-interval-ms", str(GROUP_SETTINGS["heartbeat_interval_ms"]),
             "--max-poll-interval-ms", str(GROUP_SETTINGS["max_poll_interval_ms"]),
-            "--poll-timeout-ms", "100", "--metrics-port", "0", *extra,
+            "--poll-timeout-ms", "100", "--metrics-port", "0", "--window", "1", *extra,
         ]
         self.proc = spawn(cmd, self.log)
         self._port: int | None = None
