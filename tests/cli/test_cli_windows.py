@@ -75,7 +75,7 @@ def test_learn_window_auto_is_the_default_and_window_one_counts_triples(dna, tmp
 @pytest.mark.parametrize("flags, message", [
     (["--window", "11"], "window must be an integer in 1..10"),
     (["--window", "0"], "window must be an integer in 1..10"),
-    (["--window", "2", "--workers", "2"], "--dask/--workers count triples only"),
+    (["--window", "2", "--workers", "2"], "--dask/--workers take --window 1 or auto only"),
     (["--window", "1", "--states", "6"], "--window auto"),  # more states than symbols, as triples
 ])
 def test_learn_refuses_bad_windows_in_one_line(dna, tmp_path, capsys, flags, message):
