@@ -103,7 +103,7 @@ def new_topic(bootstrap: str, unique_name, partitions: int) -> tuple[str, str]:
 def reference(messages, fmt: RecordFormat | None = None) -> MomentAccumulator:
     """A MomentAccumulator fed the good records of ``messages`` directly, in order."""
     fmt = fmt or RecordFormat()
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)  # as the daemons of config() and daemon_cmd()
     for k, v in messages:
         try:
             records = parse_kafka(k, v, fmt)

@@ -77,7 +77,7 @@ class AccumulatorMerge:
         else:
             mapping = np.array([out._alphabet.index_of(s) for s in other._alphabet._labels],
                                dtype=np.int64)
-        if self.window == "auto":
+        if out.window == "auto":
             out._reduce_window(auto_window(out.n))
         elif out.n > max_symbols_for(out._L):
             raise ValueError(f"window {out._L} holds at most {max_symbols_for(out._L):,} symbols: "

@@ -139,3 +139,18 @@ def test_different_windows_merge_at_the_shorter_exactly_and_sequences_refuse():
     with pytest.raises(ValueError, match="mode 'sequences'.*count both at one window"):
         MomentAccumulator(n_symbols=3, mode="sequences", window=2).merge(
             MomentAccumulator(n_symbols=3, mode="sequences", window=1))
+
+
+def test_auto_merged_with_a_longer_integer_window_keeps_the_shorter_as_an_integer():
+    a = MomentAccumulator()  # 60 labels: auto is L = 2
+    a.learn_many([f"w{i % 60}" for i in range(300)], key=1)
+    b = MomentAccumulator(window=3)
+    b.learn_many([f"v{i % 100}" for i in range(300)], key=2)
+    merged = a.merge(b)  # 160 symbols: auto alone would go to L = 1, the integer 2 stays
+    assert (a.current_window, b.current_window) == (2, 3)
+    assert merged.window == 2 and merged.current_window == 2 and merged.n == 160
+    two = MomentAccumulator(window=2)  # b's stream counted at 2 from the start
+    two.learn_many([f"v{i % 100}" for i in range(300)], key=2)
+    # one gram more than b's marginal: the one window 2 completes on the open stream's end
+    assert two.windows().total == b.windows().marginal(2).total + 1
+    assert merged.windows().total == a.windows().total + two.windows().total
