@@ -31,6 +31,7 @@ from streamspec.cli.options import (
     wants_backfill,
 )
 from streamspec.cli.progress_bar import CountingBar
+from streamspec.core import defaults
 
 __all__ = ["register"]
 
@@ -141,7 +142,6 @@ def _learn(args) -> int:
         check_estimator_settings(args)
     _new_accumulator(args)  # a bad --window (for --mode, --max-symbols) before anything is read
     check_input_files(args, fmt)
-    args._asked_workers = wants_backfill(args)
     if not wants_backfill(args) and _one_pass(args):
         # nothing to follow or resume: counting by chunks gives the same counts as reading
         # record by record, 10 to 50 times faster (docs/benchmarks.md, "learn --workers")
@@ -211,13 +211,15 @@ def _learn_by_chunks(args, fmt, report) -> int:
     except (ValueError, ImportError) as exc:
         raise CommandError(str(exc), status=2) from None
     acc = result.acc
-    if args.window in (None, "auto") and args.window != 1:
+    if (args.window if args.window is not None else defaults.COUNT_WINDOW) == "auto":
         from streamspec.core.windows import auto_window
 
         L = auto_window(acc.n)
         if L > 1:  # the chunks counted triples, this alphabet needs windows: count them now
             acc = _count_windows(args, fmt, acc.symbols, L)
-        acc.window = "auto"  # what "auto" counts for this alphabet, the same counts
+        # the counts are those "auto" keeps for this alphabet (exact reductions end at L):
+        # the setting says so, so that merges and a resumed state go on as under "auto"
+        acc.window = "auto"
         acc._set_level(acc.current_window)
     return _counted(args, acc, result.records, report)
 
