@@ -128,6 +128,7 @@ def backfill_result(
     alphabet: Sequence[Hashable] | None = None,
     progress: Callable[[int, int], Any] | None = None,
     on_chunk: Callable[[ChunkResult], Any] | None = None,
+    window: int = 1,
 ) -> ChunkResult:
     """Like :func:`backfill`, but the whole :class:`ChunkResult` (counts, records, errors).
 
@@ -136,6 +137,8 @@ def backfill_result(
     ``on_chunk(result)`` sees the results in file order (local runs: each chunk's as
     soon as it and those before it are counted; Dask: the whole result at the end),
     e.g. to report malformed lines; an exception it raises stops the backfill.
+    ``window``: the counts' window L (:func:`~connectors.chunk_counting.count_chunk`; 1,
+    triples, by default; L ≥ 2 with the whole ``alphabet`` given).
     """
     if not isinstance(fmt, RecordFormat):
         raise ValueError(f"fmt must be a RecordFormat, got {type(fmt).__name__}")
@@ -159,20 +162,20 @@ def backfill_result(
     seen = on_chunk or (lambda result: None)
     path = "dask" if scheduler is not None else "processes"
     if not chunks:
-        result = ChunkResult(new_chunk_accumulator(alphabet))
+        result = ChunkResult(new_chunk_accumulator(alphabet, window))
     elif scheduler is not None:
-        result = _run_dask(chunks, fmt, alphabet, scheduler, n_workers)
+        result = _run_dask(chunks, fmt, alphabet, scheduler, n_workers, window)
         seen(result)
     else:
         workers, why = pool_size(chunks, n_workers)
         if workers > 1:
             path = f"{workers} processes"
-            result = _run_pool(chunks, fmt, alphabet, workers, report, total, seen)
+            result = _run_pool(chunks, fmt, alphabet, workers, report, total, seen, window)
         else:
             path = f"serial ({why})"
             results, done = [], 0
             for c in chunks:
-                results.append(count_chunk(c, fmt, alphabet))
+                results.append(count_chunk(c, fmt, alphabet, window))
                 seen(results[-1])
                 done += _chunk_size(c)
                 report(done, total)
@@ -320,7 +323,7 @@ def serial_count(paths: Sequence[str | os.PathLike], fmt: RecordFormat) -> Momen
     """
     from .files import FileSource
 
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)  # triples, as the chunks count
     for rec, _ in FileSource([os.fspath(p) for p in paths], fmt):
         if rec.symbol is not None:
             acc.learn_one(rec.symbol, rec.key)
@@ -331,14 +334,14 @@ def serial_count(paths: Sequence[str | os.PathLike], fmt: RecordFormat) -> Momen
 
 def _run_pool(chunks: list[Chunk], fmt: RecordFormat, alphabet, workers: int,
               report: Callable[[int, int], Any], total: int,
-              seen: Callable[[ChunkResult], Any]) -> ChunkResult:
+              seen: Callable[[ChunkResult], Any], window: int = 1) -> ChunkResult:
     import multiprocessing
     from concurrent.futures import as_completed
 
     # spawn: the caller may run threads (a Dask client, a daemon), which fork would copy locked
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
     try:
-        futures = [pool.submit(count_chunk, c, fmt, alphabet) for c in chunks]
+        futures = [pool.submit(count_chunk, c, fmt, alphabet, window) for c in chunks]
         index = {f: i for i, f in enumerate(futures)}
         done, shown = 0, 0
         for f in as_completed(futures):
@@ -357,7 +360,7 @@ def _run_pool(chunks: list[Chunk], fmt: RecordFormat, alphabet, workers: int,
 
 
 def _run_dask(chunks: list[Chunk], fmt: RecordFormat, alphabet, scheduler: Any,
-              n_workers: int | None) -> ChunkResult:
+              n_workers: int | None, window: int = 1) -> ChunkResult:
     distributed = _require_distributed()
     own_cluster = own_client = None
     if isinstance(scheduler, distributed.Client):
@@ -369,7 +372,8 @@ def _run_dask(chunks: list[Chunk], fmt: RecordFormat, alphabet, scheduler: Any,
                 dashboard_address=None)
         own_client = client = distributed.Client(scheduler)
     try:
-        futures = client.map(count_chunk, chunks, fmt=fmt, alphabet=alphabet, pure=False)
+        futures = client.map(count_chunk, chunks, fmt=fmt, alphabet=alphabet, window=window,
+                             pure=False)
         # the joins run on the workers too: a tree of tasks, in order
         top = reduce_in_order(futures, join=lambda a, b: client.submit(_join, a, b, pure=False))
         return top.result()

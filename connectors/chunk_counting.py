@@ -73,14 +73,17 @@ class ChunkResult:
                            samples[:_SAMPLES])
 
 
-def new_chunk_accumulator(alphabet: Sequence[Hashable] | None) -> MomentAccumulator:
-    acc = MomentAccumulator(track_heads=True)
+def new_chunk_accumulator(alphabet: Sequence[Hashable] | None, window: int = 1) -> MomentAccumulator:
+    """The empty counts of a chunk: triples (``window`` 1, the default) or windows of L symbols
+    (with the whole ``alphabet`` given, as ``learn`` does on its second pass). O(n)."""
+    acc = MomentAccumulator(track_heads=True, window=window)
     if alphabet is not None:
         acc.alphabet.add_labels(alphabet)
     return acc
 
 
-def count_chunk(chunk: Chunk, fmt: RecordFormat, alphabet: Sequence[Hashable] | None = None) -> ChunkResult:
+def count_chunk(chunk: Chunk, fmt: RecordFormat, alphabet: Sequence[Hashable] | None = None,
+                window: int = 1) -> ChunkResult:
     """Count the records of one chunk into a fresh accumulator (``track_heads=True``).
 
     Lines are parsed exactly as :class:`~connectors.files.FileSource` parses them
@@ -96,6 +99,9 @@ def count_chunk(chunk: Chunk, fmt: RecordFormat, alphabet: Sequence[Hashable] | 
     alphabet
         Labels to give the first indices, in this order (the others follow in order
         of first appearance).
+    window
+        The window L of the counts: 1 (default) counts triples; L ≥ 2 the (2L+1)-grams
+        (the labels' indices must stay below what L holds: give the whole alphabet).
 
     Examples
     --------
@@ -111,7 +117,7 @@ def count_chunk(chunk: Chunk, fmt: RecordFormat, alphabet: Sequence[Hashable] | 
     (0, {'bad-json': 1})
     >>> path.unlink()
     """
-    acc = new_chunk_accumulator(alphabet)
+    acc = new_chunk_accumulator(alphabet, window)
     result = ChunkResult(acc)
     errors: Counter[str] = Counter()
     parser = _parser_at(chunk, fmt)
@@ -122,12 +128,13 @@ def count_chunk(chunk: Chunk, fmt: RecordFormat, alphabet: Sequence[Hashable] | 
         if fast_chars:
             # non-ASCII text takes 4 bytes a character and more: counted in smaller pieces
             pieces = [block] if block.isascii() else list(_pieces(block, _UNICODE_PIECE))
-            counted = [_count_chars_block(piece, fmt, result.acc.symbols) for piece in pieces[:1]]
+            counted = [_count_chars_block(piece, fmt, result.acc.symbols, window)
+                       for piece in pieces[:1]]
             for piece in pieces[1:]:
                 if counted[-1] is None:
                     break
                 labels = counted[-1][0].symbols
-                counted.append(_count_chars_block(piece, fmt, labels))
+                counted.append(_count_chars_block(piece, fmt, labels, window))
             if all(c is not None for c in counted):
                 for block_acc, n_symbols, n_lines in counted:
                     result.acc = result.acc.concat(block_acc)
@@ -346,7 +353,7 @@ def _count_tokens_block(block: bytes, fmt: RecordFormat,
 
 
 def _count_chars_block(
-    block: bytes, fmt: RecordFormat, labels: list
+    block: bytes, fmt: RecordFormat, labels: list, window: int = 1
 ) -> tuple[MomentAccumulator, int, int] | None:
     """Vectorised count of a ``chars`` block with no oversized line, else None.
 
@@ -363,7 +370,7 @@ def _count_chars_block(
     if ends is None:
         return None
     if not block.isascii():
-        return _count_unicode_chars(block, fmt, labels, ends)
+        return _count_unicode_chars(block, fmt, labels, ends, window)
     table, delete = _chars_tables(fmt)
     arr = np.frombuffer(block, dtype=np.uint8)
     breaks = np.flatnonzero(arr == 10)
@@ -391,11 +398,11 @@ def _count_chars_block(
         for v in seen:
             lookup[v] = index[chr(v)]
         idx = lookup[np.frombuffer(symbols, dtype=np.uint8)]
-    return _relabelled_counts(idx, new_labels, fmt.key), len(symbols), int(ends.size)
+    return _relabelled_counts(idx, new_labels, fmt.key, window), len(symbols), int(ends.size)
 
 
 def _count_unicode_chars(
-    block: bytes, fmt: RecordFormat, labels: list, ends: np.ndarray
+    block: bytes, fmt: RecordFormat, labels: list, ends: np.ndarray, window: int = 1
 ) -> tuple[MomentAccumulator, int, int] | None:
     """:func:`_count_chars_block` for UTF-8 text that is not ASCII: by code point."""
     text = _block_text(block)
@@ -421,13 +428,15 @@ def _count_unicode_chars(
     to_index = np.fromiter((index[chr(c)] for c in uniq.tolist()), dtype=np.int64,
                            count=uniq.size)
     idx = to_index[np.searchsorted(uniq, cp)]
-    return _relabelled_counts(idx, new_labels, fmt.key), int(cp.size), int(ends.size)
+    return _relabelled_counts(idx, new_labels, fmt.key, window), int(cp.size), int(ends.size)
 
 
-def _relabelled_counts(idx: np.ndarray, new_labels: list, key: Hashable) -> MomentAccumulator:
-    """Counts of the index sequence ``idx`` of stream ``key``, labelled ``new_labels``."""
+def _relabelled_counts(idx: np.ndarray, new_labels: list, key: Hashable,
+                       window: int = 1) -> MomentAccumulator:
+    """Counts of the index sequence ``idx`` of stream ``key``, labelled ``new_labels`` (gram
+    codes and tail digits do not depend on the alphabet's size: only the header changes)."""
     n = len(new_labels)
-    fixed = MomentAccumulator(n_symbols=max(1, n), track_heads=True)
+    fixed = MomentAccumulator(n_symbols=max(1, n), track_heads=True, window=window)
     fixed.learn_many(idx, key=key)
     _, _, header, arrays = fixed.to_checkpoint()
     header = dict(header, n_symbols=None, labels=[encode_value(s) for s in new_labels])

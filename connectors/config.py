@@ -106,11 +106,14 @@ class DaemonConfig:
         are counted as the reserved symbol ``"<other>"``, so that the counts stay
         bounded on open vocabularies (see :class:`~streamspec.MomentAccumulator`).
     window
-        The window L of every partition's counts (``MomentAccumulator(window=L)``): 1 (the
-        default) counts triples; L >= 2 counts the (2L+1)-grams around each symbol, so that
-        the refits' HMM (the predictor's, and ``hmm_states``) can have more hidden states
-        than symbols; ``"auto"``: the smallest L with n^L >= 128 (1 from 128 symbols on;
-        sliding mode only). A partition checkpoint keeps the window it was counted with.
+        The window L of every partition's counts (``MomentAccumulator(window=L)``):
+        ``"auto"`` (the default, ``defaults.COUNT_WINDOW``): the smallest L with n^L >= 128
+        for the partition's alphabet so far (1, plain triples, from 128 symbols on; 1 in
+        sequences mode with a growing alphabet); 1 counts triples; L >= 2 counts the
+        (2L+1)-grams around each symbol, so that the refits' HMM (the predictor's, and
+        ``hmm_states``) can have more hidden states than symbols. A partition checkpoint
+        keeps the window it was counted with (files written before windows: 1); partitions
+        of different windows merge at the shortest of their windows (``MomentAccumulator.merge``).
     max_malformed
         When skipping malformed messages (dead letters) becomes failure, as for files
         (:mod:`connectors.malformed`): a count, a share ``"P%"`` or ``None``/``"none"``
@@ -240,7 +243,7 @@ class DaemonConfig:
     alphabet: tuple | None = None
     mode: str = "sliding"
     max_symbols: int | None = None
-    window: int | str = 1
+    window: int | str = defaults.COUNT_WINDOW
     hmm_states: int | None = None
     rank: int | str | None = None
     penalty: float | None = None
@@ -297,8 +300,6 @@ class DaemonConfig:
         if self.window != "auto" and (_bad_int(self.window, minimum=1) or self.window > MAX_WINDOW):
             raise ValueError(f"window must be 'auto' or an integer in 1..{MAX_WINDOW}, "
                              f"got {self.window!r}")
-        if self.window == "auto" and self.mode != "sliding":
-            raise ValueError("window 'auto' needs mode 'sliding' (give an integer window)")
         for name in ("max_symbols", "hmm_states"):
             if getattr(self, name) is not None and _bad_int(getattr(self, name), minimum=1):
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")

@@ -9,7 +9,7 @@ Examples
 --------
 >>> from connectors.records import Record
 >>> from streamspec.streaming.accumulator import MomentAccumulator
->>> acc = MomentAccumulator()
+>>> acc = MomentAccumulator(window=1)
 >>> learn_record(acc, [Record("u", "a"), Record("u", "b"), Record("u", "c")])
 3
 >>> acc.n_triples

@@ -38,7 +38,7 @@ Examples
 ...         return iter([(Record("u", s), None) for s in "abc"])
 ...     def stop(self):
 ...         self.stopped = True
->>> loop = IngestLoop(ListSource(), MomentAccumulator())
+>>> loop = IngestLoop(ListSource(), MomentAccumulator(window=1))
 >>> loop.run(), loop.records, loop.acc.n_triples
 (True, 3, 1.0)
 """

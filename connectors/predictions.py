@@ -7,7 +7,7 @@ the running log loss), then the stream's next symbol is predicted:
 Examples
 --------
 >>> from streamspec import MomentAccumulator, SpectralEstimator
->>> acc = MomentAccumulator()
+>>> acc = MomentAccumulator(window=1)
 >>> acc.learn_many(list("hthhthhhth") * 30)
 >>> p = StreamPredictor(SpectralEstimator(rank=2).fit(acc), version=1)
 >>> out = p.observe("user-1", "h")

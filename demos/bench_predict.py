@@ -143,10 +143,11 @@ def best_time(fn, *args):
     return out, best
 
 
-def count(case: Case, window: int | str = 1) -> tuple[MomentAccumulator, float]:
-    """The counts of the training sequences, one accumulator key per sequence, and the seconds."""
+def count(case: Case, window: int | str | None = None) -> tuple[MomentAccumulator, float]:
+    """The counts of the training sequences, one accumulator key per sequence, and the seconds
+    (``window``: the counts' window, ``None`` the accumulator's default, ``"auto"``)."""
     t0 = time.process_time()
-    acc = MomentAccumulator(n_symbols=case.n, window=window)
+    acc = MomentAccumulator(n_symbols=case.n, **({} if window is None else {"window": window}))
     for i, seq in enumerate(case.train):
         acc.learn_many(seq, key=i)
     acc.triples()  # merge the buffered counts inside the timed part
@@ -267,6 +268,8 @@ def run_case(case: Case, args) -> dict:
     for order, key in ((1, "kn2"), (2, "kn3")):
         r[key] = KneserNeyNGram(case.n, order=order, discount=DISCOUNT).fit(case.train).log_loss(case.test)
     acc, r["count"] = count(case, args.count_window)
+    r["count_window"] = acc.current_window
+    say(f"counted at window {acc.current_window}")
     for name in ESTIMATORS:
         r[name] = fit_default(name, acc, case.test)
         say(f"{name} default {r[name]['loss']:.4f} ({r[name]['fit']:.2f} s), KN trigram {r['kn3']:.4f}")
@@ -436,8 +439,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="comma-separated: synthetic," + ",".join(REAL_SETS) + " (default: all; "
                          "--quick: synthetic,chorales)")
     ap.add_argument("--skip-em", action="store_true", help="without hmmlearn's EM")
-    ap.add_argument("--count-window", default="1", help="the accumulator's window (1: triples, the "
-                    "default; L or 'auto': windows, the predictor's HMM fitted over them)")
     ap.add_argument("--skip-hmmest", action="store_true", help="without the HMMEstimator K=5/10/20 columns")
     ap.add_argument("--only", default=None,
                     help="comma-separated: only the synthetic sets whose name contains one of these "
@@ -446,13 +447,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--baseline-checkout", type=Path, default=None,
                     help="a checkout of the previous version (commit 0793dc7): its defaults are "
                          "fitted in a subprocess for the fit-cost aim")
+    ap.add_argument("--count-window", type=lambda v: v if v == "auto" else int(v), default=None,
+                    help="the counts' window L (default: MomentAccumulator's, 'auto'; 1: triples, "
+                         "the default before issue 19)")
     ap.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
     ap.add_argument("--from-json", type=Path, default=None,
                     help="print the tables of a run saved with --json (nothing is fitted)")
     args = ap.parse_args(argv)
     default = "synthetic,chorales" if args.quick else ",".join(("synthetic", *REAL_SETS))
     args.sets = [s.strip() for s in (args.sets or default).split(",") if s.strip()]
-    args.count_window = args.count_window if args.count_window == "auto" else int(args.count_window)
     args.only = [s.strip() for s in (args.only or "").split(",") if s.strip()]
     unknown = sorted(set(args.sets) - {"synthetic", *REAL_SETS})
     if unknown:

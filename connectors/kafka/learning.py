@@ -44,10 +44,9 @@ _CACHED_VALUE_BYTES = 64  # only short values are cached
 
 def new_accumulator(config: DaemonConfig) -> MomentAccumulator:
     """The empty counts of a partition read for the first time (of the configured window)."""
-    kwargs = {"window": config.window} if config.window != 1 else {}
     if config.max_symbols is None:
-        return MomentAccumulator(mode=config.mode, **kwargs)
-    return MomentAccumulator(mode=config.mode, max_symbols=config.max_symbols, **kwargs)
+        return MomentAccumulator(mode=config.mode, window=config.window)
+    return MomentAccumulator(mode=config.mode, max_symbols=config.max_symbols, window=config.window)
 
 
 class BatchLearner:

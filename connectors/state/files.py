@@ -30,6 +30,7 @@ Examples
 >>> store = StateStore(tempfile.mkdtemp())
 >>> st = PartitionState("clicks", 0)
 >>> st.acc.learn_many("abcab", key="u1")
+>>> st.acc.end("u1")  # window "auto": the grams around the last symbols count at the end
 >>> st.offset, st.records = 5, 5
 >>> _ = store.save(st)
 >>> back = store.load("clicks", 0)
@@ -470,7 +471,7 @@ def merge_accumulators(
 
     Examples
     --------
-    >>> a, b = MomentAccumulator(), MomentAccumulator()
+    >>> a, b = MomentAccumulator(window=1), MomentAccumulator(window=1)
     >>> a.learn_many("abab", key=1); b.learn_many("cbcb", key=2)
     >>> m = merge_accumulators([a, b], order=["c", "z"])
     >>> m.symbols, m.n_triples

@@ -54,6 +54,7 @@ Examples
 >>> from connectors.state.files import PartitionState
 >>> st = PartitionState("clicks", 2)
 >>> st.acc.learn_many("abcab", key="u1")
+>>> st.acc.end("u1")  # window "auto": the grams around the last symbols count at the end
 >>> st.offset, st.records = 5, 5
 >>> key, value, headers = encode_snapshot(st, owner="d1")
 >>> key, dict(headers)["source-offset"]

@@ -85,10 +85,12 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         (the mixture until the first fit with an HMM).
     count_window
         The window L of the counts (``MomentAccumulator(window=L)``; not ``window``, the
-        spectral model's filter): 1 (default) counts triples; L ≥ 2 or ``"auto"`` counts
-        the (2L+1)-grams around each symbol, and the HMM of the predictions is fitted over
+        spectral model's filter): ``"auto"`` (default,
+        :data:`streamspec.core.defaults.COUNT_WINDOW`) counts the (2L+1)-grams around each
+        symbol with the L the alphabet needs (L = 1, plain triples, from 128 symbols on;
+        see :class:`MomentAccumulator`), and the HMM of the predictions is fitted over
         them, so that it can have more states than the alphabet has symbols (up to 64
-        with ``n_states=None``; ``docs/math.md`` section 11).
+        with ``n_states=None``; ``docs/math.md`` section 11); 1 counts triples only.
 
     Attributes
     ----------
@@ -151,7 +153,7 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         max_symbols: int | None = None,
         n_states: int | None = None,
         predictor: str = "mixture",
-        count_window: int | str = 1,
+        count_window: int | str = defaults.COUNT_WINDOW,
     ):
         self.rank = rank
         self.estimator = estimator

@@ -31,6 +31,7 @@ from streamspec.cli.options import (
     wants_backfill,
 )
 from streamspec.cli.progress_bar import CountingBar
+from streamspec.core import defaults
 
 __all__ = ["register"]
 
@@ -99,7 +100,7 @@ _SAVE_INTERVAL = 60.0  # learn --follow --out: seconds between periodic model sa
 def _one_pass(args) -> bool:
     """Whether ``learn`` reads its files once with nothing to resume or cap (chunked counting)."""
     return (not args.follow and not args.state and (args.mode or "sliding") == "sliding"
-            and args.max_symbols is None and args.window in (None, 1))
+            and args.max_symbols is None and args.window in (None, 1, "auto"))
 
 
 def _check_outputs(args) -> None:
@@ -151,6 +152,21 @@ def _learn(args) -> int:
     return _learn_by_records(args, fmt, report)
 
 
+def _count_windows(args, fmt, labels: list, L: int) -> Any:
+    """The second pass of ``--window auto`` by chunks: the files' windows of ``L`` symbols, the
+    alphabet ``labels`` (of the first pass) given, so that every chunk has it whole and the
+    chunks join exactly (``concat``). Its malformed lines were reported by the first pass.
+    Time of the first pass, times about L for the grams. O(distinct grams) memory."""
+    log = logging.getLogger("streamspec.learn")
+    log.info("event=window-pass symbols=%d window=%d (the chunks counted triples; an alphabet "
+             "under 128 symbols is counted again with windows; --window 1 keeps the triples)",
+             len(labels), L)
+    try:
+        return backfill_result_from_args(args, fmt, alphabet=labels, window=L).acc
+    except (ValueError, ImportError) as exc:
+        raise CommandError(str(exc), status=2) from None
+
+
 def _malformed_report(args) -> Any:
     from connectors.malformed import MalformedReport
 
@@ -194,7 +210,18 @@ def _learn_by_chunks(args, fmt, report) -> int:
         raise CommandError(str(exc)) from None
     except (ValueError, ImportError) as exc:
         raise CommandError(str(exc), status=2) from None
-    return _counted(args, result.acc, result.records, report)
+    acc = result.acc
+    if (args.window if args.window is not None else defaults.COUNT_WINDOW) == "auto":
+        from streamspec.core.windows import auto_window
+
+        L = auto_window(acc.n)
+        if L > 1:  # the chunks counted triples, this alphabet needs windows: count them now
+            acc = _count_windows(args, fmt, acc.symbols, L)
+        # the counts are those "auto" keeps for this alphabet (exact reductions end at L):
+        # the setting says so, so that merges and a resumed state go on as under "auto"
+        acc.window = "auto"
+        acc._set_level(acc.current_window)
+    return _counted(args, acc, result.records, report)
 
 
 def _counted(args, acc, records: int, report, fit: bool = True, scorer=None) -> int:

@@ -122,11 +122,12 @@ def add_estimator_options(p: argparse.ArgumentParser, defaults: bool) -> None:
                         "'<other>' (bounds memory on open vocabularies; default: no cap)")
     g.add_argument("--window", type=parse_window, metavar="L",
                    help="count windows of L symbols before and after every symbol, not only "
-                        "triples (L = 1, the default), so that the HMM of the predictor (and "
-                        "--states) can have more hidden states than the alphabet has symbols; "
-                        "'auto': the smallest L with n^L >= 128 for n symbols (1 from 128 "
-                        "symbols on). L >= 2 is counted record by record (no --workers/--dask); "
-                        "at most 4,095 symbols at L = 2, 511 at L = 3")
+                        "triples (L = 1), so that the HMM of the predictor (and --states) can "
+                        "have more hidden states than the alphabet has symbols; 'auto' (the "
+                        "default): the smallest L with n^L >= 128 for n symbols (1, triples, "
+                        "from 128 symbols on). With --workers/--dask only 1 or auto: the chunks "
+                        "count triples, then, when the alphabet has under 128 symbols, its "
+                        "windows in a second pass; at most 4,095 symbols at L = 2, 511 at L = 3")
 
 
 def positive_int(text: str) -> int:
@@ -280,11 +281,13 @@ def wants_backfill(args: argparse.Namespace) -> bool:
 
 def backfill_result_from_args(args: argparse.Namespace, fmt: Any,
                               progress: Callable[[int, int], Any] | None = None,
-                              on_chunk: Callable[[Any], Any] | None = None) -> Any:
+                              on_chunk: Callable[[Any], Any] | None = None,
+                              alphabet: Any = None, window: int = 1) -> Any:
     """Run :func:`connectors.backfill.backfill_result` for parsed ``learn`` arguments.
 
     ``fmt`` is the record format; ``progress(done, total)`` gets the bytes counted so
-    far, ``on_chunk(result)`` the chunk results in file order.
+    far, ``on_chunk(result)`` the chunk results in file order; ``alphabet`` and ``window``:
+    a second pass over windows of L symbols once the first (triples) gave the alphabet.
     Returns the backfill's ``ChunkResult`` (counts, records, errors).
 
     Raises
@@ -311,9 +314,11 @@ def backfill_result_from_args(args: argparse.Namespace, fmt: Any,
     mode = getattr(args, "mode", None) or "sliding"
     if mode != "sliding":
         raise ValueError(f"--dask/--workers count in sliding mode only, not --mode {mode}")
-    if getattr(args, "window", None) not in (None, 1):
-        raise ValueError(f"--dask/--workers count triples only, not --window {args.window}: "
-                         f"count windows serially (without --dask/--workers)")
+    if getattr(args, "window", None) not in (None, 1, "auto"):
+        raise ValueError(f"--dask/--workers take --window 1 or auto only, not --window "
+                         f"{args.window}: count windows serially (without --dask/--workers), or "
+                         f"give --window auto (the default: the chunks count triples, then again "
+                         f"windows when the alphabet has under 128 symbols)")
     if getattr(args, "max_symbols", None) is not None:
         raise ValueError("--dask/--workers count chunks independently: they cannot be combined "
                          "with --max-symbols (which symbols fit the cap depends on the order); "
@@ -328,4 +333,4 @@ def backfill_result_from_args(args: argparse.Namespace, fmt: Any,
 
     return backfill_result(args.files, fmt, scheduler=getattr(args, "dask", None),
                            n_workers=workers, chunk_bytes=chunk_mb << 20, progress=progress,
-                           on_chunk=on_chunk)
+                           on_chunk=on_chunk, alphabet=alphabet, window=window)

@@ -36,7 +36,7 @@ from typing import Any
 
 __all__ = [
     "RANK", "WEIGHTING", "PENALTY", "FACTORIZATION", "FORMULATION", "MAX_OUTER_PROJECTED",
-    "MAX_OUTER_DENSE", "MAX_SWEEPS", "WARM_SWEEPS", "TOL", "SHRINKAGE", "RIDGE", "WINDOW",
+    "MAX_OUTER_DENSE", "MAX_SWEEPS", "WARM_SWEEPS", "TOL", "SHRINKAGE", "RIDGE", "WINDOW", "COUNT_WINDOW",
     "FILTER", "MIN_PROBA", "BACKOFF", "HMM_STATES", "REFIT_EVERY", "ONLINE_MIN_PROBA",
     "BASIS_TOL", "WEIGHTING_RTOL",
     "WEIGHTINGS", "FACTORIZATIONS", "FORMULATIONS", "FILTERS", "BACKOFFS",
@@ -59,6 +59,11 @@ SHRINKAGE = "auto"
 RIDGE = 1e-6
 FILTER = "window"
 WINDOW = 2
+# the counts' window L (MomentAccumulator(window=...), SpectralHMM(count_window=...), learn/consume
+# --window, the daemon's window): "auto" counts (2L+1)-grams with room for rank 128 (L = 1, plain
+# triples, from 128 symbols on) and the estimators fit on the shortest l <= L that gives the rank
+# the data support (docs/math.md section 11; docs/benchmarks.md "The automatic window by default")
+COUNT_WINDOW: int | str = "auto"
 MIN_PROBA = 1e-6  # floor of a batch-fitted model's probabilities
 ONLINE_MIN_PROBA = 1e-3  # SpectralHMM: online predictions meet unseen trigrams often
 BACKOFF = "auto"

@@ -149,7 +149,7 @@ def long_windows_of(data) -> WindowCounts | None:
     >>> from streamspec.streaming.accumulator import MomentAccumulator
     >>> acc = MomentAccumulator(n_symbols=2, window=2)
     >>> acc.learn_many([0, 1, 1, 0, 1])
-    >>> long_windows_of(acc).window, long_windows_of(MomentAccumulator(n_symbols=2))
+    >>> long_windows_of(acc).window, long_windows_of(MomentAccumulator(n_symbols=2, window=1))
     (2, None)
     """
     if isinstance(data, WindowCounts):

@@ -56,7 +56,7 @@ def run_demo(
         est = model.joint_proba_many(short)
         return float(np.linalg.norm(est - true_joint) / np.linalg.norm(true_joint))
 
-    acc = MomentAccumulator(n_symbols=hmm.n_symbols)
+    acc = MomentAccumulator(n_symbols=hmm.n_symbols, window=1)
     spectral = SpectralEstimator(rank=rank)
     previous = None
     rows = []

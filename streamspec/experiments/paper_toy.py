@@ -78,7 +78,7 @@ def run_deterministic(lengths: Sequence[int] = (10, 15, 25, 50), seed: int = 0) 
                 Variant("θ_M (W=identity)", params={"weighting": "identity"}))
     rows, heat = [], {}
     for L in lengths:
-        acc = MomentAccumulator(n_symbols=2, mode="sliding")
+        acc = MomentAccumulator(n_symbols=2, mode="sliding", window=1)
         acc.learn_many(deterministic_sequence(L))
         row = {"length": int(L), "n_triples": acc.n_triples}
         for v in variants:

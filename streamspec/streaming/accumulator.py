@@ -13,6 +13,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from streamspec.core import defaults
 from streamspec.core.alphabet import MAX_LABELS, OTHER, Alphabet
 from streamspec.core.triples import MAX_SYMBOLS, Triples
 from streamspec.streaming.accumulator_io import AccumulatorIO
@@ -71,14 +72,23 @@ class MomentAccumulator(CountBuffer, StartCounting, WindowedStreams, Accumulator
         takes the last index, ``max_symbols-1``, the first time it is needed, and
         :meth:`learn_one` returns that index. Labels already known keep their index.
     window
-        L, the symbols of past and future kept around each counted symbol: 1 (default)
-        counts triples; L ≥ 2 counts (2L+1)-grams (:meth:`windows`, ``docs/math.md``
-        section 11), and the symbol indices must stay below ``2^b − 1``, ``b = 63 //
-        (2L+1)`` (4,095 symbols at L = 2, 511 at 3). ``"auto"``: the window
+        L, the symbols of past and future kept around each counted symbol: 1 counts
+        triples; L ≥ 2 counts (2L+1)-grams (:meth:`windows`, ``docs/math.md`` section
+        11), and the symbol indices must stay below ``2^b − 1``, ``b = 63 // (2L+1)``
+        (4,095 symbols at L = 2, 511 at 3). ``"auto"`` (the default,
+        :data:`streamspec.core.defaults.COUNT_WINDOW`): the window
         :func:`~streamspec.core.windows.auto_window` gives the alphabet (the smallest L
-        with n^L ≥ 128: 1 from 128 symbols on); a growing alphabet starts long and its
-        counts are reduced exactly (to :meth:`windows` at the smaller L) as it grows, so
-        large alphabets count plain triples after their first 128 labels.
+        with n^L ≥ 128: 4, 3, 2 for 4, 8, 20 symbols, 1 from 128 symbols on), resolved
+        as follows. A fixed alphabet (``n_symbols``): at once. A growing alphabet in
+        sliding mode: it starts long and its counts are reduced exactly (to
+        :meth:`windows` at the smaller L, nothing lost) each time the alphabet passes a
+        size of :func:`auto_window`, so that large alphabets count plain triples after
+        their first 128 labels and the current L is always that of the alphabet so far
+        (:attr:`current_window`). A growing alphabet in sequences mode: 1 (only the first
+        gram of each sequence counts, so shorter grams cannot be recovered from longer
+        ones; give ``n_symbols`` or an integer window for longer ones). The estimators
+        then fit on the shortest l ≤ L whose windows give the rank the data support
+        (:func:`~streamspec.core.window_rank.choose_window`).
 
     Attributes
     ----------
@@ -119,7 +129,7 @@ class MomentAccumulator(CountBuffer, StartCounting, WindowedStreams, Accumulator
 
     Examples
     --------
-    >>> acc = MomentAccumulator(n_symbols=3)
+    >>> acc = MomentAccumulator(n_symbols=3, window=1)    # triples ("auto" would count 11-grams)
     >>> acc.learn_many([0, 1, 2, 0, 1], key="a")
     >>> for x in [2, 2, 1]:
     ...     _ = acc.learn_one(x, key="b")
@@ -138,6 +148,8 @@ class MomentAccumulator(CountBuffer, StartCounting, WindowedStreams, Accumulator
 
     >>> words = MomentAccumulator()
     >>> words.learn_many("abracadabra")
+    >>> words.current_window, words.end()  # 5 symbols: windows of 4 (counted up to its end)
+    (4, None)
     >>> words.symbols
     ['a', 'b', 'r', 'c', 'd']
     >>> int(words.counts()[words.symbols.index("r"), 0, 1])   # "b r a": x1=b, x2=r, x3=a
@@ -164,7 +176,7 @@ class MomentAccumulator(CountBuffer, StartCounting, WindowedStreams, Accumulator
         forgetting: float = 1.0,
         track_heads: bool = False,
         max_symbols: int | None = None,
-        window: int | str = 1,
+        window: int | str = defaults.COUNT_WINDOW,
     ):
         self.n_symbols = n_symbols
         self.mode = mode
@@ -417,7 +429,7 @@ class MomentAccumulator(CountBuffer, StartCounting, WindowedStreams, Accumulator
 
         Examples
         --------
-        >>> acc = MomentAccumulator()
+        >>> acc = MomentAccumulator(window=1)
         >>> acc.learn_many("abcabc")
         >>> t = acc.triples()
         >>> t.nnz, t.total

@@ -31,8 +31,12 @@ class AccumulatorMerge:
         both, the tail of ``other`` is kept (it is taken to be the later part); to
         join consecutive pieces of the same streams exactly, use :meth:`concat`.
         With ``max_symbols``, labels of ``other`` that do not fit become :data:`OTHER`.
-        Both must have the same ``window``; with ``"auto"`` the result keeps the shorter
-        of the two current windows (or shorter, for the joined alphabet).
+        With the same ``window``: with ``"auto"`` the result keeps the shorter of the two
+        current windows (or shorter, for the joined alphabet). With different ones (sliding
+        mode; e.g. a checkpoint of triples, window 1, and counts of ``"auto"``): the result's
+        window is the shorter of the two current windows, an integer, and the longer counts
+        are coarsened to it exactly (each (2L+1)-gram's inner (2l+1)-gram, the grams a
+        shorter window completes at open streams' ends added); sequences mode refuses.
         Time O((nnz₁ + nnz₂) log + n + streams), memory of the result.
         """
         out, mapping, other = self._merge_counts(other)
@@ -55,20 +59,25 @@ class AccumulatorMerge:
         reduced copy when the result's window is shorter)."""
         if not isinstance(other, AccumulatorMerge):
             raise TypeError(f"can only merge a MomentAccumulator, not {type(other).__name__}")
-        for name in ("mode", "n_symbols", "forgetting", "max_symbols", "window"):
+        for name in ("mode", "n_symbols", "forgetting", "max_symbols"):
             if getattr(self, name) != getattr(other, name):
                 raise ValueError(
                     f"cannot merge accumulators with {name}={getattr(self, name)!r} and "
                     f"{getattr(other, name)!r}"
                 )
+        window = self._joined_window(other)
         out = self.copy()
         out._reduce_window(other._L)
+        if window != out.window:
+            out.window = window
+            out._reduce_window(window)
+            out._set_level(out._L)  # the integer window's limits from now on
         if other.n_symbols is not None:
             mapping = np.arange(other.n, dtype=np.int64)
         else:
             mapping = np.array([out._alphabet.index_of(s) for s in other._alphabet._labels],
                                dtype=np.int64)
-        if self.window == "auto":
+        if out.window == "auto":
             out._reduce_window(auto_window(out.n))
         elif out.n > max_symbols_for(out._L):
             raise ValueError(f"window {out._L} holds at most {max_symbols_for(out._L):,} symbols: "
@@ -87,6 +96,22 @@ class AccumulatorMerge:
         out._add_starts(other.starts(), mapping)
         out._flush()
         return out, mapping, other
+
+    def _joined_window(self, other: Self) -> int | str:
+        """The ``window`` setting of a join: the common one, else (sliding mode) the shorter of
+        the two current windows, as an integer: the longer counts are coarsened to it exactly
+        (each gram's inner part, :meth:`_reduce_window`), and counts of a shorter window can
+        never be made longer again. Sequences mode refuses (its grams are each sequence's
+        first, whose shorter prefixes are not all kept). O(1)."""
+        if self.window == other.window:
+            return self.window
+        if self.mode != "sliding":
+            raise ValueError(
+                f"cannot merge accumulators with window={self.window!r} and {other.window!r} in "
+                f"mode 'sequences' (only each sequence's first gram is counted): count both at "
+                f"one window"
+            )
+        return min(self._L, other._L)
 
     def concat(self, later: Self) -> Self:
         """A new accumulator for this one followed by ``later`` on the same streams.

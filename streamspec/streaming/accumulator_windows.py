@@ -43,9 +43,6 @@ class WindowedStreams:
         if w != "auto" and (isinstance(w, bool) or not isinstance(w, int | np.integer)
                             or not 1 <= w <= MAX_WINDOW):
             raise ValueError(f"window must be 'auto' or an integer in 1..{MAX_WINDOW}, got {w!r}")
-        if w == "auto" and self.n_symbols is None and self.mode != "sliding":
-            raise ValueError("window='auto' with a growing alphabet needs mode='sliding' "
-                             "(give an integer window)")
         size = self.n_symbols if self.n_symbols is not None else self.max_symbols
         if w != "auto" and size is not None and size > max_symbols_for(int(w)):
             raise ValueError(f"window {w} holds at most {max_symbols_for(int(w)):,} symbols, "
@@ -54,6 +51,8 @@ class WindowedStreams:
     def _initial_level(self) -> int:
         if self.window != "auto":
             return int(self.window)
+        if self.n_symbols is None and self.mode != "sliding":
+            return 1  # sequences mode cannot reduce a window exactly as the alphabet grows
         return auto_window(self.n_symbols if self.n_symbols is not None else 0)
 
     def _set_level(self, L: int) -> None:

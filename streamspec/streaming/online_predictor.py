@@ -214,7 +214,7 @@ class OnlinePredictor(BatchObservation):
     Examples
     --------
     >>> from streamspec import MomentAccumulator, SpectralEstimator
-    >>> acc = MomentAccumulator(n_symbols=3)
+    >>> acc = MomentAccumulator(n_symbols=3, window=1)
     >>> acc.learn_many([0, 1, 2] * 200)
     >>> online = OnlinePredictor(window=2)
     >>> online.set_model(SpectralEstimator(rank=3).fit(acc))

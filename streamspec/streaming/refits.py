@@ -51,8 +51,7 @@ def rank_bound(data) -> int:
     >>> rank_bound(acc), rank_bound(MomentAccumulator(n_symbols=3, window=1))
     (9, 3)
     """
-    current = getattr(data, "current_window", None)
-    L = current() if callable(current) else getattr(data, "window", 1)
+    L = getattr(data, "current_window", getattr(data, "window", 1))
     L = L if isinstance(L, int) and not isinstance(L, bool) and L >= 1 else 1
     return int(data.n) ** L
 

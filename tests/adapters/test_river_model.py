@@ -265,7 +265,8 @@ def test_background_mode_under_concurrent_threads(hmm_letters):
     # basis_tol=0: every refit is the cold fit (docs/math.md section 10), so that two models
     # refitted at different moments agree once refitted on the same counts
     plain = SpectralEstimator(rank=3, backoff=None, basis_tol=0.0)
-    model = SpectralHMM(rank=3, estimator=plain, refit_every=500, background=True, key="s")
+    model = SpectralHMM(rank=3, estimator=plain, refit_every=500, background=True, key="s",
+                        count_window=1)
     errors: list[BaseException] = []
     bad: list[dict] = []
     start = threading.Barrier(n_threads + 1)
@@ -299,7 +300,7 @@ def test_background_mode_under_concurrent_threads(hmm_letters):
     assert errors == [] and bad == []
     assert model.refitter.n_fits >= 1 and model.refitter.last_error is None
 
-    inline = SpectralHMM(rank=3, estimator=plain, refit_every=500, key="s")
+    inline = SpectralHMM(rank=3, estimator=plain, refit_every=500, key="s", count_window=1)
     for key, seq in streams.items():
         for y in seq:
             inline.learn_one({"s": key}, y)
@@ -445,7 +446,7 @@ def test_invalid_hmm_settings():
 
 
 def test_more_states_than_symbols_are_clamped_to_the_alphabet():
-    model = SpectralHMM(rank=2, refit_every=30, n_states=3, predictor="hmm")
+    model = SpectralHMM(rank=2, refit_every=30, n_states=3, predictor="hmm", count_window=1)
     for t in range(90):
         model.learn_one({}, "ab"[t % 2])
     assert model.refitter.n_fits >= 1 and model.hmm.n_states == 2
@@ -585,8 +586,8 @@ def test_count_window_counts_windows_and_the_hmm_gets_more_states_than_symbols()
     for j in range(6):
         O[j % 3, j], O[(j + 1 + j // 3) % 3, j] = 0.85, 0.15
     x = HMM(T=T, O=O).sample(12_000, random_state=int(rng.integers(1000)))
-    wide = SpectralHMM(refit_every=None, count_window="auto", key="k")
-    plain = SpectralHMM(refit_every=None, key="k")
+    wide = SpectralHMM(refit_every=None, key="k")  # the default: count_window="auto"
+    plain = SpectralHMM(refit_every=None, count_window=1, key="k")
     for model in (wide, plain):
         for t, s in enumerate(x.tolist()):
             model.learn_one({"k": t % 3}, "abc"[s])

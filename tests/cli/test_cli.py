@@ -211,7 +211,7 @@ def test_learn_takes_settings_from_toml(tmp_path):
     data = tmp_path / "words.txt"
     data.write_text("A b a B c a b\n")
     toml = tmp_path / "learn.toml"
-    toml.write_text('no-fit = true\ncounts = "%s"\n[format]\nencoding = "tokens"\n'
+    toml.write_text('no-fit = true\nwindow = 1\ncounts = "%s"\n[format]\nencoding = "tokens"\n'
                     'lowercase = true\n' % (tmp_path / "c.ckpt"))
     assert main(["learn", str(data), "--config", str(toml), "--progress", "never"]) == 0
     acc = MomentAccumulator.load(tmp_path / "c.ckpt")
@@ -417,7 +417,7 @@ def test_hmm_commands_reject_bad_input_without_traceback(tmp_path, capsys):
     data = tmp_path / "hmm.txt"
     sticky_file(data, length=1_000)
     model_path = tmp_path / "m.ckpt"
-    assert main(["learn", str(data), "--states", "5", "--out", str(model_path),
+    assert main(["learn", str(data), "--states", "5", "--window", "1", "--out", str(model_path),
                  "--progress", "never"]) == 1
     err = capsys.readouterr().err
     assert "--states 5" in err and "Traceback" not in err
@@ -696,7 +696,8 @@ def test_predict_reads_a_history_as_learn_read_the_model_s_symbols(tmp_path, cap
     assert main(["learn", str(text), "--encoding", "tokens", "--lowercase", "--rank", "2",
                  "--out", str(model_path), "-q"]) == 0
     model = ObservableOperatorModel.load(model_path)
-    assert model.metadata == {"encoding": "tokens", "lowercase": "true"}
+    # and the window the default ("auto") counted for 3 symbols: 3^5 >= 128
+    assert model.metadata == {"encoding": "tokens", "lowercase": "true", "count_window": "5"}
     assert sorted(model.symbols) == ["a", "b", "c"]
     capsys.readouterr()
     assert main(["predict", "--model", str(model_path), "A B"]) == 0

@@ -56,10 +56,10 @@ def test_learn_window_fits_more_states_than_symbols_and_inspect_shows_it(dna, tm
     assert json.loads(capsys.readouterr().out)["count_window"] == 2
 
 
-def test_learn_window_auto_is_the_alphabet_s_and_triples_stay_the_default(dna, tmp_path, capsys):
+def test_learn_window_auto_is_the_default_and_window_one_counts_triples(dna, tmp_path, capsys):
     auto, plain = tmp_path / "auto.ckpt", tmp_path / "plain.ckpt"
-    assert main(["learn", str(dna), "--window", "auto", "--counts", str(auto)]) == 0
-    assert main(["learn", str(dna), "--counts", str(plain)]) == 0
+    assert main(["learn", str(dna), "--counts", str(auto)]) == 0  # the default: "auto"
+    assert main(["learn", str(dna), "--window", "1", "--counts", str(plain)]) == 0
     a, p = MomentAccumulator.load(auto), MomentAccumulator.load(plain)
     assert a.window == "auto" and a.current_window == 4  # 4^4 >= 128 > 4^3
     assert p.window == 1 and p.current_window == 1
@@ -75,9 +75,8 @@ def test_learn_window_auto_is_the_alphabet_s_and_triples_stay_the_default(dna, t
 @pytest.mark.parametrize("flags, message", [
     (["--window", "11"], "window must be an integer in 1..10"),
     (["--window", "0"], "window must be an integer in 1..10"),
-    (["--window", "auto", "--mode", "sequences"], "--window auto"),
-    (["--window", "2", "--workers", "2"], "--dask/--workers count triples only"),
-    (["--states", "6"], "--window auto"),  # more states than symbols, counted as triples
+    (["--window", "2", "--workers", "2"], "--dask/--workers take --window 1 or auto only"),
+    (["--window", "1", "--states", "6"], "--window auto"),  # more states than symbols, as triples
 ])
 def test_learn_refuses_bad_windows_in_one_line(dna, tmp_path, capsys, flags, message):
     out = tmp_path / "m.ckpt"
@@ -126,12 +125,13 @@ def test_consume_and_the_daemon_config_take_the_window(tmp_path):
     b.learn_many("TTGCAACG", key=2)
     merged = merge_accumulators([a, b])
     assert merged.current_window == 3 and merged.windows().total == a.n_triples + b.n_triples
-    assert new_accumulator(DaemonConfig(topic="t")).current_window == 1  # the default: triples
+    default = new_accumulator(DaemonConfig(topic="t"))  # the default: "auto"
+    assert default.window == "auto" and default.current_window == 7
     for bad in (0, 11, "two", True):
         with pytest.raises(ValueError, match="window must be"):
             DaemonConfig(topic="t", window=bad)
-    with pytest.raises(ValueError, match="needs mode 'sliding'"):
-        DaemonConfig(topic="t", window="auto", mode="sequences")
+    # sequences mode cannot reduce a growing alphabet's windows exactly: "auto" counts triples
+    assert new_accumulator(DaemonConfig(topic="t", mode="sequences")).current_window == 1
 
 
 def test_the_daemon_s_worker_process_refits_over_the_windows():
@@ -151,6 +151,44 @@ def test_the_daemon_s_worker_process_refits_over_the_windows():
 
 
 def _plain(text: str) -> MomentAccumulator:
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     acc.learn_many(text)
     return acc
+
+
+def test_learn_by_chunks_counts_the_auto_window_exactly(dna, tmp_path, caplog):
+    # the default (auto) by chunks, with --workers or without: the first pass counts triples,
+    # a 4-symbol alphabet is then counted again with windows of 4, every chunk with the alphabet
+    serial = tmp_path / "serial.ckpt"
+    assert main(["learn", str(dna), "--state", str(serial), "--no-fit"]) == 0  # record by record
+    from connectors.state import SourceState
+
+    want = SourceState.load(serial).acc
+    assert want.window == "auto" and want.current_window == 4
+    for flags in ([], ["--workers", "2", "--chunk-mb", "1"]):
+        out = tmp_path / "chunks.ckpt"
+        with caplog.at_level(logging.INFO, logger="streamspec.learn"):
+            assert main(["learn", str(dna), "--counts", str(out), "--no-fit", *flags]) == 0
+        assert "event=window-pass symbols=4 window=4" in caplog.text
+        got = MomentAccumulator.load(out)
+        assert got.window == "auto" and got.current_window == 4 and got.symbols == want.symbols
+        assert got.windows() == want.windows() and got.n_triples == want.n_triples
+        caplog.clear()
+
+
+def test_learn_by_chunks_keeps_triples_for_a_large_alphabet(tmp_path, caplog):
+    rng = np.random.default_rng(3)
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(" ".join(f"w{int(i)}" for i in rng.zipf(1.5, 12) % 400)
+                               for _ in range(2_000)) + "\n")
+    auto, plain = tmp_path / "auto.ckpt", tmp_path / "plain.ckpt"
+    with caplog.at_level(logging.INFO, logger="streamspec.learn"):
+        assert main(["learn", str(words), "--encoding", "tokens", "--workers", "2", "--counts",
+                     str(auto), "--no-fit"]) == 0
+    assert "event=window-pass" not in caplog.text  # one pass: auto is L = 1 here
+    assert main(["learn", str(words), "--encoding", "tokens", "--window", "1", "--workers", "2",
+                 "--counts", str(plain),
+                 "--no-fit"]) == 0
+    a, p = MomentAccumulator.load(auto), MomentAccumulator.load(plain)
+    assert a.n >= 128 and a.window == "auto" and a.current_window == 1 and p.window == 1
+    assert a.triples() == p.triples() and a.symbols == p.symbols

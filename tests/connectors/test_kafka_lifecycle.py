@@ -104,6 +104,7 @@ def test_inspect_of_a_state_folder_prints_the_merged_counts(tmp_path, capsys):
     for p, text in ((0, "abcabcab"), (1, "xyzxyzx")):
         st = PartitionState("clicks", p, group="g")
         st.acc.learn_many(text, key=f"k{p}")
+        st.acc.end(f"k{p}")  # window "auto" (the default): the last grams count at the end
         st.offset = st.records = len(text)
         store.save(st)
         states.append(st)

@@ -68,7 +68,7 @@ class Daemon:
             "--session-timeout-ms", "2000",
             "--heartbeat-interval-ms", str(GROUP_SETTINGS["heartbeat_interval_ms"]),
             "--max-poll-interval-ms", str(GROUP_SETTINGS["max_poll_interval_ms"]),
-            "--poll-timeout-ms", "100", "--metrics-port", "0", *extra,
+            "--poll-timeout-ms", "100", "--metrics-port", "0", "--window", "1", *extra,
         ]
         self.proc = spawn(cmd, self.log)
         self._port: int | None = None
@@ -224,6 +224,7 @@ def test_state_topic_restore_reads_latest_snapshot_per_partition(kafka_bootstrap
         for off in offsets:
             st = PartitionState("src", p)
             st.acc.learn_many("ab" * off, key=f"k{p}")
+            st.acc.end(f"k{p}")  # window "auto" (the default): the last grams count at the end
             st.offset = st.records = off
             key, value, headers = encode_snapshot(st, owner=f"w{off}")
             producer.send(state_topic, key=key, value=value, headers=headers,

@@ -64,7 +64,7 @@ def test_window_hankel_and_its_one_step_marginal_equal_brute_force():
 
 
 def test_at_window_one_the_hankel_is_p21_to_the_last_bit():
-    acc = MomentAccumulator(5)
+    acc = MomentAccumulator(5, window=1)
     acc.learn_many(np.random.default_rng(0).integers(0, 5, 3000))
     t = acc.triples()
     wt = WindowTriples.of(acc.windows())
@@ -125,7 +125,7 @@ def test_exact_recovery_with_more_states_than_symbols(m, n, L, seed):
 
 def test_states_beyond_the_alphabet_need_windows():
     seq = more_states_than_symbols(8, 4, 0).sample(5000, random_state=0)
-    triples = MomentAccumulator(4)
+    triples = MomentAccumulator(4, window=1)
     triples.learn_many(seq)
     with pytest.raises(ValueError, match="larger than the alphabet.*window"):
         HMMEstimator(n_states=8).fit(triples)

@@ -40,7 +40,7 @@ def feed(streams: dict, acc: MomentAccumulator, how: str = "one") -> MomentAccum
 @settings(max_examples=60, deadline=None)
 @given(streams_st, st.sampled_from(["sliding", "sequences"]))
 def test_counts_match_brute_force_and_totals(streams, mode):
-    acc = feed(streams, MomentAccumulator(N, mode=mode))
+    acc = feed(streams, MomentAccumulator(N, mode=mode, window=1))
     c3 = acc.counts()
     np.testing.assert_array_equal(c3, brute_counts(streams, mode=mode))
     if mode == "sliding":
@@ -53,7 +53,7 @@ def test_counts_match_brute_force_and_totals(streams, mode):
 @settings(max_examples=60, deadline=None)
 @given(streams_st)
 def test_sliding_marginals(streams):
-    acc = feed(streams, MomentAccumulator(N))
+    acc = feed(streams, MomentAccumulator(N, window=1))
     if acc.n_triples == 0:
         return
     # both sides computed independently from the raw sequences
@@ -74,8 +74,8 @@ def test_sliding_marginals(streams):
 @settings(max_examples=60, deadline=None)
 @given(streams_st, st.data())
 def test_learn_many_equals_learn_one_in_any_chunks(streams, data):
-    one = feed(streams, MomentAccumulator(N))
-    many = MomentAccumulator(N)
+    one = feed(streams, MomentAccumulator(N, window=1))
+    many = MomentAccumulator(N, window=1)
     for key, seq in streams.items():
         cuts = sorted(data.draw(st.lists(st.integers(0, len(seq)), max_size=4)))
         for a, b in zip([0, *cuts], [*cuts, len(seq)], strict=True):
@@ -89,7 +89,7 @@ def test_interleaving_does_not_change_counts(streams, rnd):
     events = [(key, x) for key, seq in streams.items() for x in seq]
     # a random interleaving that keeps each stream's own order
     queues = {k: list(s) for k, s in streams.items()}
-    acc = MomentAccumulator(N)
+    acc = MomentAccumulator(N, window=1)
     remaining = len(events)
     while remaining:
         key = rnd.choice([k for k, q in queues.items() if q])
@@ -103,8 +103,8 @@ def test_interleaving_does_not_change_counts(streams, rnd):
 def test_merge_is_exact_associative_commutative(s1, s2, s3):
     s2 = {("2", k): v for k, v in s2.items()}
     s3 = {("3", k): v for k, v in s3.items()}
-    a, b, c = (feed(s, MomentAccumulator(N)) for s in (s1, s2, s3))
-    everything = feed({**s1, **s2, **s3}, MomentAccumulator(N))
+    a, b, c = (feed(s, MomentAccumulator(N, window=1)) for s in (s1, s2, s3))
+    everything = feed({**s1, **s2, **s3}, MomentAccumulator(N, window=1))
     left, right = (a + b) + c, a + (b + c)
     np.testing.assert_array_equal(left.counts(), everything.counts())
     np.testing.assert_array_equal(right.counts(), everything.counts())
@@ -118,10 +118,10 @@ def test_merge_is_exact_associative_commutative(s1, s2, s3):
 
 
 def test_merge_matches_labels_across_alphabets():
-    a, b = MomentAccumulator(), MomentAccumulator()
+    a, b = MomentAccumulator(window=1), MomentAccumulator(window=1)
     a.learn_many("abcab", key=1)
     b.learn_many("cbacb", key=2)
-    both = MomentAccumulator()
+    both = MomentAccumulator(window=1)
     both.learn_many("abcab", key=1)
     both.learn_many("cbacb", key=2)
     merged = a.merge(b)
@@ -132,7 +132,7 @@ def test_merge_matches_labels_across_alphabets():
 @settings(max_examples=30, deadline=None)
 @given(streams_st, st.sampled_from([1.0, 0.97]))
 def test_save_load_round_trip(tmp_path_factory, streams, forgetting):
-    acc = feed(streams, MomentAccumulator(N, forgetting=forgetting))
+    acc = feed(streams, MomentAccumulator(N, forgetting=forgetting, window=1))
     path = tmp_path_factory.mktemp("ckpt") / "acc.npz"
     acc.save(path)
     back = MomentAccumulator.load(path)
@@ -146,7 +146,7 @@ def test_save_load_round_trip(tmp_path_factory, streams, forgetting):
 
 
 def test_save_load_labels_and_keys(tmp_path):
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     acc.learn_many(["x", 3, b"z", ("t", 1), 2.5, "x"], key=("user", 9))
     acc.learn_one("x", key=b"raw")
     acc.save(tmp_path / "a.npz")
@@ -161,10 +161,10 @@ def test_save_load_labels_and_keys(tmp_path):
 def test_forgetting_one_counts_every_triple_fully_and_below_one_does_not(streams):
     # against brute-force counts (forgetting=1 is also the default, so comparing with a
     # default accumulator would compare a configuration with itself)
-    f1 = feed(streams, MomentAccumulator(N, forgetting=1.0), how="one")
+    f1 = feed(streams, MomentAccumulator(N, forgetting=1.0, window=1), how="one")
     plain = brute_counts(streams)
     np.testing.assert_array_equal(f1.counts(), plain)
-    decayed = feed(streams, MomentAccumulator(N, forgetting=0.5), how="one")
+    decayed = feed(streams, MomentAccumulator(N, forgetting=0.5, window=1), how="one")
     if plain.sum() >= 2:  # the older triples weigh less than 1
         assert decayed.n_triples < plain.sum()
 
@@ -174,7 +174,7 @@ def test_forgetting_weights_triples_geometrically(how):
     rng = np.random.default_rng(0)
     seq = rng.integers(0, N, size=3000).tolist()
     g = 0.99
-    acc = feed({None: seq}, MomentAccumulator(N, forgetting=g), how=how)
+    acc = feed({None: seq}, MomentAccumulator(N, forgetting=g, window=1), how=how)
     expected = np.zeros((N, N, N))
     T = len(seq) - 2
     for t in range(T):
@@ -184,20 +184,20 @@ def test_forgetting_weights_triples_geometrically(how):
 
 
 def test_growing_alphabet_keeps_counts():
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     text = "the quick brown fox jumps over the lazy dog" * 3
     acc.learn_many(text[:20])
     for ch in text[20:]:
         acc.learn_one(ch)
     assert acc.n == len(set(text)) and acc.symbols[0] == "t"
-    ref = MomentAccumulator()
+    ref = MomentAccumulator(window=1)
     ref.learn_many(list(text))
     np.testing.assert_array_equal(acc.counts(), ref.counts())
     assert acc.n_triples == len(text) - 2
 
 
 def test_sequences_mode_uses_first_triple_and_end_restarts():
-    acc = MomentAccumulator(3, mode="sequences")
+    acc = MomentAccumulator(3, mode="sequences", window=1)
     acc.learn_many([0, 1, 2, 2, 2])
     acc.learn_one(1)  # ignored: the sequence's triple is counted
     acc.end()
@@ -213,7 +213,7 @@ def test_sequences_mode_uses_first_triple_and_end_restarts():
      ("a", "not an integer"), (True, "not an integer")],
 )
 def test_bad_symbols_raise_and_keep_state(bad, message):
-    acc = MomentAccumulator(3)
+    acc = MomentAccumulator(3, window=1)
     acc.learn_many([0, 1, 2, 0])
     before = acc.counts()
     with pytest.raises(ValueError, match=message):
@@ -229,17 +229,17 @@ def test_bad_parameters():
     with pytest.raises(ValueError, match="mode"):
         MomentAccumulator(3, mode="windows")
     with pytest.raises(ValueError, match="forgetting"):
-        MomentAccumulator(3, forgetting=0)
+        MomentAccumulator(3, forgetting=0, window=1)
     with pytest.raises(ValueError, match="n_symbols"):
-        MomentAccumulator(0)
+        MomentAccumulator(0, window=1)
     with pytest.raises(ValueError, match="1-D"):
-        MomentAccumulator(3).learn_many(np.zeros((2, 2), dtype=int))
+        MomentAccumulator(3, window=1).learn_many(np.zeros((2, 2), dtype=int))
     with pytest.raises(ValueError, match="no triple"):
-        _ = MomentAccumulator(3).P1
+        _ = MomentAccumulator(3, window=1).P1
 
 
 def test_corrupt_foreign_and_nan_checkpoints(tmp_path):
-    acc = MomentAccumulator(3)
+    acc = MomentAccumulator(3, window=1)
     acc.learn_many([0, 1, 2, 1, 0])
     path = tmp_path / "a.npz"
     acc.save(path)
@@ -286,7 +286,7 @@ def test_corrupt_foreign_and_nan_checkpoints(tmp_path):
     st.tuples(st.just("read"), st.none(), st.none()),
 ), max_size=40))
 def test_any_mix_of_operations_matches_brute_force(ops):
-    acc = MomentAccumulator(N)
+    acc = MomentAccumulator(N, window=1)
     streams: dict = {}  # key -> list of finished and current sequences
     for op, arg, key in ops:
         if op == "read":
@@ -327,8 +327,8 @@ def replay(events, acc):
 def test_concat_of_consecutive_pieces_is_exact_and_associative(events, data):
     cuts = sorted(data.draw(st.lists(st.integers(0, len(events)), min_size=2, max_size=2)))
     pieces = [events[: cuts[0]], events[cuts[0] : cuts[1]], events[cuts[1] :]]
-    whole = replay(events, MomentAccumulator(N, track_heads=True))
-    a, b, c = (replay(p, MomentAccumulator(N, track_heads=True)) for p in pieces)
+    whole = replay(events, MomentAccumulator(N, track_heads=True, window=1))
+    a, b, c = (replay(p, MomentAccumulator(N, track_heads=True, window=1)) for p in pieces)
     for joined in (a.concat(b).concat(c), a.concat(b.concat(c))):
         np.testing.assert_array_equal(joined.counts(), whole.counts())
         assert joined._tails == whole._tails and joined._heads == whole._heads
@@ -341,11 +341,11 @@ def test_concat_of_consecutive_pieces_is_exact_and_associative(events, data):
 
 
 def test_concat_with_labels_and_checkpoint(tmp_path):
-    first, second = MomentAccumulator(track_heads=True), MomentAccumulator(track_heads=True)
+    first, second = (MomentAccumulator(track_heads=True, window=1) for _ in range(2))
     first.learn_many(list("abra"), key="s")
     second.learn_many(list("cadabra"), key="s")
     second.save(tmp_path / "second.npz")
-    whole = MomentAccumulator()
+    whole = MomentAccumulator(window=1)
     whole.learn_many(list("abracadabra"), key="s")
     joined = first.concat(MomentAccumulator.load(tmp_path / "second.npz"))
     order = [joined.symbols.index(x) for x in whole.symbols]
@@ -353,11 +353,11 @@ def test_concat_with_labels_and_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="track_heads"):
         whole.concat(first)
     with pytest.raises(ValueError, match="track_heads needs"):
-        MomentAccumulator(3, mode="sequences", track_heads=True)
+        MomentAccumulator(3, mode="sequences", track_heads=True, window=1)
 
 
 def test_learn_all_undoes_every_item_when_one_fails(monkeypatch):
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     acc.learn_many(list("abcab"), key="s")
     before = (acc.symbols, acc.keys, acc.n_triples, acc.counts().copy())
     real = acc.learn_one

@@ -58,7 +58,7 @@ def state(acc: MomentAccumulator) -> tuple:
 @given(big_streams_st, st.sampled_from(["sliding", "sequences"]), st.data())
 def test_large_growing_alphabet_matches_brute_force(streams, mode, data):
     how = data.draw(st.sampled_from(["one", "many", "mixed"]))
-    acc = MomentAccumulator(mode=mode)
+    acc = MomentAccumulator(mode=mode, window=1)
     for key, seq in streams.items():
         if how == "one":
             for x in seq:
@@ -81,13 +81,13 @@ def test_large_growing_alphabet_matches_brute_force(streams, mode, data):
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.integers(0, BIG), min_size=3, max_size=40), st.integers(0, 40))
 def test_large_merge_and_concat_match_one_accumulator(seq, cut):
-    whole = MomentAccumulator(track_heads=True)
+    whole = MomentAccumulator(track_heads=True, window=1)
     whole.learn_many(seq, key="s")
-    left, right = MomentAccumulator(track_heads=True), MomentAccumulator(track_heads=True)
+    left, right = MomentAccumulator(track_heads=True, window=1), MomentAccumulator(track_heads=True, window=1)
     left.learn_many(seq[:cut], key="s")
     right.learn_many(seq[cut:], key="s")
     assert as_counter(left.concat(right)) == as_counter(whole) == brute({0: seq})
-    other = MomentAccumulator(track_heads=True)
+    other = MomentAccumulator(track_heads=True, window=1)
     other.learn_many(seq[::-1], key="r")
     assert as_counter(whole + other) == brute({0: seq, 1: seq[::-1]})
 
@@ -100,8 +100,8 @@ def long_letters(size: int, seed: int = 0) -> list[str]:
 @pytest.mark.parametrize("how", ["many", "one"])
 def test_sparse_path_equals_small_alphabet_fast_path(how):
     seq = long_letters(40_000)
-    small = MomentAccumulator()  # 26 symbols: bincount of compact codes
-    big = MomentAccumulator()  # 3,000 earlier symbols (no triples): sorted packed codes
+    small = MomentAccumulator(window=1)  # 26 symbols: bincount of compact codes
+    big = MomentAccumulator(window=1)  # 3,000 earlier symbols (no triples): sorted packed codes
     for i in range(BIG):
         big.learn_one(f"rare{i}", key=("warm", i))
     for acc in (small, big):
@@ -124,7 +124,7 @@ def test_dense_buffer_compact_and_sort_counting_kernels_agree(monkeypatch, n):
     for dense_cells, compact_cells in [(1 << 16, 1 << 22), (0, 1 << 22), (0, 0)]:
         monkeypatch.setattr(bufmod, "_DENSE_CELLS", dense_cells)
         monkeypatch.setattr(kernmod, "_COMPACT_CELLS", compact_cells)
-        acc = MomentAccumulator(n)
+        acc = MomentAccumulator(n, window=1)
         acc.learn_many(x[:50_000], key="a")
         for s in x[50_000:60_000].tolist():
             acc.learn_one(s, key="a")
@@ -140,7 +140,7 @@ def test_dense_buffer_compact_and_sort_counting_kernels_agree(monkeypatch, n):
 def test_growing_alphabet_in_long_runs_matches_brute_force():
     rng = np.random.default_rng(5)
     pieces = [rng.integers(0, k, 20_000) for k in (10, 20, 35, 300)]  # the alphabet grows per run
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     for p in pieces:
         acc.learn_many(p, key="s")
         acc.learn_many(p[:100] + 1000, key="t")  # another stream, short runs
@@ -150,7 +150,7 @@ def test_growing_alphabet_in_long_runs_matches_brute_force():
 
 
 def test_triples_snapshot_is_independent_and_matches_counts():
-    acc = MomentAccumulator(5)
+    acc = MomentAccumulator(5, window=1)
     acc.learn_many([0, 1, 2, 3, 4, 0, 1])
     t = acc.triples()
     codes, weights = t.codes.copy(), t.weights.copy()
@@ -161,7 +161,7 @@ def test_triples_snapshot_is_independent_and_matches_counts():
 
 
 def test_dense_views_refuse_large_alphabets_but_sparse_ones_work():
-    acc = MomentAccumulator(400)  # 400³ = 6.4e7 cells > DENSE_LIMIT
+    acc = MomentAccumulator(400, window=1)  # 400³ = 6.4e7 cells > DENSE_LIMIT
     acc.learn_many(np.arange(400).repeat(2))
     for view in ("counts", "c3", "probabilities", "P3x1"):
         with pytest.raises(DenseTooLarge, match=r"\(400, 400, 400\)"):
@@ -176,7 +176,7 @@ def test_forgetting_on_a_large_alphabet():
     rng = np.random.default_rng(1)
     seq = rng.integers(0, 2000, 5000).tolist()
     g = 0.999
-    acc = MomentAccumulator(forgetting=g)
+    acc = MomentAccumulator(forgetting=g, window=1)
     acc.learn_many(seq[:2000])
     for x in seq[2000:]:
         acc.learn_one(x)
@@ -193,18 +193,18 @@ def test_forgetting_on_a_large_alphabet():
 
 
 def test_max_symbols_counts_new_labels_as_other():
-    acc = MomentAccumulator(max_symbols=4)
+    acc = MomentAccumulator(max_symbols=4, window=1)
     got = [acc.learn_one(w) for w in "abcdefa"]
     assert got == [0, 1, 2, 3, 3, 3, 0]
     assert acc.symbols == ["a", "b", "c", OTHER] and acc.n == 4
-    many = MomentAccumulator(max_symbols=4)
+    many = MomentAccumulator(max_symbols=4, window=1)
     many.learn_many(list("abcdefa"))
     assert many.symbols == acc.symbols and many.triples() == acc.triples()
     assert as_counter(acc) == brute({0: ["a", "b", "c", OTHER, OTHER, OTHER, "a"]})
 
 
 def test_max_symbols_bounds_memory_and_merges():
-    a, b = MomentAccumulator(max_symbols=100), MomentAccumulator(max_symbols=100)
+    a, b = MomentAccumulator(max_symbols=100, window=1), MomentAccumulator(max_symbols=100, window=1)
     a.learn_many([f"w{i}" for i in range(10_000)])
     for i in range(10_000):
         b.learn_one(f"v{i}", key=i % 3)
@@ -214,15 +214,15 @@ def test_max_symbols_bounds_memory_and_merges():
     assert merged.n == 100 and merged.n_triples == a.n_triples + b.n_triples
     assert merged.symbols[:99] == a.symbols[:99]
     with pytest.raises(ValueError, match="max_symbols"):
-        MomentAccumulator(n_symbols=5, max_symbols=3)
+        MomentAccumulator(n_symbols=5, max_symbols=3, window=1)
     with pytest.raises(ValueError, match="max_symbols"):
-        MomentAccumulator(max_symbols=0)
+        MomentAccumulator(max_symbols=0, window=1)
     with pytest.raises(ValueError, match="max_symbols=100"):
-        a.merge(MomentAccumulator(max_symbols=50))
+        a.merge(MomentAccumulator(max_symbols=50, window=1))
 
 
 def test_max_symbols_survives_a_checkpoint(tmp_path):
-    acc = MomentAccumulator(max_symbols=3)
+    acc = MomentAccumulator(max_symbols=3, window=1)
     acc.learn_many(list("abcdcd"), key="k")
     acc.save(tmp_path / "a.npz")
     back = MomentAccumulator.load(tmp_path / "a.npz")
@@ -249,7 +249,7 @@ def fail_on(monkeypatch, target, name: str, after: int = 0) -> None:
 
 
 def test_learn_many_is_all_or_nothing_when_counting_fails(monkeypatch):
-    acc = MomentAccumulator(track_heads=True)
+    acc = MomentAccumulator(track_heads=True, window=1)
     acc.learn_many(list(range(50)), key="s")
     for x in (3, 4, 5):
         acc.learn_one(x, key="t")  # some buffered triples
@@ -266,7 +266,7 @@ def test_learn_many_is_all_or_nothing_when_counting_fails(monkeypatch):
 
 
 def test_learn_many_is_all_or_nothing_when_the_alphabet_cannot_grow(monkeypatch):
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     acc.learn_many(["a", "b", "c"], key="s")
     before = acc.copy()
     fail_on(monkeypatch, Alphabet, "_add", after=2)  # two new labels, then MemoryError
@@ -293,7 +293,7 @@ def test_learn_many_is_all_or_nothing_when_the_alphabet_cannot_grow(monkeypatch)
 
 
 def test_learn_one_is_all_or_nothing_at_the_flush(monkeypatch):
-    acc, ref = MomentAccumulator(), MomentAccumulator()
+    acc, ref = MomentAccumulator(window=1), MomentAccumulator(window=1)
     xs = [f"w{i}" for i in range(accmod.FLUSH_AT + 10)]  # all new labels
     for x in xs[:10]:  # the first two symbols of a stream buffer no triple
         acc.learn_one(x, key="k")
@@ -312,7 +312,7 @@ def test_learn_one_is_all_or_nothing_at_the_flush(monkeypatch):
 
 
 def test_bad_symbol_in_a_large_alphabet_keeps_state():
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     acc.learn_many(list(range(2000)), key="s")
     before = acc.copy()
     with pytest.raises(ValueError, match="not hashable"):
@@ -342,7 +342,7 @@ def test_version_1_dense_checkpoints_still_load():
 
 
 def v2_parts():
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     acc.learn_many(list("abcabd"), key="s")
     _, _, header, arrays = acc.to_checkpoint()
     return header, {k: np.array(v) for k, v in arrays.items()}
@@ -371,7 +371,7 @@ def test_from_checkpoint_validates(damage, message):
 
 
 def test_labels_that_cannot_be_read_back_are_never_written(tmp_path):
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     acc.learn_many([object()])
     with pytest.raises(CheckpointError, match="cannot store"):
         acc.save(tmp_path / "a.npz")
@@ -379,7 +379,7 @@ def test_labels_that_cannot_be_read_back_are_never_written(tmp_path):
 
 
 def test_memory_grows_with_distinct_triples_not_alphabet_cubed():
-    acc = MomentAccumulator(100_000)
+    acc = MomentAccumulator(100_000, window=1)
     acc.learn_many(np.arange(100_000))
     size = acc.memory_bytes()
     assert 16 * 99_998 <= size < 10 * 16 * 100_000  # far below 8e15 bytes of n³ float64
@@ -399,13 +399,13 @@ SCRIPT = textwrap.dedent("""
     from streamspec import MomentAccumulator
     rng = np.random.default_rng(0)
     n = 6000
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     words = [f"w{i}" for i in range(n)]
     for t in range(30_000):  # learn_one, 5 interleaved keyed streams
         acc.learn_one(words[int(rng.integers(0, n))], key=t % 5)
     for k in range(3):  # learn_many, keyed
         acc.learn_many(rng.integers(0, n, 100_000), key=("many", k))
-    fixed = MomentAccumulator(n_symbols=n)
+    fixed = MomentAccumulator(n_symbols=n, window=1)
     fixed.learn_many(rng.integers(0, n, 200_000), key="a")
     assert acc.n >= 5000 and fixed.n == n
     for a in (acc, fixed):

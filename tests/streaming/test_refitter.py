@@ -50,7 +50,7 @@ class GatedEstimator:
 
 
 def test_count_trigger_fits_every_refit_every_symbols():
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     r = Refitter(SpectralEstimator(rank=2), refit_every=100)
     feed(r, acc, ("abc" * 200)[:350])
     assert r.n_fits == 3
@@ -62,7 +62,7 @@ def test_count_trigger_fits_every_refit_every_symbols():
 
 
 def test_no_fit_before_the_first_triple():
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     r = Refitter(SpectralEstimator(rank=1), refit_every=1)
     feed(r, acc, "ab")
     assert r.n_fits == 0 and r.model is None and r.n_failures == 0
@@ -72,7 +72,7 @@ def test_no_fit_before_the_first_triple():
 
 def test_time_trigger_only_with_new_symbols(fake_refitter_time):
     fake = fake_refitter_time
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     r = Refitter(SpectralEstimator(rank=2), refit_every=None, refit_interval=10.0)
     for t, s in enumerate("abcabcabca"):  # t = 0..9: the interval has not elapsed
         fake.now = float(t)
@@ -88,7 +88,7 @@ def test_time_trigger_only_with_new_symbols(fake_refitter_time):
 
 
 def test_until_due_counts_down():
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     r = Refitter(SpectralEstimator(rank=2), refit_every=10)
     assert r.until_due() == 10
     feed(r, acc, "abcab")
@@ -121,7 +121,7 @@ def test_estimator_without_fit_is_rejected():
 
 
 def test_rank_and_floor_are_clamped_to_the_alphabet():
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     r = Refitter(SpectralEstimator(rank=10, min_proba=0.4), refit_every=50)
     feed(r, acc, "abc" * 20)
     assert r.last_error is None and r.n_fits == 1
@@ -135,7 +135,7 @@ def test_warm_refit_reaches_the_cold_loss_in_fewer_sweeps(hmm_symbols):
     est = MEstimator(
         rank=4, weighting="identity", factorization="shared", max_sweeps=50, tol=1e-9
     )
-    acc = MomentAccumulator(n_symbols=8)
+    acc = MomentAccumulator(n_symbols=8, window=1)
     r = Refitter(est, refit_every=None, sweeps=3)
     acc.learn_many(hmm_symbols[:40_000])
     r.observe(40_000, acc)
@@ -160,7 +160,7 @@ def test_warm_refit_reaches_the_cold_loss_in_fewer_sweeps(hmm_symbols):
 
 
 def test_warm_refit_after_the_alphabet_grew():
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     r = Refitter(MEstimator(rank=2, weighting="identity"), refit_every=300, sweeps=2)
     rng = np.random.default_rng(0)
     feed(r, acc, rng.choice(list("abc"), size=300).tolist())
@@ -173,7 +173,7 @@ def test_warm_refit_after_the_alphabet_grew():
 def test_with_hmm_refits_are_warm_for_both_models(hmm_symbols):
     """WithHMM warm-starts the operator model and the HMM; the refitter's records say so."""
     template = WithHMM(MEstimator(rank=3, weighting="identity", max_sweeps=30), n_states=3)
-    acc = MomentAccumulator(n_symbols=8)
+    acc = MomentAccumulator(n_symbols=8, window=1)
     r = Refitter(template, refit_every=None, sweeps=2)
     acc.learn_many(hmm_symbols[:20_000])
     assert r.fit_now(acc)
@@ -194,7 +194,7 @@ def test_spectral_refits_are_warm_from_the_previous_state_with_or_without_backof
     """θ_spec keeps a state too: the second fit starts from it (docs/math.md section 10), and
     with the backoff it also carries the first's backoff over (learned weights, HMM)."""
     for backoff in ("auto", None):
-        acc = MomentAccumulator()
+        acc = MomentAccumulator(window=1)
         r = Refitter(SpectralEstimator(rank=2, backoff=backoff), refit_every=30)
         feed(r, acc, "abcb" * 20)
         assert r.n_fits == 2 and [rec.warm for rec in r.records] == [False, True]
@@ -205,7 +205,7 @@ def test_spectral_refits_are_warm_from_the_previous_state_with_or_without_backof
 
 
 def test_failed_inline_fit_keeps_the_old_model():
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     r = Refitter(GatedEstimator(rank=2, fail_on=100), refit_every=60)
     feed(r, acc, "abcab" * 12)
     good = r.model
@@ -223,7 +223,7 @@ def test_failed_inline_fit_keeps_the_old_model():
 
 def test_background_fit_uses_a_snapshot_and_swaps_when_done():
     gate = threading.Event()
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     r = Refitter(GatedEstimator(rank=2, gate=gate), refit_every=50, background=True)
     try:
         feed(r, acc, "abcd" * 12 + "ab")  # 50 symbols: the fit starts and blocks on the gate
@@ -244,7 +244,7 @@ def test_background_fit_uses_a_snapshot_and_swaps_when_done():
 
 
 def test_background_failure_is_recorded_not_raised():
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     r = Refitter(GatedEstimator(rank=2, fail_on=1), refit_every=20, background=True)
     feed(r, acc, "abc" * 7)
     assert r.wait(30)
@@ -254,7 +254,7 @@ def test_background_failure_is_recorded_not_raised():
 
 
 def test_prepare_runs_with_each_fit_and_swaps_with_the_model():
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     r = Refitter(SpectralEstimator(rank=2), refit_every=40, background=True, prepare=id)
     feed(r, acc, "abca" * 10)
     assert r.wait(30)
@@ -263,7 +263,7 @@ def test_prepare_runs_with_each_fit_and_swaps_with_the_model():
 
 
 def test_pickle_keeps_the_model_and_statistics():
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     r = Refitter(SpectralEstimator(rank=2), refit_every=40, background=True)
     feed(r, acc, "abca" * 10)
     assert r.wait(30)
@@ -280,7 +280,7 @@ def test_adopted_model_makes_the_next_fit_warm(tmp_path):
     from streamspec import HMM, MEstimator, MomentAccumulator, ObservableOperatorModel
 
     hmm = HMM.random(3, 5, random_state=11)
-    acc = MomentAccumulator(5)
+    acc = MomentAccumulator(5, window=1)
     acc.learn_many(hmm.sample(20_000, random_state=12))
     # an earlier process's model
     MEstimator(rank=3, backoff=None, max_outer=3).fit(acc).save(tmp_path / "m.ckpt")
@@ -299,7 +299,7 @@ def test_adopted_model_makes_the_next_fit_warm(tmp_path):
 def test_refits_start_from_the_previous_state_and_a_pickle_drops_it(hmm_symbols):
     """The refitter keeps each fit's state and hands it to the next fit (docs/math.md section
     9); a pickled refitter keeps the model, not the state (as large as the counts)."""
-    acc = MomentAccumulator(n_symbols=8)
+    acc = MomentAccumulator(n_symbols=8, window=1)
     r = Refitter(MEstimator(rank=4, backoff=None), refit_every=None)
     acc.learn_many(hmm_symbols[:50_000])
     assert r.fit_now(acc)
@@ -325,7 +325,7 @@ def test_an_estimator_whose_fit_is_overridden_is_not_given_a_state(hmm_symbols):
             calls.append(init is not None)
             return super().fit(data, init=init)
 
-    acc = MomentAccumulator(n_symbols=8)
+    acc = MomentAccumulator(n_symbols=8, window=1)
     r = Refitter(Elsewhere(rank=4, backoff=None), refit_every=None)
     acc.learn_many(hmm_symbols[:20_000])
     r.fit_now(acc)

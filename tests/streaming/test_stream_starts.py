@@ -66,7 +66,7 @@ def feed(acc: MomentAccumulator, events, runs: bool):
 @settings(max_examples=80, deadline=None)
 @given(events_st, st.booleans(), st.sampled_from(["sliding", "sequences"]))
 def test_starts_equal_a_recount_of_the_sequences(events, runs, mode):
-    acc = MomentAccumulator(mode=mode)
+    acc = MomentAccumulator(mode=mode, window=1)
     feed(acc, events, runs)
     assert counters(acc) == reference(events)
 
@@ -74,7 +74,7 @@ def test_starts_equal_a_recount_of_the_sequences(events, runs, mode):
 @settings(max_examples=60, deadline=None)
 @given(events_st)
 def test_merging_accumulators_of_disjoint_streams_adds_their_starts(events):
-    left, right = MomentAccumulator(), MomentAccumulator()
+    left, right = MomentAccumulator(window=1), MomentAccumulator(window=1)
     feed(left, [e for e in events if e[0] % 2 == 0], runs=False)
     feed(right, [e for e in events if e[0] % 2 == 1], runs=True)
     assert counters(left.merge(right)) == reference(events)
@@ -83,12 +83,12 @@ def test_merging_accumulators_of_disjoint_streams_adds_their_starts(events):
 @settings(max_examples=80, deadline=None)
 @given(events_st, st.integers(0, 60))
 def test_concat_of_consecutive_pieces_counts_only_real_starts(events, cut):
-    first, second = MomentAccumulator(track_heads=True), MomentAccumulator(track_heads=True)
+    first, second = (MomentAccumulator(track_heads=True, window=1) for _ in range(2))
     feed(first, events[:cut], runs=False)
     feed(second, events[cut:], runs=True)
     joined = first.concat(second)
     assert counters(joined) == reference(events)
-    whole = MomentAccumulator()
+    whole = MomentAccumulator(window=1)
     feed(whole, events, runs=False)
     assert joined.starts() == whole.starts().remapped(
         [joined.symbols.index(s) for s in whole.symbols], joined.n) or counters(joined) == counters(whole)
@@ -97,7 +97,7 @@ def test_concat_of_consecutive_pieces_counts_only_real_starts(events, cut):
 @settings(max_examples=40, deadline=None)
 @given(events_st, st.sampled_from([0.5, 0.9]))
 def test_forgetting_weighs_a_start_like_the_triples_counted_with_it(events, g):
-    acc = MomentAccumulator(forgetting=g)
+    acc = MomentAccumulator(forgetting=g, window=1)
     feed(acc, events, runs=False)
     # reference: a start made when t triples had been counted weighs g ** (total - t)
     current, firsts, triples = {}, Counter(), 0
@@ -121,7 +121,7 @@ def test_forgetting_weighs_a_start_like_the_triples_counted_with_it(events, g):
 
 
 def test_a_checkpoint_keeps_the_starts_and_old_checkpoints_load_without_them(tmp_path):
-    acc = MomentAccumulator()
+    acc = MomentAccumulator(window=1)
     acc.learn_many("abcab", key="u")
     acc.learn_many("ba", key="v")
     acc.save(tmp_path / "c.ckpt")
@@ -135,7 +135,7 @@ def test_a_checkpoint_keeps_the_starts_and_old_checkpoints_load_without_them(tmp
 
 
 def test_a_failed_learning_call_leaves_the_starts_as_they_were():
-    acc = MomentAccumulator(n_symbols=3)
+    acc = MomentAccumulator(n_symbols=3, window=1)
     acc.learn_one(0, key="a")
     before = acc.starts()
     with pytest.raises(ValueError):
