@@ -186,15 +186,28 @@ def em_sample(triples: Triples, max_nnz: int, rng: np.random.Generator) -> Tripl
 
 
 def _threshold(w: np.ndarray, m: int) -> float:
-    """τ with Σ min(1, w/τ) ≈ m (bisection on a monotone function). O(nnz · 50)."""
-    lo, hi = 0.0, float(w.max())
-    for _ in range(50):
-        mid = 0.5 * (lo + hi)
-        if mid > 0 and np.minimum(1.0, w / mid).sum() > m:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    """τ with Σ min(1, w/τ) = m, exactly (``max(w)`` when no τ ≤ ``max(w)`` gets there, 0
+    when there are at most m weights; m ≥ 1).
+
+    With the weights sorted in decreasing order and j of them at least τ, the sum is
+    ``j + S_j / τ`` (``S_j`` the sum of the others), so τ = ``S_j / (m - j)`` for the j
+    whose interval holds it; only the m + 1 largest weights need sorting. O(nnz + m log m)
+    (it was a bisection of 50 passes over all the weights: 26 of 236 s of the default fit at
+    n = 10⁵, 10⁷ tokens)."""
+    w = np.asarray(w, dtype=np.float64)
+    m = int(m)
+    if w.size <= m:  # every weight kept whole
+        return 0.0
+    top = np.partition(w, w.size - m - 1)[w.size - m - 1 :]  # the m + 1 largest
+    top = np.sort(top)[::-1]
+    below = float(w.sum()) - np.concatenate(([0.0], np.cumsum(top[:-1])))  # S_j, j = 0..m
+    j = np.arange(m)
+    tau = below[:m] / (m - j)
+    upper = np.concatenate(([np.inf], top[: m - 1]))  # w_(j) (w_(0) = ∞): τ ≤ it ...
+    ok = (tau <= upper) & (tau > top[:m])  # ... and above w_(j+1)
+    if not ok.any():
+        return float(top[0])
+    return float(min(tau[np.argmax(ok)], top[0]))
 
 
 def fit_hmm(triples: Triples | WindowCounts, n_states: int, budget: float = EM_BUDGET, init=None,
