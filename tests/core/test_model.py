@@ -342,3 +342,18 @@ def test_a_checkpoint_holding_python_objects_is_refused_without_numpy_s_wording(
     with pytest.raises(CheckpointError) as info:
         ObservableOperatorModel.load(path)
     assert "Python objects" in str(info.value) and "allow_pickle" not in str(info.value)
+
+
+def test_replace_shares_unchanged_operators_and_still_checks_the_rest():
+    rng = np.random.default_rng(0)
+    B = rng.random((5, 3, 3)) / 10
+    m = ObservableOperatorModel(rng.random(3), rng.random(3), B, rank=2)
+    r = m.replace(window=4)
+    assert r.B is m.B and r._C is m._C and r.window == 4 and r.rank == 2
+    assert np.allclose(r._C, np.einsum("d,xde->xe", r.binf, r.B))
+    with pytest.raises(ValueError, match="window"):
+        m.replace(window=-1)
+    with pytest.raises(ValueError, match="NaN"):  # new operators are checked in full
+        m.replace(B=np.full((5, 3, 3), np.nan))
+    new = m.replace(B=2 * B)
+    assert np.allclose(new._C, 2 * m._C) and new.rank == 2
