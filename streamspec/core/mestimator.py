@@ -435,7 +435,7 @@ class MEstimator(StatefulFits, Estimator):
                 model = self._fit_projected(t, labels, init, bases, scored_only=t is not triples,
                                             keep_state=keep_state and t is triples,
                                             reference=None if t is triples else triples)
-                drop_cached(bases, t, triples)
+                drop_cached(bases, t, triples, model)
                 return model
             model = self._fit_dense(t, init)
             model.symbols = None if labels is None else list(labels)

@@ -10,6 +10,7 @@ identity weighting. A warm refit (:mod:`streamspec.core.projected_warm`) replace
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -317,7 +318,8 @@ class ProjectedFit(FitSteps):
         symbols' triples with ``right = V M1⁻¹``, O(nnz·k + pairs·k²).
         """
         n, k, active, A = self.n, self.k, self.active, self.A
-        base = np.empty((n, k, k)) if out is None else out
+        base = out if out is not None else self._spare_operators()
+        base = np.empty((n, k, k)) if base is None else base
         if active.size < n:
             rest = np.setdiff1d(np.arange(n), active, assume_unique=True)
             project_triples(self.triples, self.U, self.Q[:, :k] @ self.M1inv, middle=rest,
@@ -325,6 +327,21 @@ class ProjectedFit(FitSteps):
         for a in range(0, active.size, 4096):
             base[active[a : a + 4096]] = A[a : a + 4096, :, :k] @ self.M1inv
         return base
+
+    def _spare_operators(self) -> np.ndarray | None:
+        """The operators of the backoff's 90% fit, left in the bases cache under ``"spare"``
+        (:func:`~streamspec.core.warm_fit.drop_cached`), to be overwritten by this fit's when
+        they have the shape and nothing else holds them (the 90% model was scored and
+        dropped); else None. Why: a fresh n·k² array is paid for in page faults on its
+        first write, 6-9 s for 2 GB on the shared machine (n = 10⁵, k = 50), the
+        projection itself 2-3 s. O(1)."""
+        spare = self.bases.pop("spare", None) if self.bases is not None else None
+        # 2 references: ``spare`` and getrefcount's argument; a third is a live model
+        if (spare is None or spare.shape != (self.n, self.k, self.k) or spare.dtype != np.float64
+                or not spare.flags.writeable or not spare.flags.c_contiguous
+                or sys.getrefcount(spare) > 2):
+            return None
+        return spare
 
     # ------------------------------------------------------------------ initial estimate
 

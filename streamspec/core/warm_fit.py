@@ -98,18 +98,25 @@ def cold_fit(settings: ProjectedSettings, max_outer: int, triples: Triples, labe
     return run_steps(steps, init)
 
 
-def drop_cached(bases: dict | None, fitted: Triples, whole: Triples) -> None:
+def drop_cached(bases: dict | None, fitted: Triples, whole: Triples,
+                model: ObservableOperatorModel | None = None) -> None:
     """Free what the bases cache holds once it is no longer needed: after the fit of a part of
     the counts (the backoff's 90%) its entries; after the fit of all of them everything (the
     cache then only kept a :class:`~streamspec.core.pair_index.PairIndex`, ~50 bytes a distinct
-    triple, alive while the backoff's trigram is built). O(entries)."""
+    triple, alive while the backoff's trigram is built). The part's ``model``: its operators
+    are left as ``"spare"``, which the fit of all the counts writes its own into once the
+    part's model is gone (:meth:`~streamspec.core.projected.ProjectedFit._spare_operators`).
+    O(entries)."""
     if bases is None:
         return
     if fitted is whole:
         bases.clear()
         return
-    for key in [key for key in bases if key[1 if key[0] == "index" else 0] == id(fitted)]:
+    for key in [key for key in bases
+                if isinstance(key, tuple) and key[1 if key[0] == "index" else 0] == id(fitted)]:
         del bases[key]
+    if model is not None:
+        bases["spare"] = model.B
 
 
 def fit_projected(settings: ProjectedSettings, max_outer: int, triples: Triples, labels,
@@ -139,7 +146,7 @@ def fit_projected(settings: ProjectedSettings, max_outer: int, triples: Triples,
                               scored_only=not whole, keep_state=keep_state and whole,
                               info=plan.info if whole and plan is not None else None, init=init,
                               reference=None if whole else triples)
-        drop_cached(bases, t, triples)
+        drop_cached(bases, t, triples, result.model)
         if whole:
             final["result"] = result
         return result.model

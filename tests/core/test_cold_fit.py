@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamspec import HMM, MEstimator
+from streamspec import HMM, MEstimator, SpectralEstimator
 from streamspec.core import projected
 from streamspec.core.backoff_fit import _split_triples
 from streamspec.core.pair_index import PairIndex
@@ -104,3 +104,39 @@ def test_default_fit_on_a_large_alphabet_keeps_its_backoff_and_predicts(counts):
     assert model.backoff is not None and model.rank == 4 and est.n_conditions_ == 8
     p = model.predict_proba_next([0, 1])
     assert p.shape == (N_SYMBOLS,) and abs(p.sum() - 1) < 1e-9 and (p >= 0).all()
+
+
+def test_the_final_fit_writes_into_the_parts_operators_only_when_nothing_holds_them(counts):
+    t, kept = counts
+    whole = ProjectedFit(_settings(), 2, t, None, {})
+    whole.prepare()
+    n, k = whole.n, whole.k
+    expected = whole.spectral_operators()  # a fresh array
+    whole.bases["spare"] = np.full((n, k, k), np.nan)  # only the cache holds it
+    ops = whole.spectral_operators()
+    assert "spare" not in whole.bases and np.allclose(ops, expected, rtol=1e-12, atol=0)
+    held = np.full((n, k, k), np.nan)  # a live model's operators: never overwritten
+    whole.bases["spare"] = held
+    ops = whole.spectral_operators()
+    assert ops is not held and np.isnan(held).all() and np.allclose(ops, expected, rtol=1e-12, atol=0)
+    whole.bases["spare"] = np.zeros((n, k + 1, k + 1))  # another shape: not used
+    assert whole.spectral_operators().shape == (n, k, k)
+
+
+@pytest.mark.parametrize("estimator", [MEstimator, SpectralEstimator])
+def test_the_scored_part_leaves_its_operators_for_the_final_fit(counts, monkeypatch, estimator):
+    t, _ = counts
+    seen = []
+    original = ProjectedFit._spare_operators
+
+    def spy(self):
+        there = self.bases is not None and "spare" in self.bases  # no reference kept here
+        out = original(self)
+        seen.append((there, out is not None))
+        return out
+
+    monkeypatch.setattr(ProjectedFit, "_spare_operators", spy)
+    model = estimator(rank=4).fit(t)
+    # the 90% fit finds none; the final fit finds the 90% model's operators and reuses them
+    assert seen == [(False, False), (True, True)]
+    assert np.isfinite(model.B).all() and model.backoff is not None
