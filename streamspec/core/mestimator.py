@@ -142,8 +142,9 @@ class MEstimator(StatefulFits, Estimator):
         counts (:mod:`streamspec.core.backoff`), by weights started on held-out counts and
         learned from every symbol read
         (:func:`streamspec.core.backoff_fit.fit_with_backoff`: the model is fitted on 90%
-        of the counts to score it, then on all of them, so it fits twice; the fitted
-        attributes are those of the last fit). ``None``: the plain model.
+        of the counts to score it, then on all of them, so it fits twice; on large
+        problems, n·k·k' > 2²⁴, the first is θ_spec in bases refined from those of all the
+        counts; the fitted attributes are those of the last fit). ``None``: the plain model.
     hmm_states
         States of the backoff's HMM: ``"auto"`` (default: the rank, clipped to 2..16), an
         integer, or ``None`` (no HMM component).
