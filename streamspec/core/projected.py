@@ -335,9 +335,12 @@ class ProjectedFit(FitSteps):
         dropped); else None. Why: a fresh n·k² array is paid for in page faults on its
         first write, 6-9 s for 2 GB on the shared machine (n = 10⁵, k = 50), the
         projection itself 2-3 s. O(1)."""
-        spare = self.bases.pop("spare", None) if self.bases is not None else None
-        # 2 references: ``spare`` and getrefcount's argument; a third is a live model
-        if (spare is None or spare.shape != (self.n, self.k, self.k) or spare.dtype != np.float64
+        bases = self.bases if self.bases is not None else {}
+        spare, owner = bases.pop("spare", None), bases.pop("spare_of", None)
+        # the model it came from must be gone (its weak reference dead), and nothing else may
+        # hold the array: 2 references on CPython, ``spare`` and getrefcount's argument
+        if (spare is None or owner is None or owner() is not None
+                or spare.shape != (self.n, self.k, self.k) or spare.dtype != np.float64
                 or not spare.flags.writeable or not spare.flags.c_contiguous
                 or sys.getrefcount(spare) > 2):
             return None

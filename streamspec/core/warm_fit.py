@@ -14,6 +14,7 @@ first fit also fits it on 90% of the counts to score it (docs/math.md section 10
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,8 +116,9 @@ def drop_cached(bases: dict | None, fitted: Triples, whole: Triples,
     for key in [key for key in bases
                 if isinstance(key, tuple) and key[1 if key[0] == "index" else 0] == id(fitted)]:
         del bases[key]
-    if model is not None:
+    if model is not None:  # why the weak reference: the array is reused only once the model is gone
         bases["spare"] = model.B
+        bases["spare_of"] = weakref.ref(model)
 
 
 def fit_projected(settings: ProjectedSettings, max_outer: int, triples: Triples, labels,

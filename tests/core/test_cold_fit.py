@@ -3,6 +3,8 @@ bases of all the counts, is θ_spec on large problems, and the bases cache is fr
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pytest
 
@@ -112,14 +114,22 @@ def test_the_final_fit_writes_into_the_parts_operators_only_when_nothing_holds_t
     whole.prepare()
     n, k = whole.n, whole.k
     expected = whole.spectral_operators()  # a fresh array
-    whole.bases["spare"] = np.full((n, k, k), np.nan)  # only the cache holds it
+
+    class Gone:
+        pass
+
+    dead = weakref.ref(Gone())  # the model the array came from, collected
+    whole.bases.update(spare=np.full((n, k, k), np.nan), spare_of=dead)  # only the cache holds it
     ops = whole.spectral_operators()
     assert "spare" not in whole.bases and np.allclose(ops, expected, rtol=1e-12, atol=0)
-    held = np.full((n, k, k), np.nan)  # a live model's operators: never overwritten
-    whole.bases["spare"] = held
+    held = np.full((n, k, k), np.nan)  # another holder of the array: never overwritten
+    whole.bases.update(spare=held, spare_of=dead)
     ops = whole.spectral_operators()
     assert ops is not held and np.isnan(held).all() and np.allclose(ops, expected, rtol=1e-12, atol=0)
-    whole.bases["spare"] = np.zeros((n, k + 1, k + 1))  # another shape: not used
+    alive = Gone()  # the model still alive: not used either
+    whole.bases.update(spare=np.full((n, k, k), np.nan), spare_of=weakref.ref(alive))
+    assert np.allclose(whole.spectral_operators(), expected, rtol=1e-12, atol=0)
+    whole.bases.update(spare=np.zeros((n, k + 1, k + 1)), spare_of=dead)  # another shape
     assert whole.spectral_operators().shape == (n, k, k)
 
 
