@@ -68,7 +68,7 @@ def hmm_states_for_windows(grams: WindowCounts, max_states: int) -> int:
 
 def sample_grams(grams: WindowCounts, max_nnz: int, rng: np.random.Generator) -> WindowCounts:
     """At most ~``max_nnz`` distinct grams, unbiased (threshold sampling: grams of weight at least
-    τ kept, lighter ones kept with probability w / τ, then weighing τ). O(nnz · 50).
+    τ kept, lighter ones kept with probability w / τ, then weighing τ). O(nnz + max_nnz log max_nnz).
 
     >>> g = WindowCounts.from_digits(2, 2, [[0, 1, 0, 1, 0], [1, 0, 1, 0, 1]], [9.0, 1.0])
     >>> sample_grams(g, 5, np.random.default_rng(0)) is g
@@ -83,20 +83,36 @@ def sample_grams(grams: WindowCounts, max_nnz: int, rng: np.random.Generator) ->
 
 
 def sample_threshold(w: np.ndarray, m: int) -> float:
-    """τ with Σ min(1, w/τ) ≈ m, the threshold of a sample of about m of the weights ``w``
-    (bisection on a monotone function). O(len(w) · 50).
+    """τ with Σ min(1, w/τ) = m, exactly: the threshold of an unbiased sample of about m of
+    the weights ``w`` (0 when there are at most m weights; m ≥ 1).
+
+    With the weights sorted in decreasing order and j of them at least τ, the sum is
+    ``j + S_j / τ`` (``S_j`` the sum of the others), so τ = ``S_j / (m - j)`` for the j
+    whose interval holds it; only the m + 1 largest weights need sorting. τ may exceed the
+    largest weight (j = 0: every weight sampled, e.g. all of them 1), so that a sample never
+    keeps more than about m. O(nnz + m log m) (it was a bisection of 50 passes over all the
+    weights, capped at the largest: 26 of 236 s of the default fit at n = 10⁵, 10⁷ tokens,
+    and a sample of all singletons kept them all).
 
     >>> sample_threshold(np.array([1.0, 1.0, 1.0, 1.0, 4.0]), 3)
     2.0
+    >>> sample_threshold(np.ones(10), 4)   # all weights below τ: each kept with probability 0.4
+    2.5
     """
-    lo, hi = 0.0, float(w.max())
-    for _ in range(50):
-        mid = 0.5 * (lo + hi)
-        if mid > 0 and np.minimum(1.0, w / mid).sum() > m:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    w = np.asarray(w, dtype=np.float64)
+    m = int(m)
+    if w.size <= m:  # every weight kept whole
+        return 0.0
+    top = np.partition(w, w.size - m - 1)[w.size - m - 1:]  # the m + 1 largest
+    top = np.sort(top)[::-1]
+    below = float(w.sum()) - np.concatenate(([0.0], np.cumsum(top[:-1])))  # S_j, j = 0..m
+    j = np.arange(m)
+    tau = below[:m] / (m - j)
+    upper = np.concatenate(([np.inf], top[: m - 1]))  # w_(j) (w_(0) = ∞): τ ≤ it ...
+    ok = (tau <= upper) & (tau > top[:m])  # ... and above w_(j+1)
+    if not ok.any():  # ties at the boundary (cannot happen with exact arithmetic)
+        return float(top[0])
+    return float(tau[np.argmax(ok)])
 
 
 def em_window(grams: WindowCounts, n_states: int, budget: float, min_iter: int) -> int:

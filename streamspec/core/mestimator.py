@@ -17,7 +17,7 @@ from streamspec.core.projected_state import settings_of
 from streamspec.core.projected_weighting import PROJECTED_WEIGHTINGS
 from streamspec.core.spectral import select_rank_by_spectrum
 from streamspec.core.triples import Triples
-from streamspec.core.warm_fit import cold_fit, with_state
+from streamspec.core.warm_fit import cold_fit, drop_cached, with_state
 from streamspec.core.windows import MAX_WINDOW
 
 __all__ = ["MEstimator", "MFactors", "FACTORIZATIONS", "FORMULATIONS", "DENSE_MEMORY_LIMIT",
@@ -149,8 +149,9 @@ class MEstimator(StatefulFits, Estimator):
         counts (:mod:`streamspec.core.backoff`), by weights started on held-out counts and
         learned from every symbol read
         (:func:`streamspec.core.backoff_fit.fit_with_backoff`: the model is fitted on 90%
-        of the counts to score it, then on all of them, so it fits twice; the fitted
-        attributes are those of the last fit). ``None``: the plain model.
+        of the counts to score it, then on all of them, so it fits twice; on large
+        problems, n·k·k' > 2²⁴, the first is θ_spec in bases refined from those of all the
+        counts; the fitted attributes are those of the last fit). ``None``: the plain model.
     hmm_states
         States of the backoff's HMM: ``"auto"`` (default: chosen on held-out counts, 2..64), an
         integer, or ``None`` (no HMM component).
@@ -427,10 +428,10 @@ class MEstimator(StatefulFits, Estimator):
 
     def _fit_projected(self, triples: Triples, labels, init, bases: dict | None = None,
                        scored_only: bool = False, keep_state: bool = False,
-                       info=None) -> ObservableOperatorModel:
+                       info=None, reference: Triples | None = None) -> ObservableOperatorModel:
         result = cold_fit(settings_of(self), self._max_outer(projected=True), triples, labels,
                           bases=bases, scored_only=scored_only, keep_state=keep_state, info=info,
-                          init=init)
+                          init=init, reference=reference)
         for name, value in result.fitted.items():
             setattr(self, name, value)
         self.model_ = result.model
@@ -460,8 +461,11 @@ class MEstimator(StatefulFits, Estimator):
                 self.__dict__.pop(name, None)
             self.formulation_ = formulation
             if formulation == "projected":
-                return self._fit_projected(t, labels, init, bases, scored_only=t is not triples,
-                                           keep_state=keep_state and t is triples)
+                model = self._fit_projected(t, labels, init, bases, scored_only=t is not triples,
+                                            keep_state=keep_state and t is triples,
+                                            reference=None if t is triples else triples)
+                drop_cached(bases, t, triples, model)
+                return model
             model = self._fit_dense(t, init)
             model.symbols = None if labels is None else list(labels)
             return model

@@ -124,6 +124,15 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         hmm=None,
         metadata: dict[str, str] | None = None,
     ):
+        self._assign(b1, binf, B, filter, window, min_proba, symbols, backoff, rank, factors,
+                     candidates, hmm, metadata)
+        self._check()
+        self._C = np.einsum("d,xde->xe", self.binf, self.B)  # C[x] · b = b∞ᵀ B_x b
+
+    def _assign(self, b1, binf, B, filter, window, min_proba, symbols, backoff, rank, factors,
+                candidates, hmm, metadata) -> None:
+        """The constructor's arguments as attributes (``rank`` as given; :meth:`_check` then
+        resolves it). O(1) for float64 arrays."""
         self.b1 = np.asarray(b1, dtype=np.float64)
         self.binf = np.asarray(binf, dtype=np.float64)
         self.B = np.asarray(B, dtype=np.float64)
@@ -137,11 +146,10 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         self.candidates = candidates
         self.hmm = hmm
         self.metadata = check_metadata(metadata)
-        self._check()
-        self.rank = int(self.B.shape[1] if rank is None else rank)
-        self._C = np.einsum("d,xde->xe", self.binf, self.B)  # C[x] · b = b∞ᵀ B_x b
 
-    def _check(self) -> None:
+    def _check(self, arrays: bool = True) -> None:
+        """Validate the attributes (``arrays``: the finiteness of ``b1``, ``binf`` and ``B`` too,
+        O(n · d²)) and resolve ``rank``."""
         if self.B.ndim != 3 or self.B.shape[1] != self.B.shape[2]:
             raise ValueError(f"B must have shape (n, d, d), got {self.B.shape}")
         d = self.B.shape[1]
@@ -149,8 +157,11 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
             raise ValueError(
                 f"b1 and binf must have shape ({d},), got {self.b1.shape} and {self.binf.shape}"
             )
-        for name in ("b1", "binf", "B"):
-            if not np.isfinite(getattr(self, name)).all():
+        for name in ("b1", "binf", "B") if arrays else ():
+            a = getattr(self, name)
+            step = max(1, _SCRATCH // max(1, a[0].size)) if a.ndim > 1 and len(a) else max(1, a.size)
+            # why in blocks of rows: a boolean copy of B is n·d² bytes (250 MB at n = 10⁵, d = 50)
+            if not all(np.isfinite(a[lo : lo + step]).all() for lo in range(0, max(len(a), 1), step)):
                 raise ValueError(f"{name} holds NaN or infinite values")
         if self.filter not in FILTERS:
             raise ValueError(f"filter must be one of {FILTERS}, got {self.filter!r}")
@@ -170,6 +181,7 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
             raise ValueError(
                 f"a backoff over {getattr(self.backoff, 'n', None)} symbols for a model of {self.n_symbols}"
             )
+        self.rank = int(self.B.shape[1] if r is None else r)
 
     @property
     def n_symbols(self) -> int:
@@ -182,7 +194,8 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         return self.B.shape[1]
 
     def replace(self, **changes) -> ObservableOperatorModel:
-        """A copy with some constructor arguments changed, every other one kept. O(n · d²).
+        """A copy with some constructor arguments changed, every other one kept. O(n · d²), O(n)
+        when ``b1``, ``binf`` and ``B`` are kept (then shared, not copied, and not checked again).
 
         The arguments are the whole definition of a model (no other attribute is
         copied), so ``factors``, ``candidates``, ``hmm`` and ``metadata`` survive every
@@ -198,7 +211,15 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
                     min_proba=self.min_proba, symbols=self.symbols, backoff=self.backoff,
                     rank=self.rank, factors=self.factors, candidates=self.candidates,
                     hmm=self.hmm, metadata=self.metadata) | changes
-        return ObservableOperatorModel(**args)
+        if any(name in changes for name in ("b1", "binf", "B")):
+            return ObservableOperatorModel(**args)
+        # why: the same operators (a backoff attached, another filter) need neither their
+        # finiteness checked nor b∞ᵀ B_x again: ~1 s and n·d² bytes of scratch at n = 10⁵, d = 50
+        new = ObservableOperatorModel.__new__(ObservableOperatorModel)
+        new._assign(**args)
+        new._check(arrays=False)
+        new._C = self._C
+        return new
 
     def with_filter(self, filter: str | None = None, window: int | None = None) -> ObservableOperatorModel:
         """The same model (operators, backoff, ``factors``) with another filter or window. O(n · d²).

@@ -10,6 +10,7 @@ identity weighting. A warm refit (:mod:`streamspec.core.projected_warm`) replace
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,7 +33,8 @@ from streamspec.core.projected_weighting import (
 from streamspec.core.sigma_inverse import SigmaInverse
 from streamspec.core.solvers import gls_operators
 from streamspec.core.spectral_basis import projected_basis, projected_sizes
-from streamspec.core.subspace import project_triples
+from streamspec.core.subspace import DENSE_SVD_MAX, project_triples
+from streamspec.core.subspace_iteration import orthonormal
 from streamspec.core.triples import Triples
 
 __all__ = ["SigmaInverse", "sigma_groups", "projected_step", "projected_loss", "identity_loss",
@@ -141,6 +143,25 @@ def identity_loss(A: np.ndarray, M: np.ndarray, ops: np.ndarray) -> float:
     return total
 
 
+def _refined_basis(P21, start: tuple) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """``(k, U, s, Q)`` of P21 from the bases ``start = (k, U, s, Q)`` of counts it is most of
+    (the backoff's 90% of all the counts): one step of subspace iteration from the right
+    basis, ``V = orth(P21ᵀ P21 Q)``, then Rayleigh–Ritz (the top k' singular triplets of
+    P21 restricted to span V), the same rank and k'. O(nnz · k' + n · k'²), where a
+    truncated SVD from a random start costs a Lanczos run of several k' steps (a block
+    Krylov space of 2k' columns cost more than that SVD at n = 10⁵, k' = 100: its
+    orthonormalisations are O(n · (2k')²))."""
+    k, _, _, Q0 = start
+    V = orthonormal(np.asarray(P21.T @ np.asarray(P21 @ Q0)))
+    PV = np.asarray(P21 @ V)
+    W = orthonormal(PV)
+    a, s, bt = np.linalg.svd(W.T @ PV)  # P21 V = W (Wᵀ P21 V) = (W a) diag(s) bt
+    U, V = W @ a, V @ bt.T
+    signs = np.sign(U[np.abs(U).argmax(axis=0), np.arange(U.shape[1])])
+    signs = np.where(signs == 0, 1.0, signs)  # the sign convention of top_singular
+    return k, np.ascontiguousarray(U * signs), s, np.ascontiguousarray(V * signs)
+
+
 def weighted_symbols(settings: ProjectedSettings, n_middle: np.ndarray, n: int, k: int, kp: int
                      ) -> np.ndarray:
     """The symbols whose weighted solution can differ from θ_spec's (sorted indices), O(n).
@@ -182,17 +203,25 @@ class ProjectedFit(FitSteps):
         and of the :class:`~streamspec.core.pair_index.PairIndex` by ``("index", id(triples))``,
         shared by fits of the same counts (θ_M and θ_spec under the backoff), or None.
     scored_only
-        The model's predictions alone are used (the backoff's 90%).
+        The model's predictions alone are used (the backoff's 90%): on large problems
+        (n · k · k' > 2²⁴) it is then θ_spec, the first step, with no weighted symbols.
     keep_state
         Keep what a warm refit reuses (:class:`~streamspec.core.projected_state.ProjectedState`,
         the ``state_`` attribute): the weighting blocks are then kept too.
+    reference
+        Counts of which ``triples`` are a part (the backoff's 90% is a part of all the
+        counts), fitted next with the same ``bases`` cache: their bases are computed (and
+        cached for that fit) and this fit's are found from them by one step of subspace
+        iteration on this P21 (:func:`_refined_basis`), instead of a second truncated SVD
+        from a random start.
     """
 
     def __init__(self, est: ProjectedSettings, max_outer: int, triples: Triples,
                  labels: list | None, bases: dict | None = None, scored_only: bool = False,
-                 keep_state: bool = False):
+                 keep_state: bool = False, reference: Triples | None = None):
         super().__init__(est, 1 if est.weighting == "identity" else max_outer)
         self.triples, self.labels, self.bases, self.scored_only = triples, labels, bases, scored_only
+        self.reference = reference if bases is not None and reference is not triples else None
         self.keep_state = keep_state
         self.history: list = []
         self.rejected: list = []
@@ -240,24 +269,36 @@ class ProjectedFit(FitSteps):
         samples fall in, or None when it is x2 itself (triples). O(1) here."""
         return None
 
-    def _pair_index(self) -> PairIndex:
+    def _pair_index(self, triples: Triples | None = None) -> PairIndex:
         """The counts' :class:`PairIndex`, shared through the bases cache by fits of the same counts."""
-        key = ("index", id(self.triples))
+        triples = self.triples if triples is None else triples
+        key = ("index", id(triples))
         if self.bases is not None and key in self.bases:
             return self.bases[key]
-        index = PairIndex(self.triples)
+        index = PairIndex(triples)
         if self.bases is not None:
             self.bases[key] = index
         return index
 
-    def _basis(self, P21, N: float) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        """``(k, U, s, Q)``: the rank and the top-k' singular triplets, from the cache if there."""
+    def _basis(self, P21, N: float, triples: Triples | None = None
+               ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """``(k, U, s, Q)``: the rank and the top-k' singular triplets, from the cache if there
+        (of ``triples``, default the fit's). With a ``reference`` above
+        :data:`~streamspec.core.subspace.DENSE_SVD_MAX` symbols: from the reference's bases,
+        by :func:`_refined_basis`."""
         est = self.est
-        key = (id(self.triples), est.rank, est.n_conditions, est.per_rank)
+        triples = self.triples if triples is None else triples
+        key = (id(triples), est.rank, est.n_conditions, est.per_rank)
         if self.bases is not None and key in self.bases:
             return self.bases[key]
-        found = projected_basis(P21, N, est.rank, est.n_conditions, est.per_rank, est.auto_cap,
-                                random_state=est.random_state)
+        ref = self.reference if triples is self.triples else None
+        if ref is not None and P21.shape[0] > DENSE_SVD_MAX:
+            ref_index = self._pair_index(ref)
+            start = self._basis(ref_index.c21() * (1.0 / ref.total), ref.total, ref)
+            found = _refined_basis(P21, start)
+        else:
+            found = projected_basis(P21, N, est.rank, est.n_conditions, est.per_rank, est.auto_cap,
+                                    random_state=est.random_state)
         if self.bases is not None:
             self.bases[key] = found
         return found
@@ -283,6 +324,12 @@ class ProjectedFit(FitSteps):
         self.b1 = self.U.T @ self.start_counts(c1) / N
         self.binf = self.M1inv.T @ (Q[:, :k].T @ c1) / N
         self.active = weighted_symbols(self.est, self.n_middle, n, k, kp)
+        if self.scored_only and n * k * kp > _FULL_CONDITIONS_MAX:
+            # why θ_spec for the backoff's 90% on large problems: it only scores ≤ 2,000
+            # held-out contexts, where θ_M's GLS step changed the final held-out log loss by
+            # < 10⁻⁵ nats (Zipf stream, n = 10⁵) and cost a third of the default fit
+            self.active = np.empty(0, dtype=np.int64)
+            self.max_outer = 1
 
     def spectral_operators(self, out: np.ndarray | None = None) -> np.ndarray:
         """θ_spec's operators of every symbol, ``B_x = (Uᵀ P3x1[x] V) M1⁻¹`` (7.1).
@@ -291,7 +338,8 @@ class ProjectedFit(FitSteps):
         symbols' triples with ``right = V M1⁻¹``, O(nnz·k + pairs·k²).
         """
         n, k, active, A = self.n, self.k, self.active, self.A
-        base = np.empty((n, k, k)) if out is None else out
+        base = out if out is not None else self._spare_operators()
+        base = np.empty((n, k, k)) if base is None else base
         if active.size < n:
             rest = np.setdiff1d(np.arange(n), active, assume_unique=True)
             project_triples(self.triples, self.U, self.Q[:, :k] @ self.M1inv, middle=rest,
@@ -299,6 +347,24 @@ class ProjectedFit(FitSteps):
         for a in range(0, active.size, 4096):
             base[active[a : a + 4096]] = A[a : a + 4096, :, :k] @ self.M1inv
         return base
+
+    def _spare_operators(self) -> np.ndarray | None:
+        """The operators of the backoff's 90% fit, left in the bases cache under ``"spare"``
+        (:func:`~streamspec.core.warm_fit.drop_cached`), to be overwritten by this fit's when
+        they have the shape and nothing else holds them (the 90% model was scored and
+        dropped); else None. Why: a fresh n·k² array is paid for in page faults on its
+        first write, 6-9 s for 2 GB on the shared machine (n = 10⁵, k = 50), the
+        projection itself 2-3 s. O(1)."""
+        bases = self.bases if self.bases is not None else {}
+        spare, owner = bases.pop("spare", None), bases.pop("spare_of", None)
+        # the model it came from must be gone (its weak reference dead), and nothing else may
+        # hold the array: 2 references on CPython, ``spare`` and getrefcount's argument
+        if (spare is None or owner is None or owner() is not None
+                or spare.shape != (self.n, self.k, self.k) or spare.dtype != np.float64
+                or not spare.flags.writeable or not spare.flags.c_contiguous
+                or sys.getrefcount(spare) > 2):
+            return None
+        return spare
 
     # ------------------------------------------------------------------ initial estimate
 

@@ -14,6 +14,7 @@ first fit also fits it on 90% of the counts to score it (docs/math.md section 10
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,7 @@ from streamspec.core.projected_warm import WarmPlan, WarmProjectedFit, plan_refi
 from streamspec.core.triples import Triples
 
 __all__ = ["FitResult", "state_of", "previous_model", "plan_for", "run_steps", "cold_fit",
-           "rebased_bases", "fit_projected", "with_state"]
+           "rebased_bases", "fit_projected", "with_state", "drop_cached"]
 
 
 def with_state(fit):
@@ -87,12 +88,37 @@ def rebased_bases(plan: WarmPlan | None, triples: Triples, settings: ProjectedSe
 
 def cold_fit(settings: ProjectedSettings, max_outer: int, triples: Triples, labels, *,
              bases: dict | None = None, scored_only: bool = False, keep_state: bool = False,
-             info: RefitInfo | None = None, init: Any = None) -> FitResult:
-    """A cold projected fit (the bases from ``bases`` when given there)."""
-    steps = ProjectedFit(settings, max_outer, triples, labels, bases, scored_only, keep_state)
+             info: RefitInfo | None = None, init: Any = None,
+             reference: Triples | None = None) -> FitResult:
+    """A cold projected fit (the bases from ``bases`` when given there; ``reference``: the
+    counts ``triples`` are a part of, whose bases start this fit's, :class:`ProjectedFit`)."""
+    steps = ProjectedFit(settings, max_outer, triples, labels, bases, scored_only, keep_state,
+                         reference)
     if info is not None:
         steps.info = info
     return run_steps(steps, init)
+
+
+def drop_cached(bases: dict | None, fitted: Triples, whole: Triples,
+                model: ObservableOperatorModel | None = None) -> None:
+    """Free what the bases cache holds once it is no longer needed: after the fit of a part of
+    the counts (the backoff's 90%) its entries; after the fit of all of them everything (the
+    cache then only kept a :class:`~streamspec.core.pair_index.PairIndex`, ~50 bytes a distinct
+    triple, alive while the backoff's trigram is built). The part's ``model``: its operators
+    are left as ``"spare"``, which the fit of all the counts writes its own into once the
+    part's model is gone (:meth:`~streamspec.core.projected.ProjectedFit._spare_operators`).
+    O(entries)."""
+    if bases is None:
+        return
+    if fitted is whole:
+        bases.clear()
+        return
+    for key in [key for key in bases
+                if isinstance(key, tuple) and key[1 if key[0] == "index" else 0] == id(fitted)]:
+        del bases[key]
+    if model is not None:  # why the weak reference: the array is reused only once the model is gone
+        bases["spare"] = model.B
+        bases["spare_of"] = weakref.ref(model)
 
 
 def fit_projected(settings: ProjectedSettings, max_outer: int, triples: Triples, labels,
@@ -116,9 +142,13 @@ def fit_projected(settings: ProjectedSettings, max_outer: int, triples: Triples,
             result = run_steps(WarmProjectedFit(settings, max_outer, t, labels, state, plan,
                                                 keep_state))
         else:
-            result = cold_fit(settings, max_outer, t, labels, bases=bases if whole else None,
+            # why the same cache for the 90%: its bases start from those of all the counts,
+            # computed (and kept for the fit on all of them) first
+            result = cold_fit(settings, max_outer, t, labels, bases=bases,
                               scored_only=not whole, keep_state=keep_state and whole,
-                              info=plan.info if whole and plan is not None else None, init=init)
+                              info=plan.info if whole and plan is not None else None, init=init,
+                              reference=None if whole else triples)
+        drop_cached(bases, t, triples, result.model)
         if whole:
             final["result"] = result
         return result.model

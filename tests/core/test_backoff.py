@@ -31,7 +31,7 @@ def sticky_hmm(n_states=4, n_symbols=12, stay=0.95, seed=0) -> HMM:
 
 
 def accumulate(n: int, sequences) -> MomentAccumulator:
-    acc = MomentAccumulator(n_symbols=n)
+    acc = MomentAccumulator(n_symbols=n, window=1)  # these tests count triples
     for i, s in enumerate(sequences):
         acc.learn_many(np.asarray(s), key=i)
     return acc
@@ -308,3 +308,32 @@ def test_auto_hmm_states_are_chosen_by_held_out_loss_and_kept_by_refits():
     assert auto.backoff.held_out["hmm"] < fixed.backoff.held_out["hmm"] - 0.02
     refit = fit_with_backoff(fit, t, hmm_states="auto", previous=auto)
     assert refit.backoff.hmm.n_states == auto.backoff.hmm.n_states
+
+
+def _threshold_by_bisection(w: np.ndarray, m: int) -> float:
+    """A bisection (50 passes) on the defining equation, as a reference."""
+    lo, hi = 0.0, max(float(w.max()), float(w.sum()) / m)
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        if mid > 0 and np.minimum(1.0, w / mid).sum() > m:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def test_em_threshold_is_exact_and_matches_the_bisection():
+    from streamspec.core.backoff_windows import sample_threshold as _threshold
+
+    rng = np.random.default_rng(0)
+    for trial in range(60):
+        n = int(rng.integers(2, 2000))
+        m = int(rng.integers(1, n))
+        w = np.floor(rng.pareto(1.0, size=n) * 3) + 1 if trial % 2 else rng.random(n) * 5
+        tau = _threshold(w, m)
+        assert tau == pytest.approx(_threshold_by_bisection(w, m), rel=1e-9)
+        # the defining equation holds exactly, not to a bisection's tolerance
+        assert np.minimum(1.0, w / tau).sum() == pytest.approx(m, rel=1e-12)
+    assert _threshold(np.array([1.0, 2.0]), 5) == 0.0  # fewer weights than m: all kept whole
+    assert _threshold(np.array([4.0, 4.0, 4.0]), 2) == 6.0  # τ above every weight: 3 · 4/6 = 2
+    assert _threshold(np.ones(1000), 100) == 10.0  # singletons: ~100 kept, not all 1,000

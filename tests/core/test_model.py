@@ -24,7 +24,7 @@ from streamspec.experiments.baselines import NGramModel
 @pytest.fixture(scope="module")
 def hmm_and_acc():
     hmm = HMM.random(3, 5, random_state=0)
-    acc = MomentAccumulator(5)
+    acc = MomentAccumulator(5, window=1)
     acc.learn_many(hmm.sample(50_000, random_state=1))
     return hmm, acc
 
@@ -206,7 +206,7 @@ def test_select_predictor_on_a_large_alphabet_stays_linear_in_memory():
     n = 15_000
     p = 1.0 / np.arange(1, n + 1) ** 1.1
     x = rng.choice(n, size=120_000, p=p / p.sum())
-    acc = MomentAccumulator(n)
+    acc = MomentAccumulator(n, window=1)
     acc.learn_many(x[:100_000])
     best = select_predictor(SpectralEstimator(backoff=None), acc, [x[100_000:102_000]], windows=(2,),
                             recursive=False)
@@ -225,7 +225,7 @@ def test_windowed_full_rank_beats_bigram_on_a_second_order_source():
     for _ in range(60_000):
         x.append(rng.choice(n, p=table[x[-2], x[-1]]))
     x = np.array(x)
-    acc = MomentAccumulator(n)
+    acc = MomentAccumulator(n, window=1)  # the filter over triples
     acc.learn_many(x[:50_000])
     held_out = [x[50_000:]]
     best = select_predictor(SpectralEstimator(backoff=None), acc, held_out, ranks=[n])
@@ -342,3 +342,18 @@ def test_a_checkpoint_holding_python_objects_is_refused_without_numpy_s_wording(
     with pytest.raises(CheckpointError) as info:
         ObservableOperatorModel.load(path)
     assert "Python objects" in str(info.value) and "allow_pickle" not in str(info.value)
+
+
+def test_replace_shares_unchanged_operators_and_still_checks_the_rest():
+    rng = np.random.default_rng(0)
+    B = rng.random((5, 3, 3)) / 10
+    m = ObservableOperatorModel(rng.random(3), rng.random(3), B, rank=2)
+    r = m.replace(window=4)
+    assert r.B is m.B and r._C is m._C and r.window == 4 and r.rank == 2
+    assert np.allclose(r._C, np.einsum("d,xde->xe", r.binf, r.B))
+    with pytest.raises(ValueError, match="window"):
+        m.replace(window=-1)
+    with pytest.raises(ValueError, match="NaN"):  # new operators are checked in full
+        m.replace(B=np.full((5, 3, 3), np.nan))
+    new = m.replace(B=2 * B)
+    assert np.allclose(new._C, 2 * m._C) and new.rank == 2
