@@ -23,7 +23,7 @@ watchdog thread notices that it was orphaned.
 Examples
 --------
 >>> from streamspec import MomentAccumulator
->>> acc = MomentAccumulator()
+>>> acc = MomentAccumulator(window=1)   # triples: a fit over windows keeps no factors
 >>> acc.learn_many("abcabcabcaabbcc" * 20)
 >>> model = ProcessMEstimator(rank=2, max_sweeps=2).fit(acc)
 >>> model.symbols, model.n_symbols, model.factors is not None

@@ -84,9 +84,10 @@ class MomentAccumulator(CountBuffer, StartCounting, WindowedStreams, Accumulator
         :meth:`windows` at the smaller L, nothing lost) each time the alphabet passes a
         size of :func:`auto_window`, so that large alphabets count plain triples after
         their first 128 labels and the current L is always that of the alphabet so far
-        (:attr:`current_window`). A growing alphabet in sequences mode: 1 (only the first
-        gram of each sequence counts, so shorter grams cannot be recovered from longer
-        ones; give ``n_symbols`` or an integer window for longer ones). The estimators
+        (:attr:`current_window`). Sequences mode: 1 (only the first gram of each
+        sequence counts, so a longer window would drop every sequence shorter than
+        2L + 1 symbols, and shorter grams cannot be recovered from longer ones; give an
+        integer window for longer ones). The estimators
         then fit on the shortest l ≤ L whose windows give the rank the data support
         (:func:`~streamspec.core.window_rank.choose_window`).
 

@@ -51,8 +51,11 @@ class WindowedStreams:
     def _initial_level(self) -> int:
         if self.window != "auto":
             return int(self.window)
-        if self.n_symbols is None and self.mode != "sliding":
-            return 1  # sequences mode cannot reduce a window exactly as the alphabet grows
+        if self.mode != "sliding":
+            # why 1: sequences mode counts one gram per sequence, so a window of L would drop
+            # every sequence shorter than 2L + 1 symbols (the paper's triples: all of them), and
+            # it cannot reduce a window exactly as the alphabet grows
+            return 1
         return auto_window(self.n_symbols if self.n_symbols is not None else 0)
 
     def _set_level(self, L: int) -> None:

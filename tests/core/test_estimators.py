@@ -214,7 +214,7 @@ def test_get_params_keep_the_settings_verbatim():
 
 @pytest.mark.parametrize("estimator", [SpectralEstimator(rank=2), MEstimator(rank=2)])
 def test_fitting_an_empty_accumulator_is_a_clear_error(estimator):
-    acc = MomentAccumulator(3)
+    acc = MomentAccumulator(3, window=1)
     acc.learn_many([0, 1])  # two symbols: no triple yet
     with pytest.raises(ValueError, match="empty accumulator"):
         estimator.fit(acc)

@@ -100,7 +100,7 @@ def test_triples_of_validates_like_counts_of():
             f(np.ones((2, 3, 2)))
     with pytest.raises(ValueError, match="empty accumulator"):
         triples_of(Triples.empty(4))
-    grow = MomentAccumulator()
+    grow = MomentAccumulator(window=1)
     grow.learn_many(list("abcab"))
     t, labels = triples_of(grow)
     assert labels == ["a", "b", "c"] and t.total == 3

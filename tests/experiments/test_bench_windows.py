@@ -31,7 +31,7 @@ def test_quick_bench_prints_every_model(capsys):
     names = ["truth", "KN trigram", "θ_spec (L = 1)", "θ_M (L = 1)", "HMM 10, windows (L = 4)",
              "HMMEstimator, EM over 3-grams", "HMMEstimator, EM over 5-grams"]
     assert all(name in rows for name in names), sorted(rows)
-    for prefix in ("θ_spec predictor, windows (L = 4, HMM ", "θ_M predictor, windows (L = 4, HMM "):
+    for prefix in ("θ_spec predictor, windows (L = 4, l = ", "θ_M predictor, windows (L = 4, l = "):
         assert any(name.startswith(prefix) for name in rows), sorted(rows)
     assert all(np.isfinite(v) and 0.5 < v < 3.0 for v in rows.values())
     # nothing beats the generating model by more than sampling noise on the held-out set
