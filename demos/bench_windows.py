@@ -36,8 +36,8 @@ Held-out log loss (nats per symbol; the sticky case reads one long stream) of:
 - ``θ_spec / θ_M predictor, windows``: the same defaults on the window counts: the model is
   fitted over the windows of ``count_window="auto"`` (window l and rank k shown; θ_M: θ_spec
   over windows, then the per-symbol GLS step, docs/math.md section 11), and the HMM they mix
-  in is fitted over the windows (up to 16 states, r or 2r for the supported window rank r, by
-  held-out grams) (:func:`window_rows`);
+  in is fitted over the windows (up to 64 states, r, 2r or 4r for the supported window rank r,
+  by held-out grams) (:func:`window_rows`);
 - ``θ_M predictor, windows, model on triples``: ``MEstimator(count_window=1)`` on the same
   counts (the model over the triples, the HMM still over the windows: θ_M before it fitted
   over windows), side by side;
