@@ -245,11 +245,15 @@ def test_windows_refuse_what_they_cannot_hold():
         MomentAccumulator(n_symbols=600, window=3)
     with pytest.raises(ValueError, match="holds at most 511"):
         MomentAccumulator(max_symbols=1000, window=3)
-    # sequences mode cannot reduce a growing alphabet's window exactly: "auto" counts triples
+    # sequences mode counts one gram a sequence: "auto" counts triples, whatever the alphabet,
+    # so that sequences shorter than 2L + 1 (the paper's triples) are not dropped
     seq = MomentAccumulator(window="auto", mode="sequences")
     seq.learn_many("abcde", key="k")
     assert seq.current_window == 1 and seq.n_triples == 1.0
-    assert MomentAccumulator(n_symbols=4, window="auto", mode="sequences").current_window == 4
+    fixed = MomentAccumulator(n_symbols=4, window="auto", mode="sequences")
+    fixed.learn_many([0, 1, 2], key="k")
+    assert fixed.current_window == 1 and fixed.n_triples == 1.0
+    assert MomentAccumulator(n_symbols=4, window=4, mode="sequences").current_window == 4
     acc = MomentAccumulator(window=3)
     acc.learn_many([f"s{i}" for i in range(511)], key="k")
     before = (acc.windows(), dict(acc._tails), acc.symbols)
