@@ -15,7 +15,7 @@ timed 3 times alternately (the best kept, the final merge of buffered counts inc
 It prints symbols per second of both, their ratio, the window the default reached and the
 distinct grams it keeps. Run from the repository root::
 
-    python demos/bench_window_default.py [--data /work/shared/data] [--words 400000]
+    python demos/bench_window_default.py [--data DIR] [--words 400000]
 
 A missing data folder is skipped with a line saying where it was looked for.
 """
@@ -33,6 +33,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from streamspec import MomentAccumulator  # noqa: E402
+from streamspec.experiments.datasets import default_data_path  # noqa: E402
 
 _WORD = re.compile(r"[a-z]+")
 
@@ -90,7 +91,9 @@ def report(label: str, symbols: list, n_keys: int) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=Path(os.environ.get("STREAMSPEC_DATA", "/work/shared/data")))
+    ap.add_argument("--data", type=Path, default=default_data_path() or Path("../shared/data"),
+                    help="the data folder (default: STREAMSPEC_DATA, else ../shared/data beside "
+                         "the checkout)")
     ap.add_argument("--words", type=int, default=400_000, help="words of the books (400,000)")
     args = ap.parse_args(argv)
     print("| stream | symbols | alphabet | keys | window=1 sym/s | default sym/s | time ratio "
