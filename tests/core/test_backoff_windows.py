@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from window_data import keyed_counts
 
-from streamspec import MEstimator, MomentAccumulator, SpectralEstimator
+from streamspec import MEstimator, SpectralEstimator
 from streamspec.core.backoff_windows import choose_window_hmm, fit_window_hmm, sample_grams
 from streamspec.core.hmm import HMM
 from streamspec.core.hmm_moments import exact_windows
@@ -24,19 +25,12 @@ def automaton(K: int = 8, n: int = 4, seed: int = 3) -> HMM:
     return HMM(T, O)
 
 
-def counted(truth: HMM, window, size: int, seed: int) -> MomentAccumulator:
-    acc = MomentAccumulator(n_symbols=truth.n_symbols, window=window)
-    for k, s in enumerate(truth.sample_many(size // 20, 20, random_state=seed)):
-        acc.learn_many(s, key=k % 8)
-        acc.end(k % 8)
-    return acc
-
-
 @pytest.fixture(scope="module")
 def split():
     truth = automaton()
     test = list(truth.sample_many(300, 20, random_state=99))
-    return truth, test, counted(truth, 1, 60_000, 1), counted(truth, "auto", 60_000, 1)
+    counts = [keyed_counts(truth, w, 60_000, 1, length=20, keys=8) for w in (1, "auto")]
+    return truth, test, *counts
 
 
 @pytest.mark.parametrize("estimator", [SpectralEstimator, MEstimator])

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from window_data import RING, sticky_ring_counts
 
-from streamspec import MEstimator, MomentAccumulator, SpectralEstimator
+from streamspec import MEstimator, SpectralEstimator
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
-from streamspec.core.hmm import HMM
 from streamspec.core.hmm_moments import exact_windows
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.projected import ProjectedFit
@@ -20,17 +20,7 @@ from streamspec.core.warm_fit import run_steps
 from streamspec.core.window_triples import WindowTriples
 from streamspec.core.windows import WindowCounts
 
-RING = HMM(T=0.2 * np.eye(4) + 0.8 * np.roll(np.eye(4), 1, axis=0),  # 4 states over 2 symbols
-           O=[[0.9, 0.6, 0.2, 0.1], [0.1, 0.4, 0.8, 0.9]])
 WEIGHTINGS = ("identity", "diagonal", "per_symbol")
-
-
-def sticky_ring_counts(window, size: int = 40_000, seed: int = 1) -> MomentAccumulator:
-    acc = MomentAccumulator(n_symbols=2, window=window)
-    for k, s in enumerate(RING.sample_many(size // 40, 40, random_state=seed)):
-        acc.learn_many(s, key=k % 4)
-        acc.end(k % 4)
-    return acc
 
 
 @pytest.fixture(scope="module")

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from window_data import RING, sticky_ring_counts
 
-from streamspec import MomentAccumulator, SpectralEstimator
+from streamspec import SpectralEstimator
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
-from streamspec.core.hmm import HMM
 from streamspec.core.hmm_moments import exact_windows
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.spectral import sparse_spectral_operators
 from streamspec.core.spectral_windows import window_spectral_operators
 from streamspec.core.windows import WindowCounts
-
-RING = HMM(T=0.2 * np.eye(4) + 0.8 * np.roll(np.eye(4), 1, axis=0),  # 4 states over 2 symbols
-           O=[[0.9, 0.6, 0.2, 0.1], [0.1, 0.4, 0.8, 0.9]])
 
 
 @pytest.mark.parametrize("L", [2, 3])
@@ -42,14 +39,6 @@ def test_at_window_1_the_operators_are_those_of_the_triples():
     ref = sparse_spectral_operators(g.triples(), 2)
     for a, b in zip(ours, ref, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-12)
-
-
-def sticky_ring_counts(window, size: int = 40_000, seed: int = 1) -> MomentAccumulator:
-    acc = MomentAccumulator(n_symbols=2, window=window)
-    for k, s in enumerate(RING.sample_many(size // 40, 40, random_state=seed)):
-        acc.learn_many(s, key=k % 4)
-        acc.end(k % 4)
-    return acc
 
 
 def test_the_estimator_fits_over_windows_when_the_counts_are_windows():

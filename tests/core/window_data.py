@@ -1,0 +1,25 @@
+"""Counts shared by the window tests (θ_spec, θ_M and the backoff over windows)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamspec import MomentAccumulator
+from streamspec.core.hmm import HMM
+
+RING = HMM(T=0.2 * np.eye(4) + 0.8 * np.roll(np.eye(4), 1, axis=0),  # 4 states over 2 symbols
+           O=[[0.9, 0.6, 0.2, 0.1], [0.1, 0.4, 0.8, 0.9]])
+
+
+def keyed_counts(truth: HMM, window, size: int, seed: int, length: int, keys: int) -> MomentAccumulator:
+    """``size`` symbols of ``truth`` in ended sequences of ``length``, over ``keys`` streams."""
+    acc = MomentAccumulator(n_symbols=truth.n_symbols, window=window)
+    for k, s in enumerate(truth.sample_many(size // length, length, random_state=seed)):
+        acc.learn_many(s, key=k % keys)
+        acc.end(k % keys)
+    return acc
+
+
+def sticky_ring_counts(window, size: int = 40_000, seed: int = 1) -> MomentAccumulator:
+    """The ring's counts in sequences of 40 over 4 streams."""
+    return keyed_counts(RING, window, size, seed, length=40, keys=4)
