@@ -100,7 +100,7 @@ _SAVE_INTERVAL = 60.0  # learn --follow --out: seconds between periodic model sa
 def _one_pass(args) -> bool:
     """Whether ``learn`` reads its files once with nothing to resume or cap (chunked counting)."""
     return (not args.follow and not args.state and (args.mode or "sliding") == "sliding"
-            and args.max_symbols is None and args.window in (None, 1, "auto"))
+            and args.max_symbols is None)
 
 
 def _check_outputs(args) -> None:
@@ -153,13 +153,13 @@ def _learn(args) -> int:
 
 
 def _count_windows(args, fmt, labels: list, L: int) -> Any:
-    """The second pass of ``--window auto`` by chunks: the files' windows of ``L`` symbols, the
-    alphabet ``labels`` (of the first pass) given, so that every chunk has it whole and the
-    chunks join exactly (``concat``). Its malformed lines were reported by the first pass.
+    """The second pass of ``--window auto`` (or ``L >= 2``) by chunks: the files' windows of
+    ``L`` symbols, the alphabet ``labels`` (of the first pass) given, so that every chunk has
+    it whole and the chunks join exactly (``concat``). Its malformed lines were reported by the first pass.
     Time of the first pass, times about L for the grams. O(distinct grams) memory."""
     log = logging.getLogger("streamspec.learn")
-    log.info("event=window-pass symbols=%d window=%d (the chunks counted triples; an alphabet "
-             "under 128 symbols is counted again with windows; --window 1 keeps the triples)",
+    log.info("event=window-pass symbols=%d window=%d (the chunks counted triples to learn the "
+             "alphabet; they are counted again with windows; --window 1 keeps the triples)",
              len(labels), L)
     try:
         return backfill_result_from_args(args, fmt, alphabet=labels, window=L).acc
@@ -211,7 +211,8 @@ def _learn_by_chunks(args, fmt, report) -> int:
     except (ValueError, ImportError) as exc:
         raise CommandError(str(exc), status=2) from None
     acc = result.acc
-    if (args.window if args.window is not None else defaults.COUNT_WINDOW) == "auto":
+    window = args.window if args.window is not None else defaults.COUNT_WINDOW
+    if window == "auto":
         from streamspec.core.windows import auto_window
 
         L = auto_window(acc.n)
@@ -221,6 +222,10 @@ def _learn_by_chunks(args, fmt, report) -> int:
         # the setting says so, so that merges and a resumed state go on as under "auto"
         acc.window = "auto"
         acc._set_level(acc.current_window)
+    elif window > 1:
+        # why two passes: a chunk's window labels must be the whole file's alphabet so that the
+        # chunks join exactly (concat); the first pass (triples) gave that alphabet
+        acc = _count_windows(args, fmt, acc.symbols, window)
     return _counted(args, acc, result.records, report)
 
 

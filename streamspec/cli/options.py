@@ -125,9 +125,10 @@ def add_estimator_options(p: argparse.ArgumentParser, defaults: bool) -> None:
                         "triples (L = 1), so that the HMM of the predictor (and --states) can "
                         "have more hidden states than the alphabet has symbols; 'auto' (the "
                         "default): the smallest L with n^L >= 128 for n symbols (1, triples, "
-                        "from 128 symbols on). With --workers/--dask only 1 or auto: the chunks "
-                        "count triples, then, when the alphabet has under 128 symbols, its "
-                        "windows in a second pass; at most 4,095 symbols at L = 2, 511 at L = 3")
+                        "from 128 symbols on). Read by chunks (--workers/--dask, or a plain "
+                        "one-pass learn) the files are counted as triples, then, for L >= 2, "
+                        "as windows in a second pass with the alphabet of the first; at most "
+                        "4,095 symbols at L = 2, 511 at L = 3")
 
 
 def positive_int(text: str) -> int:
@@ -314,11 +315,6 @@ def backfill_result_from_args(args: argparse.Namespace, fmt: Any,
     mode = getattr(args, "mode", None) or "sliding"
     if mode != "sliding":
         raise ValueError(f"--dask/--workers count in sliding mode only, not --mode {mode}")
-    if getattr(args, "window", None) not in (None, 1, "auto"):
-        raise ValueError(f"--dask/--workers take --window 1 or auto only, not --window "
-                         f"{args.window}: count windows serially (without --dask/--workers), or "
-                         f"give --window auto (the default: the chunks count triples, then again "
-                         f"windows when the alphabet has under 128 symbols)")
     if getattr(args, "max_symbols", None) is not None:
         raise ValueError("--dask/--workers count chunks independently: they cannot be combined "
                          "with --max-symbols (which symbols fit the cap depends on the order); "

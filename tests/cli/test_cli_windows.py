@@ -75,7 +75,6 @@ def test_learn_window_auto_is_the_default_and_window_one_counts_triples(dna, tmp
 @pytest.mark.parametrize("flags, message", [
     (["--window", "11"], "window must be an integer in 1..10"),
     (["--window", "0"], "window must be an integer in 1..10"),
-    (["--window", "2", "--workers", "2"], "--dask/--workers take --window 1 or auto only"),
     (["--window", "1", "--states", "6"], "--window auto"),  # more states than symbols, as triples
 ])
 def test_learn_refuses_bad_windows_in_one_line(dna, tmp_path, capsys, flags, message):
@@ -172,6 +171,28 @@ def test_learn_by_chunks_counts_the_auto_window_exactly(dna, tmp_path, caplog):
         assert "event=window-pass symbols=4 window=4" in caplog.text
         got = MomentAccumulator.load(out)
         assert got.window == "auto" and got.current_window == 4 and got.symbols == want.symbols
+        assert got.windows() == want.windows() and got.n_triples == want.n_triples
+        caplog.clear()
+
+
+@pytest.mark.parametrize("L", [2, 3])
+def test_learn_by_chunks_counts_an_explicit_window_exactly(dna, tmp_path, caplog, L):
+    # --window L >= 2 by chunks (--workers, or a plain one-pass learn): triples first for the
+    # alphabet, then the windows, equal to counting record by record
+    serial = tmp_path / "serial.ckpt"
+    assert main(["learn", str(dna), "--window", str(L), "--state", str(serial), "--no-fit"]) == 0
+    from connectors.state import SourceState
+
+    want = SourceState.load(serial).acc
+    assert want.window == L and want.current_window == L
+    for flags in ([], ["--workers", "2", "--chunk-mb", "1"]):
+        out = tmp_path / "chunks.ckpt"
+        with caplog.at_level(logging.INFO, logger="streamspec.learn"):
+            assert main(["learn", str(dna), "--window", str(L), "--counts", str(out), "--no-fit",
+                         *flags]) == 0
+        assert f"event=window-pass symbols=4 window={L}" in caplog.text
+        got = MomentAccumulator.load(out)
+        assert got.window == L and got.current_window == L and got.symbols == want.symbols
         assert got.windows() == want.windows() and got.n_triples == want.n_triples
         caplog.clear()
 
