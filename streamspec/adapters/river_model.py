@@ -63,12 +63,13 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         waited for, as inline (it chooses the sizes later refits keep: the HMM's states,
         the rank until the counts double); each later fit starts ``refit_every // 10``
         symbols (:data:`LEAD_FRACTION`) before it is due, learning and predicting go on
-        meanwhile with the previous model, and the finished model is swapped in exactly
-        when the fit is due (the learner waits for it there if it has not finished):
-        models change at the same symbols as inline refits, the first is the inline one,
-        the later ones are fitted on counts a tenth of an interval older, and the
-        predictions are the same on every run. With ``refit_interval`` alone (already a clock), or after
-        :meth:`refit` with ``wait=False``, a finished model is swapped in at the next symbol.
+        meanwhile with the previous model, and when it is due the learner waits for it if
+        it has not finished, catches it up with the symbols learned since its snapshot (a
+        warm refit, :meth:`~streamspec.Refitter.catch_up`) and swaps it in: models change
+        at the same symbols as inline refits, each having seen the same counts (the first
+        is the inline one), and the predictions are the same on every run. With
+        ``refit_interval`` alone (already a clock), or after :meth:`refit` with
+        ``wait=False``, a finished model is swapped in at the next symbol.
     key
         Name of the feature holding the stream identifier. ``None`` (default), or an ``x``
         without that field: the default stream.

@@ -510,7 +510,10 @@ def test_background_first_fit_is_due_now_and_later_fits_start_a_lead_early(hmm_l
     assert model.online.model is not model.refitter.model  # ...but is not used before it is due
     model.learn_one({}, hmm_letters[199])
     assert model.predict_proba_one({}) != first
-    assert model.online.model is model.refitter.model  # swapped in at symbol 200, as inline
+    assert model.online.model is model.refitter.model  # swapped in at symbol 200, as inline...
+    # ...once caught up with the lead's symbols: a warm refit on the counts of all 200
+    assert model.refitter.fitted_on_symbols == 200 and model.refitter.records[-1].catch_up
+    assert [r.catch_up for r in model.refitter.records] == [False, False, True]
 
 
 def test_background_first_model_is_the_inline_one_and_keeps_its_sizes():
@@ -518,7 +521,8 @@ def test_background_first_model_is_the_inline_one_and_keeps_its_sizes():
     on the counts a lead before it was due, it chose smaller ones and the whole stream
     predicted worse (docs/benchmarks.md, "Background refits"). Now the background learner's
     first model is the inline one: the same predictions up to the second swap, the same
-    sizes after it."""
+    sizes after it; each later model is caught up at its swap with the counts learned
+    during the lead (its trigram, only counts, is then the inline one exactly)."""
     every = 1_000
     data = sessions(200, 3 * every, seed=5)
 
@@ -532,9 +536,19 @@ def test_background_first_model_is_the_inline_one_and_keeps_its_sizes():
             assert p_bg == pytest.approx(p_inline, rel=1e-12, abs=1e-15), t
         inline.learn_one(x, y)
         bg.learn_one(x, y)
+        if t + 1 == 2 * every:  # the second swap: a model caught up with every count, as inline
+            a, b = bg.online.model, inline.online.model
+            assert a is not None and a is not b and a.n_symbols == b.n_symbols
+            u, v = np.meshgrid(np.arange(-1, a.n_symbols), np.arange(-1, a.n_symbols))
+            np.testing.assert_allclose(a.backoff.trigram.predict_many(u.ravel(), v.ravel()),
+                                       b.backoff.trigram.predict_many(u.ravel(), v.ravel()),
+                                       rtol=1e-13, atol=1e-15)
     bg.refitter.close()
     records = list(bg.refitter.records)
-    assert [r.n_seen for r in records] == [every, 2 * every - every // 10, 3 * every - every // 10]
+    lead = every // 10
+    assert [(r.n_seen, r.catch_up) for r in records] == [
+        (every, False), (2 * every - lead, False), (2 * every, True), (3 * every - lead, False),
+        (3 * every, True)]
     assert records[0].rank == inline.refitter.records[0].rank
     assert bg.hmm.n_states == inline.hmm.n_states
 
