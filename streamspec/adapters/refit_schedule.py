@@ -61,8 +61,8 @@ class RefitSchedule:
         refits do, having seen the same counts. While there is no model the fit starts when
         it is due and is waited for at once (it chooses the sizes later refits keep);
         afterwards each fit starts ``lead`` symbols before it is due. Costs a fit inline; in
-        background a snapshot of the counts, and at a swap the wait for a fit still running
-        plus a warm catch-up refit (the whole first fit)."""
+        background a snapshot of the counts, at a swap the wait for a fit still running plus
+        a warm catch-up refit, and the wait for the whole first fit."""
         r = self._refitter
         swap = self._swap_at is not None and self._n >= self._swap_at
         if swap:

@@ -367,8 +367,10 @@ class Refitter:
 
         The fit starts from the state the background fit left, so it is a warm refit,
         proportional to the change of the counts (docs/math.md section 10), unless the
-        estimator decides otherwise (e.g. ``rank="auto"`` rechosen because the counts
-        doubled): then it is the fit an inline refitter would have run. Recorded as a fit
+        estimator falls back to a cold fit (e.g. ``rank="auto"`` rechosen because the
+        counts doubled since it was chosen): then it costs what an inline refit costs. The
+        result is not the model an inline refitter fits on the same counts (that one starts
+        from the previous model), only one that has seen the same counts. Recorded as a fit
         (``FitRecord.catch_up``); a failure keeps the current model, as any fit. Returns
         ``False`` without fitting when a background fit is running, the refitter is closed,
         or there is no model to catch up or no triple. Costs one (warm) fit.
