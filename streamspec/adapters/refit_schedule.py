@@ -1,10 +1,19 @@
 """When :class:`~streamspec.adapters.river_model.SpectralHMM` refits, counted in symbols.
 
 Inline, a fit runs when the refitter's trigger fires. In background, with ``refit_every``,
-a fit starts ``refit_every // LEAD_FRACTION`` symbols before it is due and its model is
-swapped in exactly when it is due (the learner waits for it there if needed), so that
 models change at the same symbols as inline refits and a run repeats exactly, whatever
-the clock.
+the clock, and each model swapped in has seen every count an inline refit there would
+have (docs/benchmarks.md, "Background refits", measures what each step was worth):
+
+* the first fit runs on the counts of exactly ``refit_every`` symbols and the learner
+  waits for it, as inline: that fit chooses the sizes every later refit keeps (the
+  HMM's number of states; the rank until the counts double), and chosen on a tenth
+  fewer counts they came out smaller and worse for the whole stream;
+* each later fit starts ``refit_every // LEAD_FRACTION`` symbols before it is due, on a
+  snapshot, while learning and predicting go on with the previous model; when it is due
+  the learner waits for it if needed, then catches it up with the symbols learned during
+  the lead (:meth:`~streamspec.Refitter.catch_up`: a warm refit from the fit's state,
+  proportional to that change) and swaps the result in.
 """
 
 from __future__ import annotations
@@ -12,7 +21,7 @@ from __future__ import annotations
 __all__ = ["RefitSchedule", "LEAD_FRACTION", "TIME_CHECK"]
 
 TIME_CHECK = 256  # with refit_interval: symbols between two looks at the clock
-LEAD_FRACTION = 10  # background: a fit starts refit_every // LEAD_FRACTION symbols before it is due
+LEAD_FRACTION = 10  # background: a refit starts refit_every // LEAD_FRACTION symbols before it is due
 
 
 class RefitSchedule:
@@ -21,11 +30,16 @@ class RefitSchedule:
     ``_fit_at``/``_swap_at``)."""
 
     def _lead(self) -> int | None:
-        """Symbols between the start of a scheduled background fit and its swap (``None``: no
+        """Symbols between the start of a scheduled background refit and its swap (``None``: no
         schedule, the refitter's own triggers). O(1)."""
         if not self.background or self.refit_every is None:
             return None
         return self.refit_every // LEAD_FRACTION
+
+    def _first_fit_at(self) -> int | None:
+        """The symbol the schedule's first fit starts at: ``refit_every`` itself, without a lead
+        (``None``: no schedule). O(1)."""
+        return None if self._lead() is None else self.refit_every
 
     def _next_countdown(self) -> int:
         if self._fit_at is not None:  # the schedule: the next fit or swap, by symbols
@@ -41,23 +55,39 @@ class RefitSchedule:
 
     def _trigger(self) -> None:
         """A countdown ran out: report the symbols to the refitter (which fits when a trigger
-        fires) and, on the schedule of background fits, start the next fit ``lead`` symbols
-        before it is due and swap its model in when it is due (waiting for it if needed),
-        so that models change at the same symbols as inline refits do. Costs a fit inline, a
-        snapshot of the counts in background."""
+        fires) and, on the schedule of background fits, start the next fit and swap its model
+        in when it is due (waiting for it if needed, then catching it up with the symbols
+        learned since its snapshot), so that models change at the same symbols as inline
+        refits do, having seen the same counts. While there is no model the fit starts when
+        it is due and is waited for at once (it chooses the sizes later refits keep);
+        afterwards each fit starts ``lead`` symbols before it is due. Costs a fit inline; in
+        background a snapshot of the counts, at a swap the wait for a fit still running plus
+        a warm catch-up refit, and the wait for the whole first fit."""
         r = self._refitter
-        if self._swap_at is not None and self._n >= self._swap_at:
+        swap = self._swap_at is not None and self._n >= self._swap_at
+        if swap:
             r.wait()  # the scheduled model is swapped in now, whatever the clock: deterministic
             self._swap_at = None
         started = r.observe(self._unreported, self._acc)
         self._unreported = 0
+        if (swap and r.model is not None and r.model is not self._online.model
+                and r.fitted_on_symbols < self._n):
+            # the fit ran on a snapshot a lead old; an inline refit here has every count: a
+            # warm refit from the fit's state catches up with them before the swap
+            r.catch_up(self._acc)
         if self._fit_at is not None and self._n >= self._fit_at:
-            while self._fit_at <= self._n:
-                self._fit_at += self.refit_every
+            every, lead = self.refit_every, self._lead()
+            # a fit started without a model yet is the first: due now, not lead symbols later
+            first = r.model is None
             started = started or r.fit_now(self._acc)
+            this_lead = 0 if first else lead
             if started:
-                self._swap_at = self._n + self._lead()
+                self._swap_at = self._n + this_lead
                 if self._swap_at <= self._n:  # no lead: the fit is swapped in at the next symbol
                     r.wait()
                     self._swap_at = None
+            # the next due point after this one (this fit was due at n + this_lead); the next
+            # fit starts lead symbols before it once there is a model, at it while there is none
+            due = ((self._n + this_lead) // every + 1) * every
+            self._fit_at = due - (lead if r.model is not None or r.busy else 0)
         self._countdown = self._next_countdown()

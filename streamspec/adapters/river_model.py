@@ -58,14 +58,18 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         Alternating sweeps of a warm-started refit (``estimator="m"``).
     background
         Fit in a worker thread on a snapshot of the counts instead of inside
-        :meth:`learn_one` (default). With ``refit_every``, on a schedule by symbols, not by
-        the clock: each fit starts ``refit_every // 10`` symbols (:data:`LEAD_FRACTION`)
-        before it is due, learning and predicting go on meanwhile with the previous model,
-        and the finished model is swapped in exactly when the fit is due (the learner waits
-        for it there if it has not finished): models change at the same symbols as inline
-        refits, fitted on counts a tenth of an interval older, and the predictions are the
-        same on every run. With ``refit_interval`` alone (already a clock), or after
-        :meth:`refit` with ``wait=False``, a finished model is swapped in at the next symbol.
+        :meth:`learn_one`. With ``refit_every``, on a schedule by symbols, not by the
+        clock: the first fit runs on the counts of exactly ``refit_every`` symbols and is
+        waited for, as inline (it chooses the sizes later refits keep: the HMM's states,
+        the rank until the counts double); each later fit starts ``refit_every // 10``
+        symbols (:data:`LEAD_FRACTION`) before it is due, learning and predicting go on
+        meanwhile with the previous model, and when it is due the learner waits for it if
+        it has not finished, catches it up with the symbols learned since its snapshot (a
+        warm refit, :meth:`~streamspec.Refitter.catch_up`) and swaps it in: models change
+        at the same symbols as inline refits, each having seen the same counts (the first
+        is the inline one), and the predictions are the same on every run. With
+        ``refit_interval`` alone (already a clock), or after :meth:`refit` with
+        ``wait=False``, a finished model is swapped in at the next symbol.
     key
         Name of the feature holding the stream identifier. ``None`` (default), or an ``x``
         without that field: the default stream.
@@ -213,8 +217,7 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         self._freq: list[int] = []
         self._best = 0
         self._n = 0  # symbols learned
-        lead = self._lead()
-        self._fit_at = None if lead is None else self.refit_every - lead  # the next scheduled fit
+        self._fit_at = self._first_fit_at()  # the next scheduled fit (None: no schedule)
         self._swap_at: int | None = None  # when the running scheduled fit's model is swapped in
         self._countdown = self._next_countdown()
         self._unreported = 0

@@ -62,6 +62,9 @@ class FitRecord:
         CPU time of the fit: the fitting thread's, plus that of a worker process the
         estimator fitted in (its ``worker_cpu_seconds_``). Below ``seconds`` when other
         work had the cores; what a duty cycle on refits should count.
+    catch_up
+        Whether it was a catch-up (:meth:`Refitter.catch_up`): a refit, in the caller's
+        thread, of a background fit's model on the counts learned since its snapshot.
 
     """
 
@@ -77,6 +80,7 @@ class FitRecord:
     error: str | None = None
     path: str = "cold"
     cpu_seconds: float = float("nan")
+    catch_up: bool = False
 
     @property
     def loss(self) -> float:
@@ -356,6 +360,28 @@ class Refitter:
         self._thread.start()
         return True
 
+    def catch_up(self, accumulator) -> bool:
+        """Refit now, in the calling thread, from the current model and its state on the live
+        ``accumulator``: a background fit ran on a snapshot, and this brings its model to the
+        counts learned since (the triggers are left as they are: it is not a new refit).
+
+        The fit starts from the state the background fit left, so it is a warm refit,
+        proportional to the change of the counts (docs/math.md section 10), unless the
+        estimator falls back to a cold fit (e.g. ``rank="auto"`` rechosen because the
+        counts doubled since it was chosen): then it costs what an inline refit costs. The
+        result is not the model an inline refitter fits on the same counts (that one starts
+        from the previous model), only one that has seen the same counts. Recorded as a fit
+        (``FitRecord.catch_up``); a failure keeps the current model, as any fit. Returns
+        ``False`` without fitting when a background fit is running, the refitter is closed,
+        or there is no model to catch up or no triple. Costs one (warm) fit.
+        """
+        if self._closed or self.busy or self._current.model is None:
+            return False
+        if not accumulator.n_triples > 0:
+            return False
+        self._fit(accumulator, self._current.model, self._seen, catch_up=True)
+        return True
+
     def adopt(self, model, n_seen: int = 0, n_triples: float = 0.0) -> None:
         """Install ``model`` (e.g. read from a checkpoint or a model topic) as the current one.
 
@@ -383,7 +409,7 @@ class Refitter:
 
     # ------------------------------------------------------------------ fitting
 
-    def _fit(self, data, prev, n_seen: int) -> None:
+    def _fit(self, data, prev, n_seen: int, catch_up: bool = False) -> None:
         t0, cpu0 = time.perf_counter(), time.thread_time()
         est, warm, model, prepared, error, state, path = None, False, None, None, None, None, "cold"
         try:
@@ -422,6 +448,7 @@ class Refitter:
                 error=error,
                 path=path,
                 cpu_seconds=cpu,
+                catch_up=catch_up,
             )
             self.records.append(record)
             self.last_fit_seconds = seconds

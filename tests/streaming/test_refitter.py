@@ -350,3 +350,41 @@ def test_refits_over_windows_keep_a_rank_above_the_alphabet(estimator):
     assert r.last_error is None and r.n_fits == 3
     assert [rec.rank for rec in r.records] == [4, 4, 4]
     assert r.model.rank == 4
+
+
+def test_catch_up_refits_a_background_model_on_the_counts_since_its_snapshot(hmm_symbols):
+    acc = MomentAccumulator(window=1)
+    r = Refitter(SpectralEstimator(rank=2), refit_every=4_000, background=True)
+    assert not r.catch_up(acc)  # no model yet
+    feed(r, acc, hmm_symbols[:4_000].tolist())  # the fit starts on a snapshot of 4,000 symbols
+    feed(r, acc, hmm_symbols[4_000:5_000].tolist())  # learned meanwhile
+    assert r.wait(60) and r.n_fits == 1 and r.fitted_on_symbols == 4_000
+    snapshot_model = r.model
+    assert r.catch_up(acc)
+    rec = r.records[-1]
+    assert rec.catch_up and rec.error is None and rec.n_seen == 5_000 and rec.warm
+    assert not r.records[0].catch_up
+    assert r.n_fits == 2 and r.fitted_on_symbols == 5_000 and r.model is not snapshot_model
+    # the caught-up model has every count: its trigram is a fit's on the live counts
+    fresh = SpectralEstimator(rank=2).fit(acc)
+    u, v = np.meshgrid(np.arange(-1, 8), np.arange(-1, 8))
+    np.testing.assert_allclose(r.model.backoff.trigram.predict_many(u.ravel(), v.ravel()),
+                               fresh.backoff.trigram.predict_many(u.ravel(), v.ravel()),
+                               rtol=1e-13, atol=1e-15)
+    assert r.until_due() == 3_000  # not a new refit: the trigger still counts from the snapshot
+
+
+def test_catch_up_never_runs_beside_a_background_fit():
+    gate = threading.Event()
+    acc = MomentAccumulator(window=1)
+    r = Refitter(GatedEstimator(rank=2, gate=gate), refit_every=50, background=True)
+    try:
+        feed(r, acc, "abcd" * 12 + "ab")  # the fit starts and blocks on the gate
+        r.adopt(SpectralEstimator(rank=2).fit(acc))  # a model to catch up, meanwhile
+        assert r.busy and not r.catch_up(acc)  # never two fits at once
+        assert len(r.records) == 0
+    finally:
+        gate.set()
+        r.close()
+    assert r.n_fits == 1 and not r.catch_up(acc)  # closed
+    assert len(r.records) == 1
