@@ -71,24 +71,32 @@ def case_refit(path: str, n: int, rank, kind: str, backoff, strict: bool, repeat
     acc.learn_many(train[:cut])
     first, state = _estimator(kind, rank, backoff, strict).fit_with_state(acc)
     rank = first.rank  # "auto": the first fit's choice, which refits keep; the cold fits too
+    first_loss, state_mb = first.log_loss([test]), state.nbytes() / 2**20
+    del first  # the state keeps its model (a refit with the backoff reuses its weights and HMM)
     acc.learn_many(train[cut:])
     del data, train
-    warm_s, cold_s, warm, cold, info = [], [], None, None, None
-    for _ in range(repeats):
+    warm_s, cold_s, warm_loss, cold_loss, info = [], [], None, None, None
+    for r in range(repeats):
         est = _estimator(kind, rank, backoff, strict)
         t0 = time.perf_counter()
-        warm, _ = est.fit_with_state(acc, init=state)
+        warm, kept = est.fit_with_state(acc, init=state)
         warm_s.append(time.perf_counter() - t0)
-        info = est.refit_
+        info, warm_rank, warm_loss = est.refit_, warm.rank, warm.log_loss([test])
+        # why each model is dropped once scored, and the state before the last cold fit: at
+        # n = 10^5 every model holds 2 GB of operators, and a case must stay under 8 GB
+        del warm, kept, est
+        if r == repeats - 1:
+            del state
         t0 = time.perf_counter()
         cold = _estimator(kind, rank, backoff, strict).fit(acc)
         cold_s.append(time.perf_counter() - t0)
+        cold_loss = cold.log_loss([test])
+        del cold
     return {"warm": min(warm_s), "cold": min(cold_s), "path": info.path,
             "residual": float(info.residual), "reused": info.reused, "rebuilt": info.rebuilt,
             "sines": [float(v) for v in info.sines],
-            "rank": warm.rank, "warm_loss": warm.log_loss([test]), "cold_loss": cold.log_loss([test]),
-            "first_loss": first.log_loss([test]),
-            "state_mb": state.nbytes() / 2**20}
+            "rank": warm_rank, "warm_loss": warm_loss, "cold_loss": cold_loss,
+            "first_loss": first_loss, "state_mb": state_mb}
 
 
 def _table(name: str, path: str, n: int, rank, repeats: int, cases) -> None:
