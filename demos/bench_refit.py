@@ -1,6 +1,6 @@
 """Warm refits against cold fits after 1% more data: seconds, ratio and held-out log loss.
 
-    python demos/bench_refit.py [books] [zipf] [--quick] [--repeats R]
+    python demos/bench_refit.py [books] [zipf] [--quick] [--repeats R] [--cases I ...]
 
 For each data set the counts of the first 99% of the training stream are fitted once
 (``fit_with_state``: the state a refitter keeps), the last 1% is added, and then, side by
@@ -71,24 +71,32 @@ def case_refit(path: str, n: int, rank, kind: str, backoff, strict: bool, repeat
     acc.learn_many(train[:cut])
     first, state = _estimator(kind, rank, backoff, strict).fit_with_state(acc)
     rank = first.rank  # "auto": the first fit's choice, which refits keep; the cold fits too
+    first_loss, state_mb = first.log_loss([test]), state.nbytes() / 2**20
+    del first  # the state keeps its model (a refit with the backoff reuses its weights and HMM)
     acc.learn_many(train[cut:])
     del data, train
-    warm_s, cold_s, warm, cold, info = [], [], None, None, None
-    for _ in range(repeats):
+    warm_s, cold_s, warm_loss, cold_loss, info = [], [], None, None, None
+    for r in range(repeats):
         est = _estimator(kind, rank, backoff, strict)
         t0 = time.perf_counter()
-        warm, _ = est.fit_with_state(acc, init=state)
+        warm, kept = est.fit_with_state(acc, init=state)
         warm_s.append(time.perf_counter() - t0)
-        info = est.refit_
+        info, warm_rank, warm_loss = est.refit_, warm.rank, warm.log_loss([test])
+        # why each model is dropped once scored, and the state before the last cold fit: at
+        # n = 10^5 every model holds 2 GB of operators, and a case must stay under 8 GB
+        del warm, kept, est
+        if r == repeats - 1:
+            del state
         t0 = time.perf_counter()
         cold = _estimator(kind, rank, backoff, strict).fit(acc)
         cold_s.append(time.perf_counter() - t0)
+        cold_loss = cold.log_loss([test])
+        del cold
     return {"warm": min(warm_s), "cold": min(cold_s), "path": info.path,
             "residual": float(info.residual), "reused": info.reused, "rebuilt": info.rebuilt,
             "sines": [float(v) for v in info.sines],
-            "rank": warm.rank, "warm_loss": warm.log_loss([test]), "cold_loss": cold.log_loss([test]),
-            "first_loss": first.log_loss([test]),
-            "state_mb": state.nbytes() / 2**20}
+            "rank": warm_rank, "warm_loss": warm_loss, "cold_loss": cold_loss,
+            "first_loss": first_loss, "state_mb": state_mb}
 
 
 def _table(name: str, path: str, n: int, rank, repeats: int, cases) -> None:
@@ -110,7 +118,14 @@ def _table(name: str, path: str, n: int, rank, repeats: int, cases) -> None:
               f"| {r['first_loss'] - r['cold_loss']:+.1e} | {r['peak_mb']:.0f} |", flush=True)
 
 
-def books(d: str, repeats: int, quick: bool) -> None:
+def _chosen(cases: list[int] | None, quick: bool) -> list:
+    """The rows asked for (1-based, in the order given), else all (the first four ``quick``)."""
+    if cases is None:
+        return CASES[:4] if quick else CASES
+    return [CASES[i - 1] for i in cases]
+
+
+def books(d: str, repeats: int, quick: bool, cases: list[int] | None = None) -> None:
     from streamspec.experiments.datasets import default_data_path
 
     root = default_data_path()
@@ -133,16 +148,16 @@ def books(d: str, repeats: int, quick: bool) -> None:
     path = os.path.join(d, "books.npz")
     np.savez(path, train=train, test=test[start : start + 30_000])
     _table(f"Books as words: n = {other + 1:,}, {train.size:,} training tokens, +1%, rank auto",
-           path, other + 1, "auto", repeats, CASES[:4] if quick else CASES)
+           path, other + 1, "auto", repeats, _chosen(cases, quick))
 
 
-def zipf(d: str, repeats: int, quick: bool) -> None:
+def zipf(d: str, repeats: int, quick: bool, cases: list[int] | None = None) -> None:
     n, length, rank = 100_000, (10**6 if quick else 10**7), 50
     x = zipf_hmm_stream(n, length + 10_000)
     path = os.path.join(d, "zipf.npz")
     np.savez(path, train=x[:length], test=x[length:])
     _table(f"Synthetic Zipf stream: n = {n:,}, {length:,} training tokens, +1%, rank {rank}",
-           path, n, rank, repeats, CASES[:4] if quick else CASES)
+           path, n, rank, repeats, _chosen(cases, quick))
 
 
 def main(argv=None) -> int:
@@ -150,13 +165,15 @@ def main(argv=None) -> int:
     p.add_argument("sections", nargs="*", choices=["books", "zipf"], default=["books", "zipf"])
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer cases (a smoke run)")
     p.add_argument("--repeats", type=int, default=None, help="interleaved warm/cold pairs (best of)")
+    p.add_argument("--cases", type=int, nargs="+", default=None,
+                   help="run these rows only, in this order (1-6, the table's order)")
     args = p.parse_args(argv)
     print(f"python {' '.join([Path(sys.argv[0]).name] + sys.argv[1:])}; 1 BLAS thread, "
           f"{os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as d:
         for name in args.sections:
             repeats = args.repeats or (3 if name == "books" else 1)
-            {"books": books, "zipf": zipf}[name](d, repeats, args.quick)
+            {"books": books, "zipf": zipf}[name](d, repeats, args.quick, args.cases)
     return 0
 
 

@@ -26,8 +26,10 @@ is then the unigram, not the first symbol of the book.
 A context symbol may also be unknown (index -2: an unseen label, or a history cut
 short): ``(unknown, v)`` uses ``p2(· | v)``, and an unknown ``v`` uses ``p_freq``.
 
-Costs: building O(nnz log nnz) time and O(nnz + n) memory for nnz distinct triples
-(plus the starts); the probability of one symbol O(log nnz); a whole row O(n + entries).
+Costs: building O(nnz log nnz) time (one sort of the triples by context: the counts' own
+order, by (x2, x3, x1), already groups the middle level's pairs) and O(nnz + n) memory for
+nnz distinct triples (plus the starts); the probability of one symbol O(log nnz); a whole
+row O(n + entries).
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ from __future__ import annotations
 import numpy as np
 
 from streamspec.core.stream_starts import StreamStarts
-from streamspec.core.triples import Triples, unpack
+from streamspec.core.triples import BITS, MAX_SYMBOLS, Triples, unpack
 
 __all__ = ["KneserNeyTrigram", "modified_discounts", "START", "UNKNOWN"]
 
 START = -1  # the stream-start boundary <s> in a context
 _NO_NEXT, _NO_DIRECT = np.empty(0, dtype=np.int64), np.empty(0)  # a context without entries
 UNKNOWN = -2  # a context symbol the model cannot use (unseen, or a history cut short)
+_MASK = MAX_SYMBOLS - 1  # one symbol of a triple's code
 
 
 def modified_discounts(counts: np.ndarray) -> np.ndarray:
@@ -59,7 +62,11 @@ def modified_discounts(counts: np.ndarray) -> np.ndarray:
     [1.0, 1.0, 1.0]
     """
     r = np.rint(np.asarray(counts, dtype=np.float64))
-    n1, n2, n3, n4 = (float((r == k).sum()) for k in (1, 2, 3, 4))
+    return _discounts_of(*(float((r == k).sum()) for k in (1, 2, 3, 4)))
+
+
+def _discounts_of(n1: float, n2: float, n3: float, n4: float) -> np.ndarray:
+    """:func:`modified_discounts` from the counts-of-counts n1..n4. O(1)."""
     y = n1 / (n1 + 2 * n2) if n1 + 2 * n2 > 0 else 0.5
     d1 = 1 - 2 * y * n2 / n1 if n1 > 0 else 0.5
     d2 = 2 - 3 * y * n3 / n2 if n2 > 0 else d1
@@ -73,32 +80,68 @@ def _discount(counts: np.ndarray, D: np.ndarray) -> np.ndarray:
     return np.minimum(counts, D[k])
 
 
-def _grouped(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sorted distinct keys, the sum of values per key and each entry's group. O(m log m)."""
-    uniq, inv = np.unique(keys, return_inverse=True)
-    return uniq, np.bincount(inv, weights=values, minlength=uniq.size), inv
+def _classes(counts: np.ndarray) -> np.ndarray:
+    """Each count rounded, clipped to 0..5 (5: five or more), as int8: the counts-of-counts
+    are one ``bincount`` of it and the discount classes 1, 2, 3+ its values clipped to 1..3.
+    Why: the same as :func:`modified_discounts` and :func:`_discount`, in one byte a count
+    instead of several float and int64 temporaries (9 · 10⁶ triples at n = 10⁵). O(m)."""
+    r = np.rint(counts)
+    np.clip(r, 0, 5, out=r)
+    return r.astype(np.int8)
+
+
+def _class_discount(counts: np.ndarray, classes: np.ndarray, D: np.ndarray) -> np.ndarray:
+    """:func:`_discount` from the :func:`_classes` of the counts. O(m)."""
+    k = np.clip(classes, 1, 3)
+    k -= 1
+    d = D[k]
+    np.minimum(d, counts, out=d)
+    return d
+
+
+def _runs(keys: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of the sorted ``keys`` starts, and ``keys.size`` last. O(m)."""
+    new = np.empty(keys.size, dtype=bool)
+    new[:1] = True
+    np.not_equal(keys[1:], keys[:-1], out=new[1:])
+    return np.append(np.flatnonzero(new), keys.size)
+
+
+def _sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """The sum of ``values`` over each run ``bounds[i]:bounds[i + 1]`` (:func:`_runs`). O(m)."""
+    if values.size == 0:
+        return np.zeros(0)
+    return np.add.reduceat(values, bounds[:-1])
 
 
 class _Level:
     """One interpolated level: entries (context, w) with counts, discounted, per context.
 
     ``direct[e] = max(c_e − d_e, 0) / c(ctx)`` and ``gamma[ctx] = Σ d / c(ctx)``; entries
-    are looked up by the key ``ctx_rank · n + w``.
+    are looked up by the key ``ctx_rank · n + w``. The entries are given sorted by
+    (context, w), distinct, so that grouping them is one pass (no sort). O(m).
     """
 
-    def __init__(self, n: int, ctx: np.ndarray, w: np.ndarray, c: np.ndarray, D_of_entry):
+    def __init__(self, n: int, ctx: np.ndarray, w: np.ndarray, c: np.ndarray, d: np.ndarray):
+        """``d``: the discount of each entry, overwritten (it becomes ``direct``)."""
         self.n = n
-        self.contexts, totals, rank = _grouped(ctx, c)
-        d = D_of_entry(c)
-        lost = np.bincount(rank, weights=d, minlength=self.contexts.size)
+        bounds = _runs(ctx)
+        self.indptr = bounds
+        self.contexts = ctx[bounds[:-1]]
+        totals = _sums(c, bounds)
+        lost = _sums(d, bounds)
         self.totals = totals
         self.gamma = lost / np.where(totals > 0, totals, 1.0)
-        self.keys = rank * n + w
-        order = np.argsort(self.keys, kind="stable")
-        self.keys = self.keys[order]
-        self.direct = (np.maximum(c - d, 0.0) / totals[rank])[order]
-        self.next = w[order]
-        self.indptr = np.searchsorted(self.keys, np.arange(self.contexts.size + 1) * n)
+        rank = np.repeat(np.arange(self.contexts.size), np.diff(bounds))
+        # in place (d is the level's own): every n-sized temporary is paid in page faults
+        direct = np.subtract(c, d, out=d)
+        np.maximum(direct, 0.0, out=direct)
+        direct /= totals[rank]
+        self.direct = direct
+        rank *= n
+        rank += w
+        self.keys = rank
+        self.next = w
 
     def find(self, ctx: np.ndarray) -> np.ndarray:
         """Rank of each context, -1 where it was never seen. O(m log contexts)."""
@@ -198,30 +241,73 @@ class KneserNeyTrigram:
         starts = StreamStarts.empty(n) if starts is None else starts
         if starts.n > n:
             raise ValueError(f"starts over {starts.n} symbols for counts over {n}")
-        s = n  # <s> as a context index; contexts are coded u * (n + 1) + v
+        s = n  # <s> as a context index; contexts are coded v * (n + 1) + u (last symbol first)
+        codes, weights = triples.codes, triples.weights
+        # why one sort, not three: the codes are sorted by (x2, x3, x1), so the pairs (v, w) of
+        # the middle level are runs already, and the contexts (u, v) of the top level, coded
+        # v-major, need one sort of the (distinct) keys (x2, x1, x3); the temporaries are
+        # built in place (at 9 · 10⁶ triples each costs its page faults)
+        key = codes & _MASK
+        key <<= BITS
+        part = codes >> BITS
+        part &= _MASK
+        key |= part
+        np.right_shift(codes, 2 * BITS, out=part)
+        part <<= 2 * BITS
+        key |= part
+        del part
+        order = np.argsort(key)
+        del key
+        g = codes[order]
+        c = weights[order]
+        del order
+        ctx = g >> (2 * BITS)
+        ctx *= n + 1
+        ctx += g & _MASK
+        w = g >> BITS
+        w &= _MASK
+        del g
+        # the starts: the context (<s>, a) of a first pair (a, b), (<s>, <s>) of a first symbol;
+        # no triple has u = <s>, so they are contexts of their own, inserted where they sort
         pa, pb, pw = starts.pair_arrays()
         fa, fw = starts.first_codes, starts.first_weights
-        u = np.concatenate([triples.x1, np.full(pa.size, s), np.full(fa.size, s)])
-        v = np.concatenate([triples.x2, pa, np.full(fa.size, s)])
-        w = np.concatenate([triples.x3, pb, fa])
-        c = np.concatenate([triples.weights, pw, fw])
-        started = u == s
-        self.discounts = modified_discounts(c[~started])
-        self.start_discounts = modified_discounts(c[started])
-        D3, D3s = self.discounts, self.start_discounts
-
-        def d3(counts: np.ndarray) -> np.ndarray:
-            return np.where(started, _discount(counts, D3s), _discount(counts, D3))
-
-        self._top = _Level(n, u * (n + 1) + v, w, c, d3)
-        # p2: continuation counts N(· v w) = Σ_u min(c(u v w), 1) over symbols v (not <s>)
-        inner = v < s
-        pairs, N2, _ = _grouped(v[inner] * n + w[inner], np.minimum(c[inner], 1.0))
+        sctx = np.concatenate([pa * (n + 1) + s, np.full(fa.size, s * (n + 1) + s)])
+        started = np.empty(0, dtype=np.int64)  # the start entries' positions
+        if sctx.size:
+            sw, sc = np.concatenate([pb, fa]), np.concatenate([pw, fw])
+            so = np.lexsort((sw, sctx))
+            sctx, sw, sc = sctx[so], sw[so], sc[so]
+            at = np.searchsorted(ctx, sctx)
+            ctx, w, c = np.insert(ctx, at, sctx), np.insert(w, at, sw), np.insert(c, at, sc)
+            started = at + np.arange(at.size)
+        classes = _classes(c)
+        own = np.bincount(classes[started], minlength=6).astype(np.float64)
+        rest = np.bincount(classes, minlength=6).astype(np.float64) - own
+        self.discounts = _discounts_of(*rest[1:5])
+        self.start_discounts = _discounts_of(*own[1:5])
+        d = _class_discount(c, classes, self.discounts)
+        d[started] = _class_discount(c[started], classes[started], self.start_discounts)
+        del classes
+        self._top = _Level(n, ctx, w, c, d)
+        del ctx, d
+        # p2: continuation counts N(· v w) = Σ_u min(c(u v w), 1) over symbols v (not <s>): the
+        # triples' runs of equal (x2, x3), plus the first pairs (v = a, w = b) of the starts
+        keys = codes >> BITS
+        bounds = _runs(keys)
+        pairs, N2 = keys[bounds[:-1]], _sums(np.minimum(weights, 1.0), bounds)
+        if pa.size:
+            so = np.argsort((pa << BITS) | pb)
+            sk, sN = ((pa << BITS) | pb)[so], np.minimum(pw[so], 1.0)
+            loc = np.searchsorted(pairs, sk)
+            hit = loc < pairs.size
+            hit[hit] = pairs[loc[hit]] == sk[hit]
+            np.add.at(N2, loc[hit], sN[hit])
+            pairs, N2 = np.insert(pairs, loc[~hit], sk[~hit]), np.insert(N2, loc[~hit], sN[~hit])
         D2 = modified_discounts(N2)
-        self._mid = _Level(n, pairs // n, pairs % n, N2, lambda x: _discount(x, D2))
+        self._mid = _Level(n, pairs >> BITS, pairs & _MASK, N2, _discount(N2, D2))
+        pairs = pairs & _MASK
         # p1: N(· w) = Σ_v min(N(· v w), 1); p_freq: raw counts of every symbol
-        self._p1 = _floored_unigram(n, np.bincount(pairs % n, weights=np.minimum(N2, 1.0),
-                                                   minlength=n))
+        self._p1 = _floored_unigram(n, np.bincount(pairs, weights=np.minimum(N2, 1.0), minlength=n))
         self._freq = _floored_unigram(n, np.bincount(w, weights=c, minlength=n))
         self.n_streams = starts.n_streams
         self.triples, self.starts = triples, starts  # what it was built from: its checkpoint
@@ -243,7 +329,7 @@ class KneserNeyTrigram:
         distribution is p_freq (empty history or unknown last symbol)."""
         n, s = self.n, self.n
         top_ok = (u >= START) & (v >= START)
-        code = np.where(u == START, s, u) * (n + 1) + np.where(v == START, s, v)
+        code = np.where(v == START, s, v) * (n + 1) + np.where(u == START, s, u)
         top = np.where(top_ok, self._top.find(np.where(top_ok, code, 0)), -1)
         mid = np.where(v >= 0, self._mid.find(np.maximum(v, 0)), -1)
         freq = v < 0
@@ -294,7 +380,7 @@ class KneserNeyTrigram:
         s = self.n
         top = -1
         if u >= START and v >= START:
-            top = self._top.find1((s if u == START else u) * (s + 1) + (s if v == START else v))
+            top = self._top.find1((s if v == START else v) * (s + 1) + (s if u == START else u))
         mid = self._mid.find1(v) if v >= 0 else -2
         return top, mid, float(self._top.totals[top]) if top >= 0 else 0.0
 

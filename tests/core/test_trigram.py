@@ -35,13 +35,13 @@ def _unigram(n: int, counts: dict) -> list[float]:
 class BruteTrigram:
     """The formulas of streamspec.core.trigram, written out with dictionaries from sequences."""
 
-    def __init__(self, n: int, sequences):
+    def __init__(self, n: int, sequences, scale: float = 1.0):
         self.n = n
         c3 = defaultdict(float)
         for seq in sequences:
             padded = [S, S] + list(seq)
             for t in range(2, len(padded)):
-                c3[(padded[t - 2], padded[t - 1], padded[t])] += 1.0
+                c3[(padded[t - 2], padded[t - 1], padded[t])] += scale
         self.c3 = c3
         regular = [c for k, c in c3.items() if k[0] != S]
         started = [c for k, c in c3.items() if k[0] == S]
@@ -159,6 +159,26 @@ def test_fractional_counts_give_proper_distributions():
     rows = kn.predict_many([0, 1, START, UNKNOWN], [1, 2, 0, 3])
     np.testing.assert_allclose(rows.sum(axis=1), 1.0, atol=1e-12)
     assert (rows > 0).all()
+
+
+@pytest.mark.parametrize("scale", [0.37, 0.8, 1.7])
+def test_fractional_counts_follow_the_brute_force_formulas(scale):
+    # fractional counts (forgetting) round to other discount classes, some to none (below 0.5);
+    # 12 symbols and many streams: contexts whose u-major and v-major orders differ, starts
+    # inserted among the triples' contexts
+    rng = np.random.default_rng(int(scale * 100))
+    seqs = [rng.integers(0, 12, size=rng.integers(1, 30)).tolist() for _ in range(40)]
+    t, s = _counts(12, seqs)
+    kn = KneserNeyTrigram(t.scaled(scale), s.scaled(scale))
+    ref = BruteTrigram(12, seqs, scale)
+    contexts = [(S, S), (None, 3)] + [(S, v) for v in range(12)] + [
+        (u, v) for u in range(12) for v in range(12)]
+    u = np.array([_code(a) for a, _ in contexts])
+    v = np.array([_code(b) for _, b in contexts])
+    want = np.array([[ref.p(w, a, b) for w in range(12)] for a, b in contexts])
+    np.testing.assert_allclose(kn.predict_many(u, v), want, atol=1e-12)
+    np.testing.assert_allclose(kn.discounts, ref.D3, atol=1e-15)
+    np.testing.assert_allclose(kn.start_discounts, ref.D3s, atol=1e-15)
 
 
 def test_bad_contexts_are_refused_by_name():
