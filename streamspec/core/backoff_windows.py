@@ -29,7 +29,7 @@ import numpy as np
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.window_estep import GramMessages
-from streamspec.core.window_rank import supported_rank, window_for_states
+from streamspec.core.window_rank import supported_rank
 from streamspec.core.windows import WindowCounts
 
 __all__ = ["hmm_states_for_windows", "fit_window_hmm", "choose_window_hmm", "state_candidates",
@@ -121,11 +121,7 @@ def em_window(grams: WindowCounts, n_states: int, budget: float, min_iter: int) 
     whose Hankel supports the states (:func:`~streamspec.core.window_rank.window_for_states`).
     O(nnz · L²) plus up to L SVDs.
     """
-    level = window_for_states(grams, n_states, max(n_states, 1))
-    L = grams.window
-    while L > level and _cost(grams.marginal(L), n_states) * min_iter > budget:
-        L -= 1
-    return L
+    return _em_window(grams, n_states, budget, min_iter, _SharedRanks(grams, max(n_states, 1)))
 
 
 def _cost(grams: WindowCounts, n_states: int) -> float:
@@ -169,9 +165,13 @@ def choose_window_hmm(kept: WindowCounts, held: WindowCounts, candidates: list[i
     O(nnz · L · K²), at least ``min_iter`` of them."""
     best, best_ll = None, -np.inf
     scored = sample_grams(held, max_nnz, np.random.default_rng(random_state))
+    # why: every size fits the same sample and reads the same window ranks (one SVD per window,
+    # not two per size: em_window's and HMMEstimator's, the latter of the top 129 values)
+    sample = sample_grams(kept, max_nnz, np.random.default_rng(random_state))
+    ranks = _SharedRanks(sample, max(candidates, default=1))
     for K in candidates:
         share = candidate_budget(budget, min(2, len(candidates)), K)
-        fitted = _fit(kept, K, share, max_nnz, min_iter, max_iter, None, random_state)
+        fitted = _fit(kept, K, share, max_nnz, min_iter, max_iter, None, random_state, (sample, ranks))
         if fitted is None:
             continue
         model, est = fitted
@@ -198,18 +198,68 @@ def fit_window_hmm(grams: WindowCounts, n_states: int, budget: float, max_nnz: i
     return None if fitted is None else fitted[0]
 
 
+class _SharedRanks:
+    """The supported ranks (:func:`~streamspec.core.window_rank.supported_rank`, the top
+    ``max_states`` + 1 singular values) of the window Hankels of one sample of grams, each window
+    computed once, and :func:`~streamspec.core.window_rank.window_for_states` from them: the
+    same window for every ``n_states ≤ max_states`` (a rank counted from more singular values
+    reaches n_states exactly when one counted from n_states + 1 does). One SVD per window
+    asked for."""
+
+    def __init__(self, grams: WindowCounts, max_states: int):
+        self.grams, self.max_states, self._ranks = grams, int(max_states), {}
+
+    def rank(self, level: int) -> int:
+        if level not in self._ranks:
+            self._ranks[level] = supported_rank(self.grams.marginal(level), self.max_states)
+        return self._ranks[level]
+
+    def window_for_states(self, n_states: int, top: int) -> int:
+        """``window_for_states(grams.marginal(top), n_states)``: the smallest window up to ``top``
+        supporting the states, else of those with room for them the one supporting most."""
+        if top == 1:
+            return 1
+        room = [level for level in range(1, top + 1) if self.grams.n**level >= n_states]
+        best, best_rank = None, -1
+        for level in room or [top]:
+            r = self.rank(level)
+            if r >= n_states:
+                return level
+            if r > best_rank:
+                best, best_rank = level, r
+        return best
+
+
 def _fit(grams: WindowCounts, n_states: int, budget: float, max_nnz: int, min_iter: int,
-         max_iter: int, init, random_state: int):
-    """:func:`fit_window_hmm`'s model and its fitted estimator, or ``None``."""
-    sample = sample_grams(grams, max_nnz, np.random.default_rng(random_state))
+         max_iter: int, init, random_state: int, shared: tuple | None = None):
+    """:func:`fit_window_hmm`'s model and its fitted estimator, or ``None``. ``shared``: the
+    sample of ``grams`` (the same seed) and its :class:`_SharedRanks`, when several sizes fit."""
+    if shared is None:
+        sample = sample_grams(grams, max_nnz, np.random.default_rng(random_state))
+        ranks = _SharedRanks(sample, n_states)
+    else:
+        sample, ranks = shared
     try:
-        L = em_window(sample, n_states, budget, max(min_iter, _WINDOW_ITER))
+        L = _em_window(sample, n_states, budget, max(min_iter, _WINDOW_ITER), ranks)
         counts = sample.marginal(L)
         iters = int(np.clip(budget / max(1.0, _cost(counts, n_states)), min_iter, max_iter))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             warnings.simplefilter("ignore", UserWarning)  # a failed moment step: EM starts at random
             est = HMMEstimator(n_states=n_states, n_iter=iters, random_state=random_state, window=L)
-            return est.fit(counts, init=init), est
+            est._validate()
+            level = ranks.window_for_states(n_states, L)  # what est.fit would find, from the ranks
+            est._check_level(counts, level)
+            return est._fit_windows(counts, None, L, level, init), est
     except (ValueError, np.linalg.LinAlgError, FloatingPointError):
         return None
+
+
+def _em_window(grams: WindowCounts, n_states: int, budget: float, min_iter: int,
+               ranks: _SharedRanks) -> int:
+    """:func:`em_window` with the window ranks of ``grams`` from ``ranks``."""
+    level = ranks.window_for_states(n_states, grams.window)
+    L = grams.window
+    while L > level and _cost(grams.marginal(L), n_states) * min_iter > budget:
+        L -= 1
+    return L

@@ -72,14 +72,14 @@ def test_em_starts_from_the_moments_of_all_the_triples_not_of_its_sample(monkeyp
     1,000-symbol HMM started EM 0.09 nats worse, so "auto" chose 4 states there."""
     t = triples_of(sparse_hmm().sample(40_000, random_state=1), 40)
     seen = []
-    real = backoff_fit._moment_start
+    real = backoff_fit.SharedMoments
 
-    def spy(triples, n_states, random_state):
+    def spy(triples, max_states):
         seen.append(triples.nnz)
-        return real(triples, n_states, random_state)
+        return real(triples, max_states)
 
     monkeypatch.setattr(backoff_fit, "EM_MAX_TRIPLES", 2_000)
-    monkeypatch.setattr(backoff_fit, "_moment_start", spy)
+    monkeypatch.setattr(backoff_fit, "SharedMoments", spy)
     hmm = backoff_fit.fit_hmm(t, 8, 1e7, random_state=0)
     assert hmm is not None and hmm.n_states == 8
     assert seen == [t.nnz] and t.nnz > 4 * 2_000
