@@ -28,6 +28,7 @@ import numpy as np
 
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_estimator import HMMEstimator
+from streamspec.core.hmm_moments import SharedMoments
 from streamspec.core.window_estep import GramMessages
 from streamspec.core.window_rank import supported_rank
 from streamspec.core.windows import WindowCounts
@@ -208,6 +209,27 @@ class _SharedRanks:
 
     def __init__(self, grams: WindowCounts, max_states: int):
         self.grams, self.max_states, self._ranks = grams, int(max_states), {}
+        self._moments = False  # SharedMoments of the sample's triples, built at the first use
+
+    def moment_start(self, n_states: int, random_state: int) -> HiddenMarkovModel | None:
+        """The method-of-moments HMM of the sample's triples (where the moments' window is 1),
+        as ``HMMEstimator(n_states, n_iter=0, random_state).fit`` would start EM: one SVD and
+        one pass over the triples for every size (:class:`~streamspec.core.hmm_moments
+        .SharedMoments`); ``None`` when singular. O(16 · n · K² + n · K³) once built."""
+        if self._moments is False:
+            try:
+                self._moments = SharedMoments(self.grams.triples(), min(self.max_states, self.grams.n))
+            except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+                self._moments = None
+        if self._moments is None or n_states > self._moments.max_states:
+            return None
+        seed = np.random.default_rng(random_state).integers(2**32)  # HMMEstimator's moment seed
+        try:
+            with np.errstate(all="ignore"):
+                pi, T, O = self._moments.estimate(n_states, seed)
+            return HiddenMarkovModel(pi, T.T, O.T)
+        except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+            return None
 
     def rank(self, level: int) -> int:
         if level not in self._ranks:
@@ -250,6 +272,8 @@ def _fit(grams: WindowCounts, n_states: int, budget: float, max_nnz: int, min_it
             est._validate()
             level = ranks.window_for_states(n_states, L)  # what est.fit would find, from the ranks
             est._check_level(counts, level)
+            if init is None and level == 1 and shared is not None:  # the sizes share the moments
+                init = ranks.moment_start(n_states, random_state)
             return est._fit_windows(counts, None, L, level, init), est
     except (ValueError, np.linalg.LinAlgError, FloatingPointError):
         return None
