@@ -35,7 +35,6 @@ import warnings
 from collections.abc import Callable
 
 import numpy as np
-import scipy.sparse as sp
 
 from streamspec.core.backoff import Backoff
 from streamspec.core.backoff_windows import (
@@ -44,6 +43,7 @@ from streamspec.core.backoff_windows import (
     choose_window_hmm,
     fit_window_hmm,
     hmm_states_for_windows,
+    noise_level,
     sample_threshold,
     state_candidates,
 )
@@ -181,24 +181,6 @@ def hmm_states_for(triples: Triples) -> int:
     P21 = triples.P21()
     s = top_singular(P21, top)[1]
     return int(min(max(int((s > noise_level(P21, triples.total)).sum()), 2), MAX_HMM_STATES, n))
-
-
-def noise_level(P: sp.spmatrix, total: float) -> float:
-    """The largest singular value of the sampling noise of a matrix of pair frequencies ``P``
-    (entries summing to 1) counted from ``total`` pairs: ``(√max_i r_i + √max_j c_j) / √N``
-    with r, c its row and column sums. Why: an entry's noise has variance ≈ P_ij / N, and the
-    spectral norm of a matrix of independent entries is about its largest row norm plus its
-    largest column norm (Bandeira & van Handel 2016); the Frobenius norm ``N^(-1/2)`` of the
-    noise, the level before, is √n / 2 times that for n equally frequent symbols (16× at
-    1,000 symbols), which hid every state of a 1,000-symbol HMM at 10⁶ symbols. O(nnz).
-
-    >>> import scipy.sparse as sp
-    >>> round(noise_level(sp.csr_matrix(np.full((100, 100), 1e-4)), 1e6), 6)   # 2 / √(n N)
-    0.0002
-    """
-    rows = np.asarray(P.sum(axis=1)).ravel()
-    cols = np.asarray(P.sum(axis=0)).ravel()
-    return float((np.sqrt(rows.max()) + np.sqrt(cols.max())) / np.sqrt(total))
 
 
 def em_sample(triples: Triples, max_nnz: int, rng: np.random.Generator) -> Triples:

@@ -112,3 +112,22 @@ def test_the_spectrum_sees_the_states_of_a_large_alphabet_above_the_spectral_noi
     t = Triples.from_arrays(n, x[:-2], x[1:-1], x[2:])
     assert hmm_states_for(t) == m
     assert noise_level(t.P21(), t.total) < 1 / np.sqrt(t.total) / 4
+
+
+def test_the_window_spectrum_sees_the_states_above_the_spectral_noise():
+    """Fails with window_rank.supported_rank's Frobenius level N^(-1/2) (4 of 10 states over
+    single symbols, none over pairs): a sticky 10-state HMM over 100 symbols, 100,000 symbols
+    counted in windows of 2; the "auto" size over windows counts all ten."""
+    from streamspec import MomentAccumulator
+    from streamspec.core.backoff_windows import hmm_states_for_windows
+    from streamspec.core.window_rank import supported_rank
+
+    rng = np.random.default_rng(3)
+    m, n = 10, 100
+    T = np.full((m, m), 0.1 / (m - 1)) + np.eye(m) * (0.9 - 0.1 / (m - 1))
+    x = HMM(T, rng.dirichlet(np.full(n, 0.3), size=m).T).sample(100_000, random_state=1)
+    acc = MomentAccumulator(n_symbols=n, window=2)
+    acc.learn_many(x)
+    g = acc.windows()
+    assert max(supported_rank(g.marginal(level), 64) for level in (1, 2)) < m
+    assert hmm_states_for_windows(g, 64) == m
