@@ -161,7 +161,7 @@ def em_window(grams: WindowCounts, n_states: int, budget: float, min_iter: int) 
     whose Hankel supports the states (:func:`~streamspec.core.window_rank.window_for_states`).
     O(nnz · L²) plus up to L SVDs.
     """
-    return _em_window(grams, n_states, budget, min_iter, _SharedRanks(grams, max(n_states, 1)))
+    return _em_window(grams, n_states, budget, min_iter, _SharedWindows(grams, max(n_states, 1)))
 
 
 def _cost(grams: WindowCounts, n_states: int) -> float:
@@ -205,13 +205,12 @@ def choose_window_hmm(kept: WindowCounts, held: WindowCounts, candidates: list[i
     O(nnz · L · K²), at least ``min_iter`` of them."""
     best, best_ll = None, -np.inf
     scored = sample_grams(held, max_nnz, np.random.default_rng(random_state))
-    # why: every size fits the same sample and reads the same window ranks (one SVD per window,
+    # why: every size fits the same samples and reads the same window ranks (one SVD per window,
     # not two per size: em_window's and HMMEstimator's, the latter of the top 129 values)
-    sample = sample_grams(kept, max_nnz, np.random.default_rng(random_state))
-    ranks = _SharedRanks(sample, max(candidates, default=1))
+    shared = _SharedWindows(kept, max(candidates, default=1), max_nnz, random_state)
     for K in candidates:
         share = candidate_budget(budget, min(2, len(candidates)), K)
-        fitted = _fit(kept, K, share, max_nnz, min_iter, max_iter, None, random_state, (sample, ranks))
+        fitted = _fit(kept, K, share, max_nnz, min_iter, max_iter, None, random_state, shared)
         if fitted is None:
             continue
         model, est = fitted
@@ -229,35 +228,58 @@ def choose_window_hmm(kept: WindowCounts, held: WindowCounts, candidates: list[i
 
 def fit_window_hmm(grams: WindowCounts, n_states: int, budget: float, max_nnz: int, min_iter: int,
                    max_iter: int, init=None, random_state: int = 0) -> HiddenMarkovModel | None:
-    """An HMM of ``n_states`` states fitted on window counts: :func:`sample_grams` to ``max_nnz``,
-    :func:`em_window`, then :class:`~streamspec.core.hmm_estimator.HMMEstimator` with its
+    """An HMM of ``n_states`` states fitted on window counts: :func:`em_window` (its cost counted
+    on at most ``max_nnz`` grams), :func:`sample_grams` of the grams of that window to
+    ``max_nnz``, then :class:`~streamspec.core.hmm_estimator.HMMEstimator` with its
     iterations bounded by ``budget``; ``None`` when it cannot be fitted (too few distinct
-    windows, a singular moment problem). O(budget) plus the SVDs of :func:`em_window`.
+    windows, a singular moment problem). The grams are summed to the EM window before they
+    are sampled: a sample of the longer grams summed to a shorter window is noisier than the
+    shorter grams themselves (fewer distinct, often all kept; a sticky 5-state HMM over 10
+    symbols at 10⁶ symbols lost 0.5%: 2.0862 against 2.0758 nats). O(budget) plus the SVDs of
+    :func:`em_window`.
     """
     fitted = _fit(grams, n_states, budget, max_nnz, min_iter, max_iter, init, random_state)
     return None if fitted is None else fitted[0]
 
 
-class _SharedRanks:
-    """The supported ranks (:func:`~streamspec.core.window_rank.supported_rank`, the top
-    ``max_states`` + 1 singular values) of the window Hankels of one sample of grams, each window
-    computed once, and :func:`~streamspec.core.window_rank.window_for_states` from them: the
-    same window for every ``n_states ≤ max_states`` (a rank counted from more singular values
-    reaches n_states exactly when one counted from n_states + 1 does). One SVD per window
-    asked for."""
+class _SharedWindows:
+    """What HMM sizes fitted on the same grams share, each computed once when first asked for:
+    the marginals of every window, their seeded samples of at most ``max_nnz`` grams, the
+    supported ranks (:func:`~streamspec.core.window_rank.supported_rank`, the top
+    ``max_states`` + 1 singular values) of their Hankels and
+    :func:`~streamspec.core.window_rank.window_for_states` from them (the same window for every
+    ``n_states ≤ max_states``: a rank counted from more singular values reaches n_states
+    exactly when one counted from n_states + 1 does), and the moments of the triples
+    (:meth:`moment_start`). One SVD per window asked for."""
 
-    def __init__(self, grams: WindowCounts, max_states: int):
+    def __init__(self, grams: WindowCounts, max_states: int, max_nnz: float = np.inf,
+                 random_state: int = 0):
         self.grams, self.max_states, self._ranks = grams, int(max_states), {}
-        self._moments = False  # SharedMoments of the sample's triples, built at the first use
+        self.max_nnz, self.random_state = max_nnz, random_state
+        self._marginals: dict[int, WindowCounts] = {}
+        self._samples: dict[int, WindowCounts] = {}
+        self._moments = False  # SharedMoments of the triples, built at the first use
+
+    def marginal(self, level: int) -> WindowCounts:
+        if level not in self._marginals:
+            self._marginals[level] = self.grams.marginal(level)
+        return self._marginals[level]
+
+    def sample(self, level: int) -> WindowCounts:
+        """The grams of window ``level``, threshold-sampled to ``max_nnz`` (seeded)."""
+        if level not in self._samples:
+            self._samples[level] = sample_grams(self.marginal(level), self.max_nnz,
+                                                np.random.default_rng(self.random_state))
+        return self._samples[level]
 
     def moment_start(self, n_states: int, random_state: int) -> HiddenMarkovModel | None:
-        """The method-of-moments HMM of the sample's triples (where the moments' window is 1),
+        """The method-of-moments HMM of the triples (where the moments' window is 1),
         as ``HMMEstimator(n_states, n_iter=0, random_state).fit`` would start EM: one SVD and
         one pass over the triples for every size (:class:`~streamspec.core.hmm_moments
         .SharedMoments`); ``None`` when singular. O(16 · n · K² + n · K³) once built."""
         if self._moments is False:
             try:
-                self._moments = SharedMoments(self.grams.triples(), min(self.max_states, self.grams.n))
+                self._moments = SharedMoments(self.marginal(1).triples(), min(self.max_states, self.grams.n))
             except (ValueError, np.linalg.LinAlgError, FloatingPointError):
                 self._moments = None
         if self._moments is None or n_states > self._moments.max_states:
@@ -272,7 +294,8 @@ class _SharedRanks:
 
     def rank(self, level: int) -> int:
         if level not in self._ranks:
-            self._ranks[level] = supported_rank(self.grams.marginal(level), self.max_states)
+            # why: of the sample, as EM sees it (an SVD of up to max_nnz grams, not of all of them)
+            self._ranks[level] = supported_rank(self.sample(level), self.max_states)
         return self._ranks[level]
 
     def window_for_states(self, n_states: int, top: int) -> int:
@@ -292,37 +315,37 @@ class _SharedRanks:
 
 
 def _fit(grams: WindowCounts, n_states: int, budget: float, max_nnz: int, min_iter: int,
-         max_iter: int, init, random_state: int, shared: tuple | None = None):
+         max_iter: int, init, random_state: int, shared: _SharedWindows | None = None):
     """:func:`fit_window_hmm`'s model and its fitted estimator, or ``None``. ``shared``: the
-    sample of ``grams`` (the same seed) and its :class:`_SharedRanks`, when several sizes fit."""
+    marginals, samples and ranks of ``grams`` (the same ``max_nnz`` and seed), when several
+    sizes fit."""
     if shared is None:
-        sample = sample_grams(grams, max_nnz, np.random.default_rng(random_state))
-        ranks = _SharedRanks(sample, n_states)
-    else:
-        sample, ranks = shared
+        shared = _SharedWindows(grams, n_states, max_nnz, random_state)
     try:
-        L = _em_window(sample, n_states, budget, max(min_iter, _WINDOW_ITER), ranks)
-        counts = sample.marginal(L)
+        L = _em_window(grams, n_states, budget, max(min_iter, _WINDOW_ITER), shared)
+        counts = shared.sample(L)
         iters = int(np.clip(budget / max(1.0, _cost(counts, n_states)), min_iter, max_iter))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             warnings.simplefilter("ignore", UserWarning)  # a failed moment step: EM starts at random
             est = HMMEstimator(n_states=n_states, n_iter=iters, random_state=random_state, window=L)
             est._validate()
-            level = ranks.window_for_states(n_states, L)  # what est.fit would find, from the ranks
+            level = shared.window_for_states(n_states, L)  # est.fit's, from the ranks
             est._check_level(counts, level)
-            if init is None and level == 1 and shared is not None:  # the sizes share the moments
-                init = ranks.moment_start(n_states, random_state)
+            if init is None and level == 1:  # the sizes share the moments (of all the triples)
+                init = shared.moment_start(n_states, random_state)
             return est._fit_windows(counts, None, L, level, init), est
     except (ValueError, np.linalg.LinAlgError, FloatingPointError):
         return None
 
 
 def _em_window(grams: WindowCounts, n_states: int, budget: float, min_iter: int,
-               ranks: _SharedRanks) -> int:
-    """:func:`em_window` with the window ranks of ``grams`` from ``ranks``."""
-    level = ranks.window_for_states(n_states, grams.window)
+               shared: _SharedWindows) -> int:
+    """:func:`em_window` with the marginals and window ranks of ``grams`` from ``shared``, an
+    iteration's cost counted on at most ``shared.max_nnz`` grams (EM runs on that sample)."""
+    level = shared.window_for_states(n_states, grams.window)
     L = grams.window
-    while L > level and _cost(grams.marginal(L), n_states) * min_iter > budget:
+    while L > level and (min(shared.marginal(L).nnz, shared.max_nnz) * L * (n_states**2 + _UNIT)
+                         * _E_STEPS * min_iter > budget):
         L -= 1
     return L

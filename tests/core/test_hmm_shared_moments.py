@@ -90,9 +90,8 @@ def test_window_sizes_share_one_rank_svd_per_window(monkeypatch):
     # the same HMM as HMMEstimator finds its moments' window alone (window_rank.window_for_states)
     K = best.n_states
     share = backoff_windows.candidate_budget(3e6, 2, K)
-    sample = backoff_windows.sample_grams(kept, 200_000, np.random.default_rng(0))
-    L = backoff_windows.em_window(sample, K, share, 50)
-    counts = sample.marginal(L)
+    L = backoff_windows.em_window(kept, K, share, 50)
+    counts = backoff_windows.sample_grams(kept.marginal(L), 200_000, np.random.default_rng(0))
     iters = int(np.clip(share / backoff_windows._cost(counts, K), 5, 50))
     alone = HMMEstimator(n_states=K, n_iter=iters, random_state=0, window=L).fit(counts)
     np.testing.assert_allclose(best.emissionprob_, alone.emissionprob_, atol=1e-8)
