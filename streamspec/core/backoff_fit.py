@@ -43,12 +43,14 @@ from streamspec.core.backoff_windows import (
     choose_window_hmm,
     fit_window_hmm,
     hmm_states_for_windows,
+    noise_level,
     sample_threshold,
     state_candidates,
 )
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.hmm_filter import HMMFilter, symbol_probas
+from streamspec.core.hmm_moments import SharedMoments
 from streamspec.core.mixture import ExpertMixture, bucket_of_counts
 from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.subspace import DENSE_SVD_MAX, top_singular
@@ -57,8 +59,9 @@ from streamspec.core.triples import BITS, Triples
 from streamspec.core.windows import WindowCounts
 
 __all__ = ["fit_with_backoff", "fit_hmm", "held_out_contexts", "held_out_scores", "hmm_states_for",
-           "em_sample", "EM_BUDGET", "STATE_CANDIDATES", "EM_MAX_TRIPLES", "MAX_HMM_STATES",
-           "MIN_MODEL_GAIN", "HMM_REFIT_SHARE", "MOMENT_MAX_TRIPLES", "MIN_COUNTS_PER_PARAMETER"]
+           "noise_level", "em_sample", "SharedFit", "EM_BUDGET", "STATE_CANDIDATES", "EM_MAX_TRIPLES",
+           "MAX_HMM_STATES", "MIN_MODEL_GAIN", "HMM_REFIT_SHARE", "MOMENT_MAX_TRIPLES",
+           "MIN_COUNTS_PER_PARAMETER"]
 
 EM_BUDGET = 3e8  # EM work of the HMM's first fit: triples × (states² + 30) × iterations (~3 s)
 MIN_MODEL_GAIN = 1e-3  # held-out nats per symbol the model must add to be a component
@@ -164,7 +167,7 @@ def _hmm_probas(hmm: HiddenMarkovModel, u, v, x) -> np.ndarray:
 
 def hmm_states_for(triples: Triples) -> int:
     """One of the HMM sizes ``"auto"`` tries: the singular values of P21 above the sampling
-    noise ``N^(-1/2)`` (how many hidden directions the counts can tell apart), clipped to
+    noise (:func:`noise_level`: how many hidden directions the counts can tell apart), clipped to
     2..64 and to the alphabet. The top 65 singular values at most: O(nnz · 65) per iteration
     of a truncated SVD (a dense one up to 1,000 symbols).
 
@@ -175,9 +178,9 @@ def hmm_states_for(triples: Triples) -> int:
     """
     n = triples.n
     top = min(MAX_HMM_STATES + 1, n if n <= DENSE_SVD_MAX else n - 1)
-    s = top_singular(triples.P21(), top)[1]
-    k = int((s > 1.0 / np.sqrt(triples.total)).sum())
-    return int(min(max(k, 2), MAX_HMM_STATES, n))
+    P21 = triples.P21()
+    s = top_singular(P21, top)[1]
+    return int(min(max(int((s > noise_level(P21, triples.total)).sum()), 2), MAX_HMM_STATES, n))
 
 
 def em_sample(triples: Triples, max_nnz: int, rng: np.random.Generator) -> Triples:
@@ -197,46 +200,76 @@ def em_sample(triples: Triples, max_nnz: int, rng: np.random.Generator) -> Tripl
     return Triples(triples.n, triples.codes[keep], np.maximum(w[keep], tau))
 
 
+class SharedFit:
+    """What the HMMs of several sizes fitted on the same counts share (:func:`fit_hmm`): the EM
+    sample (:func:`em_sample`), the sample the method of moments sees (all the triples up to
+    :data:`MOMENT_MAX_TRIPLES`) and its :class:`~streamspec.core.hmm_moments.SharedMoments` up
+    to ``max_states`` (built at the first moment start: one SVD of P31 and one pass over the
+    triples for every size, where each size redid both). The samples are those ``fit_hmm``
+    draws alone with the same seed. O(nnz) to build; the moments O(nnz · max_states²) plus a
+    top-``max_states`` SVD once, memory O(nnz + n · max_states²)."""
+
+    def __init__(self, triples: Triples, max_states: int, random_state: int = 0):
+        self._rng = np.random.default_rng(random_state)
+        self.triples, self.max_states = triples, int(max_states)
+        self.sample = em_sample(triples, EM_MAX_TRIPLES, self._rng)
+        self._moments: SharedMoments | None | bool = False  # False: not built yet (a warm start)
+
+    def moment_start(self, n_states: int, random_state: int) -> HiddenMarkovModel | None:
+        """The method-of-moments HMM of ``n_states`` states (as ``HMMEstimator(n_iter=0,
+        random_state=random_state).fit`` on the moment sample), or ``None`` when the moment
+        problem is singular. O(16 · n · K² + n · K³) once the shared part is built."""
+        if self._moments is False:
+            # why: drawn after the EM sample from the same generator, as fit_hmm always has
+            counts = (self.sample if self.sample is self.triples
+                      else em_sample(self.triples, MOMENT_MAX_TRIPLES, self._rng))
+            try:
+                self._moments = SharedMoments(counts, self.max_states)
+            except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+                self._moments = None
+        if self._moments is None or n_states > self._moments.max_states:
+            return None
+        seed = np.random.default_rng(random_state).integers(2**32)  # HMMEstimator's moment seed
+        try:
+            with np.errstate(all="ignore"):
+                pi, T, O = self._moments.estimate(n_states, seed)
+            return HiddenMarkovModel(pi, T.T, O.T)
+        except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+            return None
+
+
 def fit_hmm(triples: Triples | WindowCounts, n_states: int, budget: float = EM_BUDGET, init=None,
             random_state: int = 0, max_iter: int = _MAX_EM_ITER,
-            min_iter: int = _MIN_EM_ITER) -> HiddenMarkovModel | None:
+            min_iter: int = _MIN_EM_ITER, shared: SharedFit | None = None) -> HiddenMarkovModel | None:
     """An HMM of the counts: EM on at most :data:`EM_MAX_TRIPLES` distinct triples
     (:func:`em_sample`), its iterations bounded by ``budget`` (``triples × (K² + 30)`` per
     iteration: the measured cost of an E-step, 4–10 ns a unit), at most ``max_iter`` and at
     least ``min_iter``; ``None`` when it cannot be fitted (too few symbols or counts, a
     singular moment problem). Without ``init``, EM starts from the method of moments on up
     to :data:`MOMENT_MAX_TRIPLES` distinct triples (all of them below that), not on the EM
-    sample: its error shrinks with every triple it sees. Counts of windows (L ≥ 2): over
-    windows, as many grams and the same budget
+    sample: its error shrinks with every triple it sees. ``shared``: the samples and moments
+    of these triples (:class:`SharedFit`, with the same ``random_state``), shared by several
+    sizes. Counts of windows (L ≥ 2): over windows, as many grams and the same budget
     (:func:`~streamspec.core.backoff_windows.fit_window_hmm`).
 
     Cost: O(budget) for EM, at least ``min_iter`` iterations of O(EM_MAX_TRIPLES · K²); the
-    moment start O(16 · min(nnz, MOMENT_MAX_TRIPLES) · K²) plus a top-K SVD of P31, memory
-    O(min(nnz, MOMENT_MAX_TRIPLES) · K)."""
+    moment start, unless ``shared`` has it, a top-K SVD of P31 and O(min(nnz, MOMENT_MAX_TRIPLES)
+    · K²), then O(16 · n · K² + n · K³); memory O(min(nnz, MOMENT_MAX_TRIPLES) + n · K²)."""
     if isinstance(triples, WindowCounts):
         return fit_window_hmm(triples, n_states, budget, EM_MAX_TRIPLES, min_iter, max_iter,
                               init=init, random_state=random_state)
-    rng = np.random.default_rng(random_state)
-    sample = em_sample(triples, EM_MAX_TRIPLES, rng)
+    if shared is None:
+        shared = SharedFit(triples, n_states, random_state)
+    sample = shared.sample
     iters = int(np.clip(budget / max(1.0, sample.nnz * (n_states**2 + 30)), min_iter, max_iter))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             warnings.simplefilter("ignore", UserWarning)  # a failed moment step: EM starts at random
-            if init is None and sample is not triples:
-                init = _moment_start(em_sample(triples, MOMENT_MAX_TRIPLES, rng), n_states, random_state)
+            if init is None:  # None when singular: HMMEstimator retries on the sample, else random
+                init = shared.moment_start(n_states, random_state)
             return HMMEstimator(n_states=n_states, n_iter=iters, random_state=random_state).fit(
                 sample, init=init)
-    except (ValueError, np.linalg.LinAlgError, FloatingPointError):
-        return None
-
-
-def _moment_start(triples: Triples, n_states: int, random_state: int) -> HiddenMarkovModel | None:
-    """The method-of-moments HMM of ``triples`` (EM's start; a seeded random one when the moment
-    problem is singular, as in HMMEstimator), or ``None`` when it cannot be fitted at all.
-    O(16 · nnz · K²) plus a top-K SVD; memory O(nnz · K)."""
-    try:
-        return HMMEstimator(n_states=n_states, n_iter=0, random_state=random_state).fit(triples)
     except (ValueError, np.linalg.LinAlgError, FloatingPointError):
         return None
 
@@ -475,8 +508,10 @@ def _select_hmm(kept: Triples, candidates: list[int], held: tuple, seed: int):
     u, v, x, w = held
     best, best_p, best_loss = None, None, np.inf
     n_base = max(1, sum(K <= BASE_STATES for K in candidates))
+    # why: one EM sample, one moment sample and one SVD (of the largest size) for every size
+    shared = SharedFit(kept, max(candidates), seed) if candidates else None
     for K in candidates:
-        hmm = fit_hmm(kept, K, candidate_budget(EM_BUDGET, n_base, K), random_state=seed)
+        hmm = fit_hmm(kept, K, candidate_budget(EM_BUDGET, n_base, K), random_state=seed, shared=shared)
         if hmm is None:
             continue
         p = _hmm_probas(hmm, u, v, x)

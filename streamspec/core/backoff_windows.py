@@ -25,14 +25,18 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import scipy.sparse as sp
 
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_estimator import HMMEstimator
+from streamspec.core.hmm_moments import SharedMoments
+from streamspec.core.subspace import DENSE_SVD_MAX, top_singular
 from streamspec.core.window_estep import GramMessages
-from streamspec.core.window_rank import supported_rank, window_for_states
+from streamspec.core.window_rank import supported_rank
+from streamspec.core.window_triples import WindowTriples
 from streamspec.core.windows import WindowCounts
 
-__all__ = ["hmm_states_for_windows", "fit_window_hmm", "choose_window_hmm", "state_candidates",
+__all__ = ["hmm_states_for_windows", "noise_level", "fit_window_hmm", "choose_window_hmm", "state_candidates",
            "sample_grams", "sample_threshold", "em_window", "candidate_budget", "BASE_STATES"]
 
 # candidates up to this many states share the EM budget evenly; a larger one's share is scaled
@@ -62,8 +66,44 @@ def hmm_states_for_windows(grams: WindowCounts, max_states: int) -> int:
     >>> hmm_states_for_windows(exact_windows(ring, 3).scaled(1e6), 16)
     4
     """
-    ranks = [supported_rank(grams.marginal(level), max_states) for level in range(1, grams.window + 1)]
+    ranks = [_spectral_rank(grams.marginal(level), max_states) for level in range(1, grams.window + 1)]
     return int(min(max(max(ranks), 2), max_states))
+
+
+def _spectral_rank(counts: WindowCounts, max_rank: int) -> int:
+    """The singular values of the window Hankel of ``counts`` (complete grams) above the spectral
+    norm of its sampling noise (:func:`noise_level`), at most ``max_rank`` + 1 looked at above
+    1,000 windows; :func:`~streamspec.core.window_rank.supported_rank` with that noise level
+    instead of ``N^(-1/2)``, which is √W / 2 times it for W equally frequent windows (50× for
+    the 10⁴ pairs of 100 symbols: 2 of the 10 states of a sticky HMM at 10⁵ symbols). O(nnz ·
+    L) and the SVD (dense up to 1,000 windows)."""
+    full = counts.full()
+    if not full.total > 0:
+        return 0
+    H = sp.csr_matrix(WindowTriples.of(full).hankel())
+    size = H.shape[0]
+    if size <= DENSE_SVD_MAX:
+        sv = np.linalg.svd(H.toarray(), compute_uv=False)
+    else:
+        sv = top_singular(H, min(size - 1, max_rank + 1))[1]
+    return int((sv > noise_level(H, full.total)).sum())
+
+
+def noise_level(P: sp.spmatrix, total: float) -> float:
+    """The largest singular value of the sampling noise of a matrix of pair frequencies ``P``
+    (entries summing to 1) counted from ``total`` pairs: ``(√max_i r_i + √max_j c_j) / √N``
+    with r, c its row and column sums. Why: an entry's noise has variance ≈ P_ij / N, and the
+    spectral norm of a matrix of independent entries is about its largest row norm plus its
+    largest column norm (Bandeira & van Handel 2016); the Frobenius norm ``N^(-1/2)`` of the
+    noise, the level before, is √n / 2 times that for n equally frequent symbols (16× at
+    1,000 symbols), which hid every state of a 1,000-symbol HMM at 10⁶ symbols. O(nnz).
+
+    >>> round(noise_level(sp.csr_matrix(np.full((100, 100), 1e-4)), 1e6), 6)   # 2 / √(n N)
+    0.0002
+    """
+    rows = np.asarray(P.sum(axis=1)).ravel()
+    cols = np.asarray(P.sum(axis=0)).ravel()
+    return float((np.sqrt(rows.max()) + np.sqrt(cols.max())) / np.sqrt(total))
 
 
 def sample_grams(grams: WindowCounts, max_nnz: int, rng: np.random.Generator) -> WindowCounts:
@@ -121,11 +161,7 @@ def em_window(grams: WindowCounts, n_states: int, budget: float, min_iter: int) 
     whose Hankel supports the states (:func:`~streamspec.core.window_rank.window_for_states`).
     O(nnz · L²) plus up to L SVDs.
     """
-    level = window_for_states(grams, n_states, max(n_states, 1))
-    L = grams.window
-    while L > level and _cost(grams.marginal(L), n_states) * min_iter > budget:
-        L -= 1
-    return L
+    return _em_window(grams, n_states, budget, min_iter, _SharedWindows(grams, max(n_states, 1)))
 
 
 def _cost(grams: WindowCounts, n_states: int) -> float:
@@ -169,9 +205,12 @@ def choose_window_hmm(kept: WindowCounts, held: WindowCounts, candidates: list[i
     O(nnz · L · K²), at least ``min_iter`` of them."""
     best, best_ll = None, -np.inf
     scored = sample_grams(held, max_nnz, np.random.default_rng(random_state))
+    # why: every size fits the same samples and reads the same window ranks (one SVD per window,
+    # not two per size: em_window's and HMMEstimator's, the latter of the top 129 values)
+    shared = _SharedWindows(kept, max(candidates, default=1), max_nnz, random_state)
     for K in candidates:
         share = candidate_budget(budget, min(2, len(candidates)), K)
-        fitted = _fit(kept, K, share, max_nnz, min_iter, max_iter, None, random_state)
+        fitted = _fit(kept, K, share, max_nnz, min_iter, max_iter, None, random_state, shared)
         if fitted is None:
             continue
         model, est = fitted
@@ -189,27 +228,124 @@ def choose_window_hmm(kept: WindowCounts, held: WindowCounts, candidates: list[i
 
 def fit_window_hmm(grams: WindowCounts, n_states: int, budget: float, max_nnz: int, min_iter: int,
                    max_iter: int, init=None, random_state: int = 0) -> HiddenMarkovModel | None:
-    """An HMM of ``n_states`` states fitted on window counts: :func:`sample_grams` to ``max_nnz``,
-    :func:`em_window`, then :class:`~streamspec.core.hmm_estimator.HMMEstimator` with its
+    """An HMM of ``n_states`` states fitted on window counts: :func:`em_window` (its cost counted
+    on at most ``max_nnz`` grams), :func:`sample_grams` of the grams of that window to
+    ``max_nnz``, then :class:`~streamspec.core.hmm_estimator.HMMEstimator` with its
     iterations bounded by ``budget``; ``None`` when it cannot be fitted (too few distinct
-    windows, a singular moment problem). O(budget) plus the SVDs of :func:`em_window`.
+    windows, a singular moment problem). The grams are summed to the EM window before they
+    are sampled: a sample of the longer grams summed to a shorter window is noisier than the
+    shorter grams themselves (fewer distinct, often all kept; a sticky 5-state HMM over 10
+    symbols at 10⁶ symbols lost 0.5%: 2.0862 against 2.0758 nats). O(budget) plus the SVDs of
+    :func:`em_window`.
     """
     fitted = _fit(grams, n_states, budget, max_nnz, min_iter, max_iter, init, random_state)
     return None if fitted is None else fitted[0]
 
 
+class _SharedWindows:
+    """What HMM sizes fitted on the same grams share, each computed once when first asked for:
+    the marginals of every window, their seeded samples of at most ``max_nnz`` grams, the
+    supported ranks (:func:`~streamspec.core.window_rank.supported_rank`, the top
+    ``max_states`` + 1 singular values) of their Hankels and
+    :func:`~streamspec.core.window_rank.window_for_states` from them (the same window for every
+    ``n_states ≤ max_states``: a rank counted from more singular values reaches n_states
+    exactly when one counted from n_states + 1 does), and the moments of the triples
+    (:meth:`moment_start`). One SVD per window asked for."""
+
+    def __init__(self, grams: WindowCounts, max_states: int, max_nnz: float = np.inf,
+                 random_state: int = 0):
+        self.grams, self.max_states, self._ranks = grams, int(max_states), {}
+        self.max_nnz, self.random_state = max_nnz, random_state
+        self._marginals: dict[int, WindowCounts] = {}
+        self._samples: dict[int, WindowCounts] = {}
+        self._moments = False  # SharedMoments of the triples, built at the first use
+
+    def marginal(self, level: int) -> WindowCounts:
+        if level not in self._marginals:
+            self._marginals[level] = self.grams.marginal(level)
+        return self._marginals[level]
+
+    def sample(self, level: int) -> WindowCounts:
+        """The grams of window ``level``, threshold-sampled to ``max_nnz`` (seeded)."""
+        if level not in self._samples:
+            self._samples[level] = sample_grams(self.marginal(level), self.max_nnz,
+                                                np.random.default_rng(self.random_state))
+        return self._samples[level]
+
+    def moment_start(self, n_states: int, random_state: int) -> HiddenMarkovModel | None:
+        """The method-of-moments HMM of the triples (where the moments' window is 1),
+        as ``HMMEstimator(n_states, n_iter=0, random_state).fit`` would start EM: one SVD and
+        one pass over the triples for every size (:class:`~streamspec.core.hmm_moments
+        .SharedMoments`); ``None`` when singular. O(16 · n · K² + n · K³) once built."""
+        if self._moments is False:
+            try:
+                self._moments = SharedMoments(self.marginal(1).triples(), min(self.max_states, self.grams.n))
+            except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+                self._moments = None
+        if self._moments is None or n_states > self._moments.max_states:
+            return None
+        seed = np.random.default_rng(random_state).integers(2**32)  # HMMEstimator's moment seed
+        try:
+            with np.errstate(all="ignore"):
+                pi, T, O = self._moments.estimate(n_states, seed)
+            return HiddenMarkovModel(pi, T.T, O.T)
+        except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+            return None
+
+    def rank(self, level: int) -> int:
+        if level not in self._ranks:
+            # why: of the sample, as EM sees it (an SVD of up to max_nnz grams, not of all of them)
+            self._ranks[level] = supported_rank(self.sample(level), self.max_states)
+        return self._ranks[level]
+
+    def window_for_states(self, n_states: int, top: int) -> int:
+        """``window_for_states(grams.marginal(top), n_states)``: the smallest window up to ``top``
+        supporting the states, else of those with room for them the one supporting most."""
+        if top == 1:
+            return 1
+        room = [level for level in range(1, top + 1) if self.grams.n**level >= n_states]
+        best, best_rank = None, -1
+        for level in room or [top]:
+            r = self.rank(level)
+            if r >= n_states:
+                return level
+            if r > best_rank:
+                best, best_rank = level, r
+        return best
+
+
 def _fit(grams: WindowCounts, n_states: int, budget: float, max_nnz: int, min_iter: int,
-         max_iter: int, init, random_state: int):
-    """:func:`fit_window_hmm`'s model and its fitted estimator, or ``None``."""
-    sample = sample_grams(grams, max_nnz, np.random.default_rng(random_state))
+         max_iter: int, init, random_state: int, shared: _SharedWindows | None = None):
+    """:func:`fit_window_hmm`'s model and its fitted estimator, or ``None``. ``shared``: the
+    marginals, samples and ranks of ``grams`` (the same ``max_nnz`` and seed), when several
+    sizes fit."""
+    if shared is None:
+        shared = _SharedWindows(grams, n_states, max_nnz, random_state)
     try:
-        L = em_window(sample, n_states, budget, max(min_iter, _WINDOW_ITER))
-        counts = sample.marginal(L)
+        L = _em_window(grams, n_states, budget, max(min_iter, _WINDOW_ITER), shared)
+        counts = shared.sample(L)
         iters = int(np.clip(budget / max(1.0, _cost(counts, n_states)), min_iter, max_iter))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             warnings.simplefilter("ignore", UserWarning)  # a failed moment step: EM starts at random
             est = HMMEstimator(n_states=n_states, n_iter=iters, random_state=random_state, window=L)
-            return est.fit(counts, init=init), est
+            est._validate()
+            level = shared.window_for_states(n_states, L)  # est.fit's, from the ranks
+            est._check_level(counts, level)
+            if init is None and level == 1:  # the sizes share the moments (of all the triples)
+                init = shared.moment_start(n_states, random_state)
+            return est._fit_windows(counts, None, L, level, init), est
     except (ValueError, np.linalg.LinAlgError, FloatingPointError):
         return None
+
+
+def _em_window(grams: WindowCounts, n_states: int, budget: float, min_iter: int,
+               shared: _SharedWindows) -> int:
+    """:func:`em_window` with the marginals and window ranks of ``grams`` from ``shared``, an
+    iteration's cost counted on at most ``shared.max_nnz`` grams (EM runs on that sample)."""
+    level = shared.window_for_states(n_states, grams.window)
+    L = grams.window
+    while L > level and (min(shared.marginal(L).nnz, shared.max_nnz) * L * (n_states**2 + _UNIT)
+                         * _E_STEPS * min_iter > budget):
+        L -= 1
+    return L

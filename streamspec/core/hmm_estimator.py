@@ -178,12 +178,24 @@ class HMMEstimator(Estimator):
         """``(L, l)``: the window of the refinement and the (shorter or equal) one of the moments,
         after checking that the states can be told apart. O(1) for triples; else up to L SVDs
         of window Hankel matrices and O(nnz · L) per window."""
-        n, m = grams.n, self.n_states
+        m = self.n_states
         if self.window != "auto" and self.window > grams.window:
             raise ValueError(f"window={self.window} needs counts of windows of {self.window} symbols, "
                              f"these are of {grams.window} (MomentAccumulator(window=...))")
         top = grams.window if self.window == "auto" else int(self.window)
         level = window_for_states(grams.marginal(top), m)
+        self._check_level(grams, level)
+        if self.window != "auto":
+            return top, level
+        L = top  # the longest window whose E-step fits the budget, at least the moments' window
+        while L > level and grams.marginal(L).nnz * m * m > _EM_BUDGET:
+            L -= 1
+        return L, level
+
+    def _check_level(self, grams: WindowCounts, level: int) -> None:
+        """Raise ``ValueError`` when the states cannot be told apart over windows of ``level``
+        symbols (more than the alphabet at 1, more than the distinct windows above). O(nnz · L)."""
+        n, m = grams.n, self.n_states
         if level == 1 and m > n:
             raise ValueError(
                 f"n_states={m} is larger than the alphabet ({n} symbols): the states of a discrete "
@@ -193,12 +205,6 @@ class HMMEstimator(Estimator):
         if level > 1 and m > WindowTriples.of(grams.marginal(level).full()).n_windows:
             raise ValueError(f"n_states={m} is larger than the number of distinct windows of {level} "
                              "symbols counted: count longer windows, or more data")
-        if self.window != "auto":
-            return top, level
-        L = top  # the longest window whose E-step fits the budget, at least the moments' window
-        while L > level and grams.marginal(L).nnz * m * m > _EM_BUDGET:
-            L -= 1
-        return L, level
 
     def _random_start(self, rng, n: int):
         m = self.n_states
@@ -254,6 +260,13 @@ class HMMEstimator(Estimator):
         self._validate()
         grams, labels = windows_of(data)  # refuses empty counts
         L, level = self._choose_windows(grams)
+        return self._fit_windows(grams, labels, L, level, init)
+
+    def _fit_windows(self, grams: WindowCounts, labels, L: int, level: int,
+                     init: HiddenMarkovModel | None) -> HiddenMarkovModel:
+        """:meth:`fit` once the windows are known: EM over ``L``, the moments over ``level``
+        (:meth:`_choose_windows`'s; a caller that knows them already, e.g. from supported ranks
+        shared by several sizes, skips its SVDs). O(refinement) plus the moments."""
         counts = grams.triples() if L == 1 else grams.marginal(L)
         n = grams.n
         rng = np.random.default_rng(self.random_state)

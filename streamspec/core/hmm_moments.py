@@ -26,9 +26,13 @@ from streamspec.core.triples import Triples
 from streamspec.core.window_triples import WindowTriples
 from streamspec.core.windows import WindowCounts
 
-__all__ = ["moment_estimate", "normalise_columns", "exact_triples", "exact_windows", "window_emissions"]
+__all__ = ["moment_estimate", "normalise_columns", "exact_triples", "exact_windows", "window_emissions",
+           "SharedMoments"]
 
 _N_ETA = 16  # seeded candidate combinations η tried for the eigen-decomposition
+# floats of the per-symbol sums A(x) (n × m²) SharedMoments keeps at most; above, it keeps the
+# triples' rows instead (as moment_estimate alone), e.g. 10⁵ symbols at 64 states (3 GB)
+_AGGREGATE_MAX_FLOATS = 1 << 25
 
 
 def normalise_columns(a: np.ndarray, floor: float = 0.0) -> np.ndarray:
@@ -157,15 +161,21 @@ def _eigenvectors(L3, R1, w, x2, U3, m: int, rng: np.random.Generator) -> np.nda
         eta = U3 @ (theta / np.linalg.norm(theta))
         # Σ_x η_x B(x) = U3ᵀ (Σ_x η_x P31,x) U1 K⁻¹, summed over the distinct triples
         Bm = (L3 * (w * eta[x2])[:, None]).T @ R1
-        lam, V = np.linalg.eig(Bm)
-        re = np.real(lam)
-        gaps = np.abs(re[:, None] - re[None, :]) + np.diag(np.full(m, np.inf))
-        gap = (float(gaps.min()) if m > 1 else 1.0) - float(np.abs(np.imag(lam)).max())
-        scale = float(np.abs(lam).max()) or 1.0
-        score = (-int((np.abs(np.imag(lam)) > 1e-9 * scale).sum()), gap / scale)
+        score, V = _score_eigen(Bm, m)
         if best is None or score > best[0]:
             best = (score, V)
     return best[1]
+
+
+def _score_eigen(Bm: np.ndarray, m: int) -> tuple[tuple[int, float], np.ndarray]:
+    """The eigenvectors of ``Bm`` and their score in :func:`_eigenvectors` (fewest complex
+    eigenvalues, then the largest gap between real parts less the largest imaginary part). O(m³)."""
+    lam, V = np.linalg.eig(Bm)
+    re = np.real(lam)
+    gaps = np.abs(re[:, None] - re[None, :]) + np.diag(np.full(m, np.inf))
+    gap = (float(gaps.min()) if m > 1 else 1.0) - float(np.abs(np.imag(lam)).max())
+    scale = float(np.abs(lam).max()) or 1.0
+    return (-int((np.abs(np.imag(lam)) > 1e-9 * scale).sum()), gap / scale), V
 
 
 def _split_duplicates(O: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -178,6 +188,119 @@ def _split_duplicates(O: np.ndarray, rng: np.random.Generator) -> np.ndarray:
             col = O[:, h] * rng.lognormal(0.0, 0.5, size=O.shape[0]) + 1e-12
             O[:, h] = col / col.sum()
     return O
+
+
+class SharedMoments:
+    """The method of moments on one set of triples for every number of states up to
+    ``max_states``: what the sizes share is computed once.
+
+    The top-``max_states`` singular vectors of P31 serve every smaller m (the top m of them
+    are the top-m subspace), ``K = U3ᵀ P31 U1`` of a smaller m is its leading block, and the
+    per-middle-symbol sums ``A(x) = Σ_{x2 = x} w · U3[x3]ᵀ U1[x1]`` (n × m × m) hold all that
+    the eigen-step and the emissions need of the triples: ``B(x) = A(x)[:m, :m] K_m⁻¹``.
+    :meth:`estimate` then costs O(_N_ETA · n · m² + n · m³) per size instead of
+    O(_N_ETA · nnz · m²) and an SVD. Where ``A`` would exceed :data:`_AGGREGATE_MAX_FLOATS`
+    floats, the triples' rows are kept and each size costs what :func:`moment_estimate` does
+    without its SVD.
+
+    Cost: one top-``max_states`` SVD of the sparse P31 and O(nnz · max_states²) for A;
+    memory O(nnz + n · max_states²).
+
+    Examples
+    --------
+    >>> from streamspec.core.hmm import HMM
+    >>> truth = HMM(T=[[0.9, 0.2], [0.1, 0.8]], O=[[0.7, 0.1], [0.2, 0.3], [0.1, 0.6]])
+    >>> t = exact_triples(truth)
+    >>> shared = SharedMoments(t, 3)
+    >>> all(np.allclose(a, b) for a, b in zip(shared.estimate(2, 0), moment_estimate(t, 2, 0)))
+    True
+    """
+
+    def __init__(self, triples: Triples, max_states: int):
+        n = triples.n
+        if not triples.total > 0:
+            raise ValueError("no triples counted: cannot estimate an HMM from empty counts")
+        self.n, self.max_states = n, int(min(max_states, n))
+        x1, x2, x3 = triples.x1, triples.x2, triples.x3
+        w = triples.weights / triples.total
+        P31 = sp.csr_matrix((w, (x3, x1)), shape=(n, n))
+        self.U3, self.s, self.U1 = top_singular(P31, self.max_states, random_state=0)
+        self.K = self.U3.T @ (P31 @ self.U1)
+        self.P1 = np.bincount(x1, weights=w, minlength=n)
+        m = self.max_states
+        if n * m * m <= _AGGREGATE_MAX_FLOATS:
+            self.A, self.rows = _symbol_sums(x1, x2, x3, w, self.U3, self.U1, n), None
+        else:
+            self.A, self.rows = None, (x1, x2, x3, w)
+
+    def estimate(self, n_states: int, random_state=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(pi, T, O)`` of ``n_states`` ≤ ``max_states`` states, as :func:`moment_estimate` on
+        the same triples (the same seeded combinations η; equal up to rounding). Raises
+        ``np.linalg.LinAlgError`` as it does. O(_N_ETA · n · m² + n · m³)."""
+        m = int(n_states)
+        if m > self.max_states:
+            raise np.linalg.LinAlgError(f"{m} states from moments shared up to {self.max_states}")
+        s = self.s[:m]
+        if not s[-1] > s[0] * 1e-12:
+            raise np.linalg.LinAlgError(
+                f"P31 has numerical rank below {m} (singular values {s.tolist()}): too many states")
+        U3, U1 = self.U3[:, :m], self.U1[:, :m]
+        Kinv = np.linalg.inv(self.K[:m, :m])
+        rng = np.random.default_rng(random_state)
+        if self.A is None:  # the triples' rows, as moment_estimate
+            x1, x2, x3, w = self.rows
+            L3, R1 = U3[x3], U1[x1] @ Kinv
+            R = _eigenvectors(L3, R1, w, x2, U3, m, rng)
+            Rinv = np.linalg.inv(R)
+            terms = (L3 @ Rinv.T) * (R1 @ R) * w[:, None]
+            O = np.empty((self.n, m))
+            for h in range(m):
+                O[:, h] = np.bincount(x2, weights=np.real(terms[:, h]), minlength=self.n)
+        else:
+            A = self.A[:, :m, :m]
+            R = _eigenvectors_of_sums(A, Kinv, U3, m, rng)
+            Rinv = np.linalg.inv(R)
+            # O[x, h] = (R⁻¹ A(x) K⁻¹ R)[h, h]
+            O = np.real(np.einsum("ha,xah->xh", Rinv, A @ (Kinv @ R)))
+        O = _split_duplicates(normalise_columns(O), rng)
+        M3 = U3 @ R
+        M3 = normalise_columns(M3 / M3.sum(axis=0, keepdims=True))
+        T = normalise_columns(np.linalg.lstsq(O, M3, rcond=None)[0])
+        pi = np.clip(np.linalg.lstsq(O, self.P1, rcond=None)[0], 0.0, None)
+        pi = pi / pi.sum() if pi.sum() > 0 else np.full(m, 1.0 / m)
+        return pi, T, O
+
+
+def _symbol_sums(x1, x2, x3, w, U3, U1, n: int) -> np.ndarray:
+    """``A[x] = Σ_{triples with x2 = x} w · U3[x3]ᵀ U1[x1]`` (n × m × m): one product per block of
+    triples sorted by their middle symbol. O(nnz · m²) time, O(block · m + n · m²) memory."""
+    m = U3.shape[1]
+    order = np.argsort(x2, kind="stable")
+    xs = x2[order]
+    bounds = np.flatnonzero(np.diff(xs)) + 1
+    starts = np.concatenate(([0], bounds))
+    ends = np.concatenate((bounds, [xs.size]))
+    A = np.zeros((n, m, m))
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        rows = order[a:b]
+        A[xs[a]] = (U3[x3[rows]] * w[rows, None]).T @ U1[x1[rows]]
+    return A
+
+
+def _eigenvectors_of_sums(A: np.ndarray, Kinv: np.ndarray, U3: np.ndarray, m: int,
+                          rng: np.random.Generator) -> np.ndarray:
+    """:func:`_eigenvectors` from the per-symbol sums ``A`` (n × m × m): the combination
+    ``Σ_x η_x B(x) = (Σ_x η_x A(x)) K⁻¹``, the same η drawn in the same order.
+    O(_N_ETA · (n · m² + m³))."""
+    best = None
+    for _ in range(_N_ETA):
+        theta = rng.standard_normal(m)
+        eta = U3 @ (theta / np.linalg.norm(theta))
+        Bm = np.tensordot(eta, A, axes=1) @ Kinv
+        score, V = _score_eigen(Bm, m)
+        if best is None or score > best[0]:
+            best = (score, V)
+    return best[1]
 
 
 def exact_triples(hmm, scale: float = 1e12) -> Triples:

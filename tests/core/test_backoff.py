@@ -291,9 +291,11 @@ def test_a_refit_keeps_the_rank_until_the_counts_have_doubled():
 def test_auto_hmm_states_are_chosen_by_held_out_loss_and_kept_by_refits():
     """A sticky 8-state HMM over 40 symbols: the singular values above the noise see fewer
     states; "auto" tries more on the held-out counts and keeps the size that predicts them
-    best (its held-out loss is at most that of the singular-value count's HMM), and a refit
-    keeps that size."""
+    best (its held-out loss is at most that of the singular-value count's HMM, and 0.02 nats
+    below that of the count above the Frobenius noise level N^(-1/2), the rule before
+    noise_level), and a refit keeps that size."""
     from streamspec.core.backoff_fit import hmm_states_for
+    from streamspec.core.subspace import top_singular
 
     rng = np.random.default_rng(3)
     m, n = 8, 40
@@ -302,10 +304,14 @@ def test_auto_hmm_states_are_chosen_by_held_out_loss_and_kept_by_refits():
     t = Triples.from_arrays(n, x[:-2], x[1:-1], x[2:])
     fit = SpectralEstimator(rank=2, backoff=None).fit
     by_spectrum = hmm_states_for(t)
+    by_frobenius = max(2, int((top_singular(t.P21(), n)[1] > 1 / np.sqrt(t.total)).sum()))
+    assert by_frobenius <= by_spectrum < m
     auto = fit_with_backoff(fit, t, hmm_states="auto")
     fixed = fit_with_backoff(fit, t, hmm_states=by_spectrum)
+    coarse = fit_with_backoff(fit, t, hmm_states=by_frobenius)
     assert auto.backoff.hmm.n_states > by_spectrum  # the spectrum undercounts sticky states
-    assert auto.backoff.held_out["hmm"] < fixed.backoff.held_out["hmm"] - 0.02
+    assert auto.backoff.held_out["hmm"] <= fixed.backoff.held_out["hmm"]
+    assert auto.backoff.held_out["hmm"] < coarse.backoff.held_out["hmm"] - 0.02
     refit = fit_with_backoff(fit, t, hmm_states="auto", previous=auto)
     assert refit.backoff.hmm.n_states == auto.backoff.hmm.n_states
 
