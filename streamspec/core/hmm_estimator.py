@@ -39,6 +39,7 @@ from streamspec.core.hmm_em import refine, refine_windows, triple_log_likelihood
 from streamspec.core.hmm_moments import exact_triples, moment_estimate, normalise_columns
 from streamspec.core.params import Estimator
 from streamspec.core.triples import Triples
+from streamspec.core.window_estep import estep_units
 from streamspec.core.window_rank import window_for_states
 from streamspec.core.window_triples import WindowTriples
 from streamspec.core.windows import MAX_WINDOW, PAD, WindowCounts
@@ -47,7 +48,9 @@ __all__ = ["HMMEstimator", "moment_estimate", "refine", "triple_log_likelihood",
 
 _FLOOR = 1e-6  # mass mixed into the emissions/transitions of a start, so no triple is impossible
 _START_PRIOR = 10.0  # sequences' worth of the gram start π that a sequence start π₀ is shrunk to
-_EM_BUDGET = 1 << 28  # window "auto": distinct grams × states² of one E-step at most (~0.3 s)
+# window "auto": work units of one E-step at most (window_estep.estep_units, 1-4 ns a unit: ~0.3 s;
+# it was distinct grams × states², which overstates the message E-step 20-100 times)
+_EM_BUDGET = 1 << 27
 
 
 def _one_blas_thread():
@@ -91,10 +94,10 @@ class HMMEstimator(Estimator):
         (:func:`~streamspec.core.window_rank.window_for_states`); longer windows only add
         noise to them. EM gains from every symbol of context (it sees a sticky chain's
         persistence, ``docs/math.md`` section 11), so ``"auto"`` refines over the counts'
-        own window, shortened while one E-step would exceed 2²⁸ distinct grams × m²
-        (but not below the moments' window). Counts of triples give L = 1: exactly the
-        fit over triples. Over windows EM is accelerated (SQUAREM: an iteration is a cycle
-        of up to three E-steps).
+        own window, shortened while one E-step would exceed 2²⁷ work units (about 0.3 s,
+        :func:`~streamspec.core.window_estep.estep_units`), but not below the moments'
+        window. Counts of triples give L = 1: exactly the fit over triples. Over windows
+        EM is accelerated (SQUAREM: an iteration is a cycle of up to three E-steps).
 
     Attributes (after :meth:`fit`)
     -------------------------------
@@ -196,7 +199,7 @@ class HMMEstimator(Estimator):
         if self.window != "auto":
             return top, level
         L = top  # the longest window whose E-step fits the budget, at least the moments' window
-        while L > level and grams.marginal(L).nnz * m * m > _EM_BUDGET:
+        while L > level and estep_units(grams.marginal(L), m) > _EM_BUDGET:
             L -= 1
         return L, level
 
