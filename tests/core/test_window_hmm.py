@@ -17,7 +17,7 @@ from streamspec.core.hmm_em import (
     window_log_likelihood,
 )
 from streamspec.core.hmm_moments import exact_triples, exact_windows
-from streamspec.core.window_estep import GramMessages
+from streamspec.core.window_estep import GRAM_UNIT, GramMessages, estep_units
 from streamspec.core.window_rank import choose_window, supported_rank, window_for_states
 from streamspec.core.window_triples import WindowTriples
 from streamspec.core.windows import WindowCounts
@@ -195,6 +195,21 @@ def test_message_estep_equals_gram_by_gram_forward_backward(L):
         assert fast[0] == pytest.approx(ll, rel=1e-12)
         for a, b in ((fast[1][0], s_pi), (fast[1][2], s_T), (fast[1][3], s_O)):
             np.testing.assert_allclose(a, b, atol=1e-13)
+
+
+@pytest.mark.parametrize("L", [1, 2, 3])
+def test_estep_units_count_the_messages_the_estep_passes(L):
+    g = padded_grams(L, seed=20 + L)
+    m = 12
+    if L == 1:
+        assert estep_units(g, m) == g.nnz * (m * m + GRAM_UNIT)
+        return
+    msg = GramMessages(g)
+    P, F, Q = msg.past.shape[0], msg.future.shape[0], msg.pair_x.size
+    assert estep_units(g, m) == (g.nnz + Q) * (m + GRAM_UNIT) + (P + F) * L * (m * m / 8 + GRAM_UNIT)
+    # the passes are per distinct past and future, far fewer than the grams on 3 symbols
+    assert P + F < g.nnz / 2
+    assert estep_units(g, 64) < 0.2 * g.nnz * L * 64**2
 
 
 @pytest.mark.parametrize("L", [2, 3])
