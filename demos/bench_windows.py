@@ -32,11 +32,13 @@ Held-out log loss (nats per symbol; the sticky case reads one long stream) of:
   counts (L = 4, 3 and 2 for n = 4, 8 and 20): moments over the shortest window whose
   Hankel supports K dimensions, EM over the longest window within the E-step budget; the
   window L is shown;
-- ``EM K``: hmmlearn ``CategoricalHMM`` (K states, at most ``--em-iter`` iterations, tol 1e-4)
-  on at most ``--em-max-symbols`` (200,000) training symbols, the best training likelihood of
-  ``--em-restarts`` seeded starts (as ``bench_predict.py``): the first whole training
+- ``EM K``: hmmlearn ``CategoricalHMM`` (K states, at most ``--em-iter`` iterations, tol
+  10⁻⁵ nats per training symbol, ``implementation="scaling"``) on at most
+  ``--em-max-symbols`` (200,000) training symbols, the best training likelihood of
+  ``--em-restarts`` seeded starts (all as ``bench_predict.py``): the first whole training
   sequences up to the cap (one long stream: its leading symbols), so that EM at 10⁶ symbols
-  and 50 states takes minutes, not hours; the row says how many symbols it saw.
+  and 50 states takes minutes, not hours; the row says how many symbols it saw and the
+  iterations its best start ran.
 
 - ``θ_spec / θ_M predictor, windows``: the same defaults on the window counts: the model is
   fitted over the windows of ``count_window="auto"`` (window l and rank k shown; θ_M: θ_spec
@@ -51,8 +53,9 @@ Held-out log loss (nats per symbol; the sticky case reads one long stream) of:
 - ``θ_spec / θ_M plain, count_window 2`` and ``θ_M plain, model on triples``: the models
   alone (``backoff=None``), over windows of 2 symbols and over the triples.
 
-Fit times in seconds, one BLAS thread (set below, before numpy loads), counting
-included for our models; the machine is shared, so compare ratios within one run.
+Fit times in CPU seconds of the process (``time.process_time``: one BLAS thread, set below
+before numpy loads, so a fit's CPU time is its time alone, whatever else the shared machine
+runs), counting included for our models; compare ratios within one run.
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ from streamspec import (  # noqa: E402
 from streamspec.core.backoff import contexts_of  # noqa: E402
 from streamspec.core.trigram import KneserNeyTrigram  # noqa: E402
 
-EM_TOL = 1e-4
+EM_TOL_PER_SYMBOL = 1e-5  # hmmlearn stops when a step gains less than this per training symbol
 
 # ---------------------------------------------------------------------------- data
 
@@ -123,13 +126,13 @@ def sequences(hmm: HMM, total: int, mean: float, seed: int) -> list[np.ndarray]:
 
 
 def count(train: list[np.ndarray], n: int, window) -> tuple[MomentAccumulator, float]:
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     acc = MomentAccumulator(n_symbols=n, window=window)
     for k, s in enumerate(train):
         acc.learn_many(s, key=k % 64)
         acc.end(k % 64)
     acc.windows()  # merge the buffers inside the timed part
-    return acc, time.perf_counter() - t0
+    return acc, time.process_time() - t0
 
 
 def hmm_loss(model: HiddenMarkovModel, test: list[np.ndarray]) -> float:
@@ -165,18 +168,30 @@ def em_training(train: list[np.ndarray], cap: int) -> list[np.ndarray]:
 
 
 def fit_em(train: list[np.ndarray], n: int, K: int, iters: int, restarts: int):
-    """hmmlearn EM, best training likelihood of ``restarts`` seeded starts: (model, seconds)
-    (:func:`streamspec.experiments.em_baseline.fit_em`, the sequences uncut; the caller caps
-    them with :func:`em_training`)."""
-    from streamspec.experiments.em_baseline import fit_em as em
+    """hmmlearn EM, best training likelihood of ``restarts`` seeded starts (seeds 0, 1, ...):
+    ``(model, CPU seconds, iterations of the best)``, as ``bench_predict.py`` runs it (the
+    scaled forward-backward, the same fixed point as the log one at a fraction of its cost;
+    the caller caps the sequences with :func:`em_training`)."""
+    import logging
 
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        best = em(train, K, n, n_restarts=restarts, n_iter=iters, tol=EM_TOL,
-                  chunk=max(len(s) for s in train))
-    model = HiddenMarkovModel(best.startprob, best.transmat, best.emission)
-    return model, time.perf_counter() - t0
+    from hmmlearn.hmm import CategoricalHMM
+
+    logging.getLogger("hmmlearn").setLevel(logging.ERROR)
+    X = np.concatenate(train).reshape(-1, 1)
+    lengths = [len(s) for s in train]
+    t0 = time.process_time()
+    best, best_ll = None, -np.inf
+    for seed in range(restarts):
+        h = CategoricalHMM(n_components=K, n_features=n, n_iter=iters, tol=EM_TOL_PER_SYMBOL * X.size,
+                           random_state=seed, implementation="scaling")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            h.fit(X, lengths)
+            ll = h.score(X, lengths)
+        if ll > best_ll:
+            best, best_ll = h, ll
+    model = HiddenMarkovModel(best.startprob_, best.transmat_, best.emissionprob_)
+    return model, time.process_time() - t0, len(best.monitor_.history)
 
 
 def window_rows(acc: MomentAccumulator, test: list[np.ndarray], t_count: float
@@ -192,7 +207,7 @@ def window_rows(acc: MomentAccumulator, test: list[np.ndarray], t_count: float
                       ("θ_spec plain, count_window 2", SpectralEstimator(backoff=None, count_window=2)),
                       ("θ_M plain, count_window 2", MEstimator(backoff=None, count_window=2)),
                       ("θ_M plain, model on triples", MEstimator(backoff=None, count_window=1))):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model = est.fit(acc)
@@ -200,7 +215,7 @@ def window_rows(acc: MomentAccumulator, test: list[np.ndarray], t_count: float
         states = f", HMM {hmm.n_states}" if hmm is not None else ""
         fitted = f", l = {getattr(est, 'window_', 1)}, k = {est.rank_}"
         rows.append((f"{name}, windows (L = {acc.current_window}{fitted}{states})",
-                     model.log_loss(test), t_count + time.perf_counter() - t0))
+                     model.log_loss(test), t_count + time.process_time() - t0))
     return rows
 
 
@@ -213,30 +228,30 @@ def run_case(train, test, n: int, K: int, args, truth: HMM | None = None) -> lis
     tri, t_tri = count(train, n, 1)
     rows.append(("KN trigram", trigram_loss(tri, test), t_tri))
     for name, est in (("θ_spec (L = 1)", SpectralEstimator()), ("θ_M (L = 1)", MEstimator())):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         model = est.fit(tri)
-        rows.append((name, model.log_loss(test), t_tri + time.perf_counter() - t0))
+        rows.append((name, model.log_loss(test), t_tri + time.process_time() - t0))
     say("trigram, θ_spec, θ_M")
     if K <= n:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         model = HMMEstimator(n_states=K, random_state=0).fit(tri)
-        rows.append((f"HMM {K}, triples", hmm_loss(model, test), t_tri + time.perf_counter() - t0))
+        rows.append((f"HMM {K}, triples", hmm_loss(model, test), t_tri + time.process_time() - t0))
     acc, t_win = count(train, n, "auto")
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     est = HMMEstimator(n_states=K, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = est.fit(acc)
     rows.append((f"HMM {K}, windows (L = {est.window_})", hmm_loss(model, test),
-                 t_win + time.perf_counter() - t0))
+                 t_win + time.process_time() - t0))
     say(f"HMM over windows ({rows[-1][2]:.1f} s)")
     rows += window_rows(acc, test, t_win)
     if args.em_restarts > 0:
         em_train = em_training(train, args.em_max_symbols)
         seen = sum(map(len, em_train))
-        model, s = fit_em(em_train, n, K, args.em_iter, args.em_restarts)
+        model, s, its = fit_em(em_train, n, K, args.em_iter, args.em_restarts)
         on = "" if seen == sum(map(len, train)) else f", on the first {seen:,} symbols"
-        rows.append((f"EM {K} (best of {args.em_restarts}, ≤ {args.em_iter} iterations{on})",
+        rows.append((f"EM {K} (best of {args.em_restarts}, {its} of ≤ {args.em_iter} iterations{on})",
                      hmm_loss(model, test), s))
         say(f"EM ({s:.1f} s)")
     return rows
@@ -286,13 +301,13 @@ def sticky(args) -> None:
     rows = [("truth", hmm_loss(HiddenMarkovModel.from_hmm(truth), test), float("nan"))]
     for L in (1, 2) if args.quick else (1, 2, 3):
         acc, t_count = count(train, n, L)
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         model = HMMEstimator(n_states=m, random_state=0, window=L).fit(acc)
         rows.append((f"HMMEstimator, EM over {2 * L + 1}-grams", hmm_loss(model, test),
-                     t_count + time.perf_counter() - t0))
+                     t_count + time.process_time() - t0))
     if args.em_restarts > 0:
         em_train = em_training(train, args.em_max_symbols)
-        model, s = fit_em(em_train, n, m, args.em_iter, args.em_restarts)
+        model, s, _ = fit_em(em_train, n, m, args.em_iter, args.em_restarts)
         rows.append((f"EM (hmmlearn, best of {args.em_restarts}, on {sum(map(len, em_train)):,} "
                      "symbols)", hmm_loss(model, test), s))
     print("\n### Sticky HMM: 5 states, 10 symbols, 0.9 on the diagonal")

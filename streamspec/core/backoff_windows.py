@@ -11,13 +11,14 @@ them, not on the triples: its number of states is no longer capped by the alphab
 - :func:`choose_window_hmm`: the spectrum undercounts the states EM can use (the smallest
   singular values of a many-state HMM sink below the noise long before its extra states stop
   paying), so ``"auto"`` fits the supported rank r, 2r and 4r (:func:`state_candidates`), r
-  and 2r with half the budget each, 4r with as much again (all scaled up above 16 states,
-  :func:`candidate_budget`), and keeps the one whose held-out grams are likelier (4r: chorales
-  over windows, 24 states instead of 12, 0.86% better held out);
+  and 2r with half the budget each, 4r with as much again (all scaled up above 16 states by
+  the E-step's cost, :func:`window_budget`), and keeps the one whose held-out grams are
+  likelier (4r: chorales over windows, 24 states instead of 12, 0.86% better held out);
 - :func:`fit_window_hmm`: EM on at most :data:`~streamspec.core.backoff_fit.EM_MAX_TRIPLES`
   distinct grams (threshold-sampled, unbiased), over the longest window whose iterations
   fit the work budget (at least the window whose Hankel supports the states, where the
-  method of moments starts).
+  method of moments starts). The budget is in the units of the message E-step
+  (:func:`~streamspec.core.window_estep.estep_units`, about those of a triple's K² + 30).
 """
 
 from __future__ import annotations
