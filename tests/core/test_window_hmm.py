@@ -197,6 +197,25 @@ def test_message_estep_equals_gram_by_gram_forward_backward(L):
             np.testing.assert_allclose(a, b, atol=1e-13)
 
 
+def test_em_flushes_vanishing_probabilities_to_zero():
+    # EM drives unused entries to 0 geometrically; clipped at 1e-300 (as they were) they made
+    # subnormal products, 10-100x slower, in every later E-step
+    from streamspec.core.hmm_em import _normalised, _project
+
+    counts = np.array([[1e-200, 3.0], [2.0, 1e-70], [2.0, 0.0]])
+    new = _normalised(counts, np.full((3, 2), 1 / 3))
+    assert new[0, 0] == 0.0 and new[1, 1] == 0.0 and new[1, 0] == 0.5
+    np.testing.assert_allclose(new.sum(axis=0), 1.0)
+    jumped = _project(np.array([[-0.2, 1e-90], [0.7, 0.3], [0.5, 0.7]]))  # an extrapolation
+    assert (jumped[0] == 0.0).all() and np.allclose(jumped.sum(axis=0), 1.0)
+    g = padded_grams(2, seed=5)
+    rng = np.random.default_rng(2)
+    T, O = rng.dirichlet(np.ones(4), size=4).T, rng.dirichlet(np.ones(3), size=4).T
+    T[0, 1] = 1e-250  # a vanishing transition: gone after one iteration
+    pi, pi0, T, O, history, _ = refine_windows(g, np.ones(4) / 4, np.ones(4) / 4, T, O, n_iter=3, tol=0.0)
+    assert T[0, 1] == 0.0 and not ((T > 0) & (T < 1e-60)).any() and np.all(np.diff(history) >= -1e-12)
+
+
 @pytest.mark.parametrize("L", [1, 2, 3])
 def test_estep_units_count_the_messages_the_estep_passes(L):
     g = padded_grams(L, seed=20 + L)
