@@ -1,8 +1,8 @@
 """More hidden states than symbols: window counts, HMMEstimator and the predictor over windows (issue 19).
 
     python demos/bench_windows.py [synthetic|sticky|real|all] [--quick] [--sizes 10000,100000]
-                                  [--large] [--full-grid] [--em-iter 100] [--em-restarts 3]
-                                  [--test 20000]
+                                  [--large] [--full-grid] [--cases 10:4,50:20] [--em-iter 100]
+                                  [--em-restarts 3] [--em-max-symbols 200000] [--test 20000]
 
 ``synthetic`` (the default with ``all``): sparse random automata like PAutomaC's (each
 state with 3 successors, one of them the next state of a cycle so that the chain is
@@ -10,8 +10,10 @@ irreducible, Dirichlet(1) weights; each state emitting 3 symbols, Dirichlet(1); 
 states), with (K, n) = (10, 4), (25, 8) and (50, 20) (``--full-grid``: all nine pairs of K = 10,
 25, 50 states and n = 4, 8, 20 symbols), seeded. Training
 data: independent sequences of mean length 5, 20 or 50 (1 + geometric), until the
-size is reached (10⁴ and 10⁵ symbols; ``--large`` adds 10⁶ for K = 10 and 25); held
+size is reached (10⁴ and 10⁵ symbols; ``--large`` adds 10⁶ for every K); held
 out: ``--test`` symbols (20,000) of fresh sequences, each scored from its start.
+``--cases K:n,...`` runs only those automata (e.g. ``--cases 50:20 --sizes 1000000``: one
+configuration at a time, as the 10⁶-symbol cases take minutes each).
 ``sticky``: the lead's question, a sticky 5-state, 10-symbol HMM (0.9 on the diagonal,
 Dirichlet(½) emissions) on one stream of 10⁵ symbols. ``real``: Splice (4 symbols) and
 the Bach chorales (20 pitches) from ``../shared/data`` (or ``STREAMSPEC_DATA``), a seeded
@@ -30,8 +32,13 @@ Held-out log loss (nats per symbol; the sticky case reads one long stream) of:
   counts (L = 4, 3 and 2 for n = 4, 8 and 20): moments over the shortest window whose
   Hankel supports K dimensions, EM over the longest window within the E-step budget; the
   window L is shown;
-- ``EM K``: hmmlearn ``CategoricalHMM`` (K states, ``--em-iter`` iterations, tol 1e-4) on the
-  training sequences, the best training likelihood of ``--em-restarts`` seeded starts.
+- ``EM K``: hmmlearn ``CategoricalHMM`` (K states, at most ``--em-iter`` iterations, tol
+  10⁻⁵ nats per training symbol, ``implementation="scaling"``) on at most
+  ``--em-max-symbols`` (200,000) training symbols, the best training likelihood of
+  ``--em-restarts`` seeded starts (all as ``bench_predict.py``): the first whole training
+  sequences up to the cap (one long stream: its leading symbols), so that EM at 10⁶ symbols
+  and 50 states takes minutes, not hours; the row says how many symbols it saw and the
+  iterations its best start ran.
 
 - ``θ_spec / θ_M predictor, windows``: the same defaults on the window counts: the model is
   fitted over the windows of ``count_window="auto"`` (window l and rank k shown; θ_M: θ_spec
@@ -46,8 +53,9 @@ Held-out log loss (nats per symbol; the sticky case reads one long stream) of:
 - ``θ_spec / θ_M plain, count_window 2`` and ``θ_M plain, model on triples``: the models
   alone (``backoff=None``), over windows of 2 symbols and over the triples.
 
-Fit times in seconds, one BLAS thread (set below, before numpy loads), counting
-included for our models; the machine is shared, so compare ratios within one run.
+Fit times in CPU seconds of the process (``time.process_time``: one BLAS thread, set below
+before numpy loads, so a fit's CPU time is its time alone, whatever else the shared machine
+runs), counting included for our models; compare ratios within one run.
 """
 
 from __future__ import annotations
@@ -75,7 +83,7 @@ from streamspec import (  # noqa: E402
 from streamspec.core.backoff import contexts_of  # noqa: E402
 from streamspec.core.trigram import KneserNeyTrigram  # noqa: E402
 
-EM_TOL = 1e-4
+EM_TOL_PER_SYMBOL = 1e-5  # hmmlearn stops when a step gains less than this per training symbol
 
 # ---------------------------------------------------------------------------- data
 
@@ -118,13 +126,13 @@ def sequences(hmm: HMM, total: int, mean: float, seed: int) -> list[np.ndarray]:
 
 
 def count(train: list[np.ndarray], n: int, window) -> tuple[MomentAccumulator, float]:
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     acc = MomentAccumulator(n_symbols=n, window=window)
     for k, s in enumerate(train):
         acc.learn_many(s, key=k % 64)
         acc.end(k % 64)
     acc.windows()  # merge the buffers inside the timed part
-    return acc, time.perf_counter() - t0
+    return acc, time.process_time() - t0
 
 
 def hmm_loss(model: HiddenMarkovModel, test: list[np.ndarray]) -> float:
@@ -146,18 +154,44 @@ def trigram_loss(acc: MomentAccumulator, test: list[np.ndarray]) -> float:
     return total / size
 
 
-def fit_em(train: list[np.ndarray], n: int, K: int, iters: int, restarts: int):
-    """hmmlearn EM, best training likelihood of ``restarts`` seeded starts: (model, seconds)
-    (:func:`streamspec.experiments.em_baseline.fit_em`, the sequences uncut)."""
-    from streamspec.experiments.em_baseline import fit_em as em
+def em_training(train: list[np.ndarray], cap: int) -> list[np.ndarray]:
+    """The first training sequences up to ``cap`` symbols in all, the last one cut (whole
+    sequences: cutting every sequence to a share would drop the short ones and shorten the
+    others, changing the data's distribution; one long stream keeps its leading ``cap``)."""
+    out, total = [], 0
+    for s in train:
+        if total >= cap:
+            break
+        out.append(s[: cap - total])
+        total += len(out[-1])
+    return out
 
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        best = em(train, K, n, n_restarts=restarts, n_iter=iters, tol=EM_TOL,
-                  chunk=max(len(s) for s in train))
-    model = HiddenMarkovModel(best.startprob, best.transmat, best.emission)
-    return model, time.perf_counter() - t0
+
+def fit_em(train: list[np.ndarray], n: int, K: int, iters: int, restarts: int):
+    """hmmlearn EM, best training likelihood of ``restarts`` seeded starts (seeds 0, 1, ...):
+    ``(model, CPU seconds, iterations of the best)``, as ``bench_predict.py`` runs it (the
+    scaled forward-backward, the same fixed point as the log one at a fraction of its cost;
+    the caller caps the sequences with :func:`em_training`)."""
+    import logging
+
+    from hmmlearn.hmm import CategoricalHMM
+
+    logging.getLogger("hmmlearn").setLevel(logging.ERROR)
+    X = np.concatenate(train).reshape(-1, 1)
+    lengths = [len(s) for s in train]
+    t0 = time.process_time()
+    best, best_ll = None, -np.inf
+    for seed in range(restarts):
+        h = CategoricalHMM(n_components=K, n_features=n, n_iter=iters, tol=EM_TOL_PER_SYMBOL * X.size,
+                           random_state=seed, implementation="scaling")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            h.fit(X, lengths)
+            ll = h.score(X, lengths)
+        if ll > best_ll:
+            best, best_ll = h, ll
+    model = HiddenMarkovModel(best.startprob_, best.transmat_, best.emissionprob_)
+    return model, time.process_time() - t0, len(best.monitor_.history)
 
 
 def window_rows(acc: MomentAccumulator, test: list[np.ndarray], t_count: float
@@ -173,7 +207,7 @@ def window_rows(acc: MomentAccumulator, test: list[np.ndarray], t_count: float
                       ("θ_spec plain, count_window 2", SpectralEstimator(backoff=None, count_window=2)),
                       ("θ_M plain, count_window 2", MEstimator(backoff=None, count_window=2)),
                       ("θ_M plain, model on triples", MEstimator(backoff=None, count_window=1))):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model = est.fit(acc)
@@ -181,7 +215,7 @@ def window_rows(acc: MomentAccumulator, test: list[np.ndarray], t_count: float
         states = f", HMM {hmm.n_states}" if hmm is not None else ""
         fitted = f", l = {getattr(est, 'window_', 1)}, k = {est.rank_}"
         rows.append((f"{name}, windows (L = {acc.current_window}{fitted}{states})",
-                     model.log_loss(test), t_count + time.perf_counter() - t0))
+                     model.log_loss(test), t_count + time.process_time() - t0))
     return rows
 
 
@@ -194,27 +228,31 @@ def run_case(train, test, n: int, K: int, args, truth: HMM | None = None) -> lis
     tri, t_tri = count(train, n, 1)
     rows.append(("KN trigram", trigram_loss(tri, test), t_tri))
     for name, est in (("θ_spec (L = 1)", SpectralEstimator()), ("θ_M (L = 1)", MEstimator())):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         model = est.fit(tri)
-        rows.append((name, model.log_loss(test), t_tri + time.perf_counter() - t0))
+        rows.append((name, model.log_loss(test), t_tri + time.process_time() - t0))
     say("trigram, θ_spec, θ_M")
     if K <= n:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         model = HMMEstimator(n_states=K, random_state=0).fit(tri)
-        rows.append((f"HMM {K}, triples", hmm_loss(model, test), t_tri + time.perf_counter() - t0))
+        rows.append((f"HMM {K}, triples", hmm_loss(model, test), t_tri + time.process_time() - t0))
     acc, t_win = count(train, n, "auto")
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     est = HMMEstimator(n_states=K, random_state=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = est.fit(acc)
     rows.append((f"HMM {K}, windows (L = {est.window_})", hmm_loss(model, test),
-                 t_win + time.perf_counter() - t0))
+                 t_win + time.process_time() - t0))
     say(f"HMM over windows ({rows[-1][2]:.1f} s)")
     rows += window_rows(acc, test, t_win)
     if args.em_restarts > 0:
-        model, s = fit_em(train, n, K, args.em_iter, args.em_restarts)
-        rows.append((f"EM {K} (best of {args.em_restarts})", hmm_loss(model, test), s))
+        em_train = em_training(train, args.em_max_symbols)
+        seen = sum(map(len, em_train))
+        model, s, its = fit_em(em_train, n, K, args.em_iter, args.em_restarts)
+        on = "" if seen == sum(map(len, train)) else f", on the first {seen:,} symbols"
+        rows.append((f"EM {K} (best of {args.em_restarts}, {its} of ≤ {args.em_iter} iterations{on})",
+                     hmm_loss(model, test), s))
         say(f"EM ({s:.1f} s)")
     return rows
 
@@ -240,11 +278,13 @@ def synthetic(args) -> None:
     print("\n### Synthetic sparse automata (PAutomaC-like)")
     if args.full_grid:
         grid += [(10, 8), (25, 4), (50, 8), (10, 20), (25, 20), (50, 4)]
+    if args.cases:
+        grid = args.cases
     for K, n in grid:
         truth = sparse_automaton(K, n, seed=100 * K + n)
         mean = means[n]
         test = sequences(truth, args.test if not args.quick else 3_000, mean, seed=1)
-        for size in sizes + ([1_000_000] if args.large and K <= 25 else []):
+        for size in sizes + ([1_000_000] if args.large and 1_000_000 not in sizes else []):
             train = sequences(truth, size, mean, seed=2 + size)
             rows = run_case(train, test, n, K, args, truth)
             print_case(f"K = {K}, n = {n}, {size:,} training symbols in {len(train):,} sequences "
@@ -261,13 +301,15 @@ def sticky(args) -> None:
     rows = [("truth", hmm_loss(HiddenMarkovModel.from_hmm(truth), test), float("nan"))]
     for L in (1, 2) if args.quick else (1, 2, 3):
         acc, t_count = count(train, n, L)
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         model = HMMEstimator(n_states=m, random_state=0, window=L).fit(acc)
         rows.append((f"HMMEstimator, EM over {2 * L + 1}-grams", hmm_loss(model, test),
-                     t_count + time.perf_counter() - t0))
+                     t_count + time.process_time() - t0))
     if args.em_restarts > 0:
-        model, s = fit_em(train, n, m, args.em_iter, args.em_restarts)
-        rows.append((f"EM (hmmlearn, best of {args.em_restarts})", hmm_loss(model, test), s))
+        em_train = em_training(train, args.em_max_symbols)
+        model, s, _ = fit_em(em_train, n, m, args.em_iter, args.em_restarts)
+        rows.append((f"EM (hmmlearn, best of {args.em_restarts}, on {sum(map(len, em_train)):,} "
+                     "symbols)", hmm_loss(model, test), s))
     print("\n### Sticky HMM: 5 states, 10 symbols, 0.9 on the diagonal")
     print_case(f"one stream of {size:,} symbols, held out 20,000", rows)
 
@@ -300,14 +342,21 @@ def main(argv=None) -> None:
     p.add_argument("what", nargs="?", default="all", choices=["synthetic", "sticky", "real", "all"])
     p.add_argument("--quick", action="store_true", help="one small case of each section")
     p.add_argument("--sizes", default="10000,100000", help="training sizes (symbols)")
-    p.add_argument("--large", action="store_true", help="also 10⁶ training symbols (K ≤ 25)")
+    p.add_argument("--large", action="store_true", help="also 10⁶ training symbols")
+    p.add_argument("--cases", default="", help="only these automata, K:n pairs (e.g. 10:4,50:20)")
     p.add_argument("--full-grid", action="store_true",
                    help="every (K, n) of 10, 25, 50 states and 4, 8, 20 symbols, not only the diagonal")
     p.add_argument("--test", type=int, default=20_000, help="held-out symbols (synthetic)")
     p.add_argument("--em-iter", type=int, default=100)
     p.add_argument("--em-restarts", type=int, default=3, help="0: no hmmlearn EM")
+    p.add_argument("--em-max-symbols", type=int, default=200_000,
+                   help="hmmlearn EM sees at most this many training symbols (the first sequences)")
     args = p.parse_args(argv)
     args.sizes = [int(float(s)) for s in args.sizes.split(",")]
+    args.cases = [tuple(int(v) for v in c.split(":")) for c in args.cases.split(",") if c]
+    for K, n in args.cases:
+        if n not in (4, 8, 20):
+            p.error(f"--cases {K}:{n}: the sequences' mean length is set for n = 4, 8 or 20 only")
     if args.quick:
         args.em_iter, args.em_restarts = min(args.em_iter, 10), min(args.em_restarts, 1)
     for section in (("sticky", sticky), ("synthetic", synthetic), ("real", real)):

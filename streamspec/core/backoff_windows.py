@@ -11,13 +11,14 @@ them, not on the triples: its number of states is no longer capped by the alphab
 - :func:`choose_window_hmm`: the spectrum undercounts the states EM can use (the smallest
   singular values of a many-state HMM sink below the noise long before its extra states stop
   paying), so ``"auto"`` fits the supported rank r, 2r and 4r (:func:`state_candidates`), r
-  and 2r with half the budget each, 4r with as much again (all scaled up above 16 states,
-  :func:`candidate_budget`), and keeps the one whose held-out grams are likelier (4r: chorales
-  over windows, 24 states instead of 12, 0.86% better held out);
+  and 2r with half the budget each, 4r with as much again (all scaled up above 16 states by
+  the E-step's cost, :func:`window_budget`), and keeps the one whose held-out grams are
+  likelier (4r: chorales over windows, 24 states instead of 12, 0.86% better held out);
 - :func:`fit_window_hmm`: EM on at most :data:`~streamspec.core.backoff_fit.EM_MAX_TRIPLES`
   distinct grams (threshold-sampled, unbiased), over the longest window whose iterations
   fit the work budget (at least the window whose Hankel supports the states, where the
-  method of moments starts).
+  method of moments starts). The budget is in the units of the message E-step
+  (:func:`~streamspec.core.window_estep.estep_units`, about those of a triple's K² + 30).
 """
 
 from __future__ import annotations
@@ -31,20 +32,21 @@ from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.hmm_moments import SharedMoments
 from streamspec.core.subspace import DENSE_SVD_MAX, top_singular
-from streamspec.core.window_estep import GramMessages
+from streamspec.core.window_estep import GramMessages, estep_units
 from streamspec.core.window_rank import supported_rank
 from streamspec.core.window_triples import WindowTriples
 from streamspec.core.windows import WindowCounts
 
-__all__ = ["hmm_states_for_windows", "noise_level", "fit_window_hmm", "choose_window_hmm", "state_candidates",
-           "sample_grams", "sample_threshold", "em_window", "candidate_budget", "BASE_STATES"]
+__all__ = ["hmm_states_for_windows", "noise_level", "fit_window_hmm", "choose_window_hmm",
+           "state_candidates", "sample_grams", "sample_threshold", "em_window", "candidate_budget",
+           "window_budget", "BASE_STATES"]
 
 # candidates up to this many states share the EM budget evenly; a larger one's share is scaled
 # by (K² + 30) / (BASE_STATES² + 30), so it gets as many EM iterations as BASE_STATES states
 BASE_STATES = 16
 
 _E_STEPS = 3  # E-steps of one accelerated (SQUAREM) EM iteration over windows, at most
-_UNIT = 30  # per gram and window symbol, the E-step's cost beyond its K² products (as for triples)
+_UNIT = 30  # per triple, an E-step's cost beyond its K² products (candidate_budget's scale)
 # EM iterations the window must leave room for: measured on sparse automata (10 states, 4
 # symbols, 10⁵ symbols), 120 iterations over 5-grams beat 6 over 7-grams or 5 over 9-grams by
 # 0.07 nats a held-out gram; EM over windows needs its iterations more than longer windows
@@ -157,16 +159,21 @@ def sample_threshold(w: np.ndarray, m: int) -> float:
 
 def em_window(grams: WindowCounts, n_states: int, budget: float, min_iter: int) -> int:
     """The window EM runs over: the longest l ≤ L whose ``min_iter`` iterations cost at most
-    ``budget`` units (``nnz_l · l · (K² + 30) · 3`` an iteration), but at least the window
-    whose Hankel supports the states (:func:`~streamspec.core.window_rank.window_for_states`).
-    O(nnz · L²) plus up to L SVDs.
+    ``budget`` units (three message E-steps an iteration,
+    :func:`~streamspec.core.window_estep.estep_units`), but at least the window whose Hankel
+    supports the states (:func:`~streamspec.core.window_rank.window_for_states`).
+    O(nnz · L² + nnz log nnz) plus up to L SVDs.
     """
     return _em_window(grams, n_states, budget, min_iter, _SharedWindows(grams, max(n_states, 1)))
 
 
 def _cost(grams: WindowCounts, n_states: int) -> float:
-    """Work units of one EM iteration on ``grams`` (about 10 ns a unit)."""
-    return grams.nnz * grams.window * (n_states**2 + _UNIT) * _E_STEPS
+    """Work units of one EM iteration on ``grams``: three message E-steps
+    (:func:`~streamspec.core.window_estep.estep_units`, 1–4 ns a unit; it was
+    ``nnz · L · (K² + 30)`` an E-step, 20–100 times the E-step's real work on small
+    alphabets, so EM got its minimum of 5 iterations where the budget paid for 100).
+    O(nnz + P log P)."""
+    return estep_units(grams, n_states) * _E_STEPS
 
 
 def candidate_budget(budget: float, n_candidates: int, n_states: int) -> float:
@@ -183,6 +190,23 @@ def candidate_budget(budget: float, n_candidates: int, n_states: int) -> float:
     return share * max(1.0, (n_states**2 + _UNIT) / (BASE_STATES**2 + _UNIT))
 
 
+def window_budget(share: float, grams: WindowCounts, n_states: int) -> float:
+    """A candidate's EM work units over windows: ``share``, scaled above :data:`BASE_STATES`
+    states by the E-step's own cost ratio ``estep_units(K) / estep_units(16)`` on ``grams``, so
+    that a larger HMM gets as many iterations as a 16-state one. Over windows the E-step grows
+    about as K (its m² products are per distinct past and future, few where the windows
+    repeat), so :func:`candidate_budget`'s K² scaling (right for triples) gave a 64-state
+    candidate 14 times the share for twice the work an iteration. O(nnz + P log P).
+
+    >>> g = WindowCounts.from_digits(2, 2, [[-1, 0, 1, 1, 0], [0, 1, 1, 0, 1], [1, 1, 1, 0, 1]])
+    >>> window_budget(1e6, g, 8), round(window_budget(1e6, g, 64) / 1e6, 3)
+    (1000000.0, 6.929)
+    """
+    if n_states <= BASE_STATES:
+        return float(share)
+    return float(share) * estep_units(grams, n_states) / estep_units(grams, BASE_STATES)
+
+
 def state_candidates(rank: int, max_states: int) -> list[int]:
     """The numbers of states ``"auto"`` tries over windows: the supported rank, twice and four
     times it, within ``2..max_states``. O(1).
@@ -197,19 +221,21 @@ def choose_window_hmm(kept: WindowCounts, held: WindowCounts, candidates: list[i
                       max_nnz: int, min_iter: int, max_iter: int, random_state: int = 0
                       ) -> HiddenMarkovModel | None:
     """Of HMMs with each number of states in ``candidates`` fitted on ``kept`` (each with half the
-    budget, scaled by :func:`candidate_budget` above 16 states),
+    budget, scaled by the E-step's cost above 16 states, :func:`window_budget`),
     the one under which the ``held`` grams are likeliest (their mean log-likelihood at their own
     window, the same for every candidate, from its gram and sequence start distributions);
     ``None`` if none could be fitted.
-    O(Σ candidate_budget + nnz_held · L · K² per candidate): an EM iteration costs
-    O(nnz · L · K²), at least ``min_iter`` of them."""
+    O(Σ window_budget + nnz_held · L · K² per candidate): an EM iteration costs
+    O(nnz · K + (P + F) · L · K²) for P distinct pasts and F futures, at least ``min_iter``
+    of them."""
     best, best_ll = None, -np.inf
     scored = sample_grams(held, max_nnz, np.random.default_rng(random_state))
     # why: every size fits the same samples and reads the same window ranks (one SVD per window,
     # not two per size: em_window's and HMMEstimator's, the latter of the top 129 values)
     shared = _SharedWindows(kept, max(candidates, default=1), max_nnz, random_state)
+    sample = shared.sample(kept.window)  # the grams EM's cost is counted on (window_budget)
     for K in candidates:
-        share = candidate_budget(budget, min(2, len(candidates)), K)
+        share = window_budget(budget / min(2, len(candidates)), sample, K)
         fitted = _fit(kept, K, share, max_nnz, min_iter, max_iter, None, random_state, shared)
         if fitted is None:
             continue
@@ -342,10 +368,9 @@ def _fit(grams: WindowCounts, n_states: int, budget: float, max_nnz: int, min_it
 def _em_window(grams: WindowCounts, n_states: int, budget: float, min_iter: int,
                shared: _SharedWindows) -> int:
     """:func:`em_window` with the marginals and window ranks of ``grams`` from ``shared``, an
-    iteration's cost counted on at most ``shared.max_nnz`` grams (EM runs on that sample)."""
+    iteration's cost counted on the sample of at most ``shared.max_nnz`` grams EM runs on."""
     level = shared.window_for_states(n_states, grams.window)
     L = grams.window
-    while L > level and (min(shared.marginal(L).nnz, shared.max_nnz) * L * (n_states**2 + _UNIT)
-                         * _E_STEPS * min_iter > budget):
+    while L > level and _cost(shared.sample(L), n_states) * min_iter > budget:
         L -= 1
     return L

@@ -17,7 +17,7 @@ from streamspec.core.hmm_em import (
     window_log_likelihood,
 )
 from streamspec.core.hmm_moments import exact_triples, exact_windows
-from streamspec.core.window_estep import GramMessages
+from streamspec.core.window_estep import GRAM_UNIT, GramMessages, estep_units
 from streamspec.core.window_rank import choose_window, supported_rank, window_for_states
 from streamspec.core.window_triples import WindowTriples
 from streamspec.core.windows import WindowCounts
@@ -195,6 +195,40 @@ def test_message_estep_equals_gram_by_gram_forward_backward(L):
         assert fast[0] == pytest.approx(ll, rel=1e-12)
         for a, b in ((fast[1][0], s_pi), (fast[1][2], s_T), (fast[1][3], s_O)):
             np.testing.assert_allclose(a, b, atol=1e-13)
+
+
+def test_em_flushes_vanishing_probabilities_to_zero():
+    # EM drives unused entries to 0 geometrically; clipped at 1e-300 (as they were) they made
+    # subnormal products, 10-100x slower, in every later E-step
+    from streamspec.core.hmm_em import _normalised, _project
+
+    counts = np.array([[1e-200, 3.0], [2.0, 1e-70], [2.0, 0.0]])
+    new = _normalised(counts, np.full((3, 2), 1 / 3))
+    assert new[0, 0] == 0.0 and new[1, 1] == 0.0 and new[1, 0] == 0.5
+    np.testing.assert_allclose(new.sum(axis=0), 1.0)
+    jumped = _project(np.array([[-0.2, 1e-90], [0.7, 0.3], [0.5, 0.7]]))  # an extrapolation
+    assert (jumped[0] == 0.0).all() and np.allclose(jumped.sum(axis=0), 1.0)
+    g = padded_grams(2, seed=5)
+    rng = np.random.default_rng(2)
+    T, O = rng.dirichlet(np.ones(4), size=4).T, rng.dirichlet(np.ones(3), size=4).T
+    T[0, 1] = 1e-250  # a vanishing transition: gone after one iteration
+    pi, pi0, T, O, history, _ = refine_windows(g, np.ones(4) / 4, np.ones(4) / 4, T, O, n_iter=3, tol=0.0)
+    assert T[0, 1] == 0.0 and not ((T > 0) & (T < 1e-60)).any() and np.all(np.diff(history) >= -1e-12)
+
+
+@pytest.mark.parametrize("L", [1, 2, 3])
+def test_estep_units_count_the_messages_the_estep_passes(L):
+    g = padded_grams(L, seed=20 + L)
+    m = 12
+    if L == 1:
+        assert estep_units(g, m) == g.nnz * (m * m + GRAM_UNIT)
+        return
+    msg = GramMessages(g)
+    P, F, Q = msg.past.shape[0], msg.future.shape[0], msg.pair_x.size
+    assert estep_units(g, m) == (g.nnz + Q) * (m + GRAM_UNIT) + (P + F) * L * (m * m / 8 + GRAM_UNIT)
+    # the passes are per distinct past and future, far fewer than the grams on 3 symbols
+    assert P + F < g.nnz / 2
+    assert estep_units(g, 64) < 0.2 * g.nnz * L * 64**2
 
 
 @pytest.mark.parametrize("L", [2, 3])

@@ -46,3 +46,14 @@ def test_the_synthetic_automata_are_sparse_and_seeded():
     seqs = bench.sequences(a, 5_000, 5.0, seed=1)
     sizes = np.array([len(s) for s in seqs])
     assert 5_000 <= sizes.sum() < 5_100 and 4.0 < sizes.mean() < 6.0
+
+
+def test_em_sees_whole_leading_sequences_up_to_its_cap():
+    bench = load_bench()
+    train = [np.arange(k % 7 + 1) for k in range(100)]
+    capped = bench.em_training(train, 50)
+    assert sum(map(len, capped)) == 50
+    # whole sequences in order, only the last one cut (not every sequence cut to a share)
+    assert all(np.array_equal(a, b) for a, b in zip(capped[:-1], train, strict=False))
+    assert len(capped[-1]) <= len(train[len(capped) - 1])
+    assert len(bench.em_training(train, 10**6)) == len(train)
