@@ -116,16 +116,19 @@ def timed(model, data: list, proba: bool = False) -> tuple[float, float]:
 
 def timed_log_loss(model: SpectralHMM, data: list) -> tuple[float, float]:
     """Events/s and the mean log loss (nats) of ``predict_proba_one`` read as a log-loss metric
-    reads it, ``p.get(y)``, then ``learn_one``; CPU rate to ``CPU[model]`` as :func:`timed`."""
-    learn, loss, log = model.learn_one, 0.0, math.log
+    reads it, ``p.get(y)``, then ``learn_one``; CPU rate to ``CPU[model]`` as :func:`timed`.
+    The loss is over the symbols already seen (a new label has no entry)."""
+    learn, loss, scored, log = model.learn_one, 0.0, 0, math.log
     t0, c0 = time.perf_counter(), time.process_time()
     for x, y in data:
-        p = model.predict_proba_one(x)
-        loss -= log(max(p.get(y, 0.0), 1e-300))
+        q = model.predict_proba_one(x).get(y)
+        if q is not None:
+            loss -= log(max(q, 1e-300))
+            scored += 1
         learn(x, y)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     CPU[id(model)] = len(data) / cpu
-    return len(data) / seconds, loss / len(data)
+    return len(data) / seconds, loss / max(scored, 1)
 
 
 def fits(model: SpectralHMM) -> str:
