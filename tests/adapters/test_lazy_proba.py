@@ -44,6 +44,7 @@ def test_single_reads_are_the_rows_floats_and_do_not_fill():
                 p[label]
     assert p.get("nope") is None and "nope" not in p and len(p) == len(want) == 50
     assert (p == 3) is False and p != "s1"  # a non-dict: unequal, nothing to fill
+    assert p != {} and not (p == {"s0": want["s0"]})  # another length: river's `y_pred != {}`
     with pytest.raises(TypeError):
         p.get([1])  # unhashable, as a dict
     assert not _filled(p) and dict.__len__(p) == 1  # the first entry only, made at once
