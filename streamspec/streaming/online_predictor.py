@@ -10,7 +10,8 @@ across refits; a refit swaps the model in (:meth:`OnlinePredictor.set_model`).
 
 Costs per symbol: O(E · K + K²) plus, the first time a context is met, O(n · (d + 1))
 for its rows (kept in a cache bounded in floats, least recently used out); the most
-probable symbol O(K · TOP + entries) (:meth:`OnlinePredictor.argmax`); a full
+probable symbol O(K · TOP + entries) (:meth:`OnlinePredictor.argmax`; O(n · K) below
+:data:`PRUNE_RATIO` · K · TOP symbols, where that is cheaper); a full
 distribution O(n · K).
 """
 
@@ -359,8 +360,10 @@ class OnlinePredictor(BatchObservation):
         lowest level and of each HMM state, and, when the model's own rows are a part, the
         top symbols of the context's own row (:meth:`_Rows.own_top`, cached per context);
         every other symbol is bounded by those lists' cut-offs, so when the best candidate
-        beats the bound it is the argmax; otherwise the whole row is computed.
-        O(K · TOP + entries), plus O(n · d) once per context for its own row."""
+        beats the bound it is the argmax; otherwise the whole row is computed. Below
+        :data:`PRUNE_RATIO` · K · TOP symbols the whole row is computed at once (cheaper there).
+        O(K · TOP + entries) pruned, O(n · K) below that, plus O(n · d) once per context for
+        its own row."""
         model = self.model
         if model is None:
             return None
