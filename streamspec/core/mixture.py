@@ -129,10 +129,6 @@ class ExpertMixture:
         """λ̄_b, the posterior mean blend of a bucket, shape (K,), summing to 1. O(K)."""
         return self._blends[int(bucket)].copy()
 
-    def blend_list(self, bucket: int) -> list[float]:
-        """:meth:`blend` as a list of floats, without the array copy (per-symbol paths). O(K)."""
-        return self._blends[int(bucket)].tolist()
-
     def blends(self, buckets) -> np.ndarray:
         """λ̄ of each bucket, shape (m, K). O(m · K)."""
         return self._blends[np.asarray(buckets, dtype=np.int64)]

@@ -342,7 +342,7 @@ class OnlinePredictor(BatchObservation):
         if backoff is None:
             return own
         top, mid, _, bucket = self._rows.context(u, v)
-        lam = self.mixture.blend_list(bucket)
+        lam = self.mixture.blend(bucket).tolist()
         j = int(backoff.use_model)
         if backoff.hmm is not None:  # the weight folded into the K-vector: one (K, n) product
             out = (lam[j + 1] * state) @ backoff.hmm.emissionprob_
