@@ -8,7 +8,8 @@ next-symbol accuracy, and ratios to the per-key bigram counter written in plain 
 dicts (the fastest a Python learner of this stream can be). ``SpectralHMM`` runs with
 its defaults (refit every 10⁴ symbols, ``rank="auto"``), inline and ``background=True``
 (fits on a schedule by symbols, so both change models at the same symbols), then with
-``predict_proba_one`` instead of ``predict_one``; and the same stream of ``--pages``
+``predict_proba_one`` instead of ``predict_one`` (its dict not read; read with ``p.get(y)``
+for a log loss; built whole, ``lazy_proba=False``); and the same stream of ``--pages``
 events (default 50,000) through river's ``evaluate.progressive_val_score`` with
 ``metrics.Accuracy()``.
 
@@ -27,6 +28,7 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")  # why: one BLAS thread, figures comparable in one run
 
 import argparse  # noqa: E402
+import math  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -112,6 +114,23 @@ def timed(model, data: list, proba: bool = False) -> tuple[float, float]:
     return len(data) / seconds, hits / len(data)
 
 
+def timed_log_loss(model: SpectralHMM, data: list) -> tuple[float, float]:
+    """Events/s and the mean log loss (nats) of ``predict_proba_one`` read as a log-loss metric
+    reads it, ``p.get(y)``, then ``learn_one``; CPU rate to ``CPU[model]`` as :func:`timed`.
+    The loss is over the symbols already seen (a new label has no entry)."""
+    learn, loss, scored, log = model.learn_one, 0.0, 0, math.log
+    t0, c0 = time.perf_counter(), time.process_time()
+    for x, y in data:
+        q = model.predict_proba_one(x).get(y)
+        if q is not None:
+            loss -= log(max(q, 1e-300))
+            scored += 1
+        learn(x, y)
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    CPU[id(model)] = len(data) / cpu
+    return len(data) / seconds, loss / max(scored, 1)
+
+
 def fits(model: SpectralHMM) -> str:
     r = model.refitter
     r.wait()
@@ -137,6 +156,14 @@ def large(n_events: int, n_pages: int) -> list[tuple]:
     rate, _ = timed(model, data, proba=True)
     rows.append(("SpectralHMM inline, predict_proba_one", rate, float("nan"), CPU[id(model)],
                  fits(model)))
+    model = SpectralHMM(key="user")
+    rate, loss = timed_log_loss(model, data)
+    rows.append(("SpectralHMM inline, predict_proba_one, p.get(y)", rate, float("nan"),
+                 CPU[id(model)], f"{fits(model)}; log loss {loss:.4f}"))
+    model = SpectralHMM(key="user", lazy_proba=False)  # river's dict built whole at every call
+    rate, _ = timed(model, data, proba=True)
+    rows.append(("SpectralHMM inline, predict_proba_one, lazy_proba=False", rate, float("nan"),
+                 CPU[id(model)], fits(model)))
     model = SpectralHMM(key="user", refit_every=None)  # the per-event cost alone
     for x, y in data[: len(data) // 2]:
         model.learn_one(x, y)
@@ -151,10 +178,10 @@ def large(n_events: int, n_pages: int) -> list[tuple]:
     rate, cpu = len(pages) / (time.perf_counter() - t0), len(pages) / (time.process_time() - c0)
     rows.append((f"progressive_val_score, {len(pages):,} events", rate, score.get(), cpu,
                  fits(model)))
-    print(f"{'model':44s} {'events/s':>10s} {'÷ bigram':>9s} {'ev/CPU-s':>10s} {'÷ bigram':>9s} "
+    print(f"{'model':56s} {'events/s':>10s} {'÷ bigram':>9s} {'ev/CPU-s':>10s} {'÷ bigram':>9s} "
           f"{'accuracy':>9s}")
     for name, rate, acc, cpu, extra in rows:
-        print(f"{name:44s} {rate:10,.0f} {rate / bigram_rate:9.4f} {cpu:10,.0f} "
+        print(f"{name:56s} {rate:10,.0f} {rate / bigram_rate:9.4f} {cpu:10,.0f} "
               f"{cpu / rows[0][3]:9.4f} {acc:9.3f}  {extra}")
     return rows
 

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from river import base
 
+from streamspec.adapters.lazy_proba import LazyProba
 from streamspec.adapters.online_estimator import check_estimator, online_estimator
 from streamspec.adapters.refit_schedule import LEAD_FRACTION, RefitSchedule
 from streamspec.core import defaults
@@ -95,6 +96,11 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         see :class:`MomentAccumulator`), and the HMM of the predictions is fitted over
         them, so that it can have more states than the alphabet has symbols (up to 64
         with ``n_states=None``; ``docs/math.md`` section 11); 1 counts triples only.
+    lazy_proba
+        ``True`` (default): :meth:`predict_proba_one` returns a
+        :class:`~streamspec.adapters.lazy_proba.LazyProba`, a ``dict`` whose entries are made
+        only when a caller reads them all (``p.get(y)`` reads the row). ``False``: a plain
+        ``dict`` built at once (for C extensions that read a dict's storage directly).
 
     Attributes
     ----------
@@ -121,9 +127,12 @@ class SpectralHMM(RefitSchedule, base.Classifier):
 
     Costs per symbol: :meth:`learn_one` O(1) for the counts plus O(E · K + K²) for the
     weights and the stream's HMM state (E = 66 blends, K states) and, the first time a
-    context is met, O(n · d) for its rows (cached, bounded); :meth:`predict_one` typically
-    O(K · 32 + entries) (an exact pruned argmax), :meth:`predict_proba_one` O(n · K) (river's
-    dict over every label). Memory: the counts (16 bytes per distinct triple),
+    context is met, O(n · d) for its rows (cached, bounded); :meth:`predict_one` O(n · K)
+    below 8 · K · 32 symbols (the whole row is cheaper there), else typically O(K · 32 +
+    entries) (an exact pruned argmax); :meth:`predict_proba_one` O(n · K) for the row, river's
+    dict over every label made only when a caller reads every entry (O(n) more, once;
+    ``p.get(y)`` is O(1): :class:`~streamspec.adapters.lazy_proba.LazyProba`). Memory: the
+    counts (16 bytes per distinct triple),
     a model of rank d (n · d² floats) with its trigram (O(nnz)) and HMM (n · K), one
     integer and K floats per stream, and the row cache (at most 2²² floats).
 
@@ -158,6 +167,7 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         n_states: int | None = None,
         predictor: str = "mixture",
         count_window: int | str = defaults.COUNT_WINDOW,
+        lazy_proba: bool = True,
     ):
         self.rank = rank
         self.estimator = estimator
@@ -173,6 +183,7 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         self.n_states = n_states
         self.predictor = predictor
         self.count_window = count_window
+        self.lazy_proba = lazy_proba
         self._built = False
         self._validate()  # why: a bad setting is refused before any symbol is learned
 
@@ -184,6 +195,8 @@ class SpectralHMM(RefitSchedule, base.Classifier):
             forgetting=self.forgetting, max_symbols=self.max_symbols, n_states=self.n_states,
         )
         check_estimator(self.estimator)
+        if not isinstance(self.lazy_proba, bool):
+            raise ValueError(f"lazy_proba must be True or False, got {self.lazy_proba!r}")
         if self.predictor not in PREDICTORS:
             raise ValueError(f"predictor must be one of {PREDICTORS}, got {self.predictor!r}")
         try:  # the accumulator's own rules (a window in 1..10 or "auto", room for max_symbols)
@@ -214,6 +227,7 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         self._online = OnlinePredictor(window=self.window)
         self._lock = threading.Lock()
         self._labels: list[Hashable] = []
+        self._label_index: dict[Hashable, int] = {}  # label -> its position in _labels
         self._freq: list[int] = []
         self._best = 0
         self._n = 0  # symbols learned
@@ -293,6 +307,7 @@ class SpectralHMM(RefitSchedule, base.Classifier):
             i = self._acc.learn_one(y, key)
             if i == len(self._freq):  # a new label (or, at the cap, the label "<other>")
                 self._labels.append(y if self.max_symbols is None else self._acc.symbols[i])
+                self._label_index[self._labels[i]] = i
                 self._freq.append(0)
             self._sync()
             self._online.observe(key, i)
@@ -399,7 +414,12 @@ class SpectralHMM(RefitSchedule, base.Classifier):
 
     def predict_proba_one(self, x: dict, **kwargs: Any) -> dict[Hashable, float]:
         """Distribution of the next symbol of the stream of ``x`` (``{}`` before any symbol).
-        O(n · K)."""
+
+        A ``dict`` over every label seen (river's contract), ``{label: probability}``: a
+        :class:`~streamspec.adapters.lazy_proba.LazyProba`, whose entries are made when a
+        caller first reads them all (iteration, ``items()``, ``dict(p)``, ...); ``p[y]``,
+        ``p.get(y)``, ``y in p`` and ``len(p)`` read the row directly. O(n · K) for the row,
+        O(n) more for the entries, once, if they are read."""
         if not self._built:
             return {}
         p = self._row(x.get(self.key) if self.key is not None else None)
@@ -409,8 +429,11 @@ class SpectralHMM(RefitSchedule, base.Classifier):
             if not total:
                 return {}
             return dict(zip(self._labels[: len(f)], [c / total for c in f], strict=True))
-        # labels learned meanwhile (other threads) are after p: zip stops there, no copy
-        return dict(zip(self._labels, p.tolist(), strict=False))
+        # river's dict, its 2,000 floats and insertions made only if a caller reads them all
+        # (LazyProba); labels learned meanwhile (other threads) are after p: not keys
+        if not self.lazy_proba:
+            return dict(zip(self._labels, p.tolist(), strict=False))
+        return LazyProba(p, self._labels, self._label_index)
 
     def predict_one(self, x: dict, **kwargs: Any) -> Hashable | None:
         """The most probable next symbol of the stream of ``x`` (``None`` before any symbol).
@@ -461,8 +484,11 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         return state
 
     def __setstate__(self, state: dict) -> None:
+        state.setdefault("lazy_proba", True)  # pickled before the setting existed
         self.__dict__.update(state)
         if self._built:
             self._lock = threading.Lock()
+            if "_label_index" not in state:  # pickled before predict_proba_one's lazy dict
+                self._label_index = {label: i for i, label in enumerate(self._labels)}
             if "_n" not in state:  # pickled before fits were scheduled by symbols
                 self._n, self._fit_at, self._swap_at = 0, None, None

@@ -158,7 +158,7 @@ class _Level:
 
     def find1(self, ctx: int) -> int:
         """:meth:`find` of one context, without arrays. O(log contexts)."""
-        at = int(np.searchsorted(self.contexts, ctx))
+        at = int(self.contexts.searchsorted(ctx))  # the method: no dispatch wrapper per call
         return at if at < self.contexts.size and self.contexts[at] == ctx else -1
 
     def entry1(self, rank: int, w: int) -> float:
@@ -166,7 +166,7 @@ class _Level:
         if rank < 0:
             return 0.0
         key = rank * self.n + w
-        at = int(np.searchsorted(self.keys, key))
+        at = int(self.keys.searchsorted(key))  # the method: no dispatch wrapper per call
         return float(self.direct[at]) if at < self.keys.size and self.keys[at] == key else 0.0
 
     def entry(self, rank: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -10,7 +10,8 @@ across refits; a refit swaps the model in (:meth:`OnlinePredictor.set_model`).
 
 Costs per symbol: O(E · K + K²) plus, the first time a context is met, O(n · (d + 1))
 for its rows (kept in a cache bounded in floats, least recently used out); the most
-probable symbol O(K · TOP + entries) (:meth:`OnlinePredictor.argmax`); a full
+probable symbol O(K · TOP + entries) (:meth:`OnlinePredictor.argmax`; O(n · K) below
+:data:`PRUNE_RATIO` · K · TOP symbols, where that is cheaper); a full
 distribution O(n · K).
 """
 
@@ -34,6 +35,11 @@ _CONTEXTS_KEPT = 1 << 18  # trigram contexts remembered (then forgotten all at o
 _STATES_KEPT = 1 << 14  # window states of prefixes remembered (≤ 2¹⁴ · d floats; then forgotten at once)
 TOP = 32  # argmax: candidates per part before the exact bound is checked
 OWN_CUT = 0.25  # argmax: the model's own candidates are above this fraction of its row's maximum
+# argmax: the pruned path only when n ≥ PRUNE_RATIO · K · TOP (K HMM states). Its ~15 small numpy
+# calls and the gather of K · TOP rows of E cost more than the whole row's few passes over n
+# below that: on 2,000 symbols and 16 states, 50 µs against 29 µs (demos/bench_river.py's
+# stream, docs/benchmarks.md "River model throughput")
+PRUNE_RATIO = 8
 
 
 class _Rows:
@@ -225,6 +231,7 @@ class OnlinePredictor(BatchObservation):
     """
 
     _last = None  # what _peek returned last (a class default: states pickled before it have none)
+    _prune_from = 4 * TOP + 1  # argmax prunes from this many symbols (set per model; pickles before it)
 
     def __init__(self, window: int = 2, cache_floats: int = ROW_CACHE_FLOATS):
         self.window = int(window)
@@ -251,6 +258,7 @@ class OnlinePredictor(BatchObservation):
         old = self.model
         self.model = model
         self._rows = _Rows(model, self.window, self.cache_floats)
+        self._prune_from = _prune_from(model)
         if model.backoff is None:  # the model alone: nothing to mix, nothing to learn
             self._post.clear()
             return
@@ -352,13 +360,15 @@ class OnlinePredictor(BatchObservation):
         lowest level and of each HMM state, and, when the model's own rows are a part, the
         top symbols of the context's own row (:meth:`_Rows.own_top`, cached per context);
         every other symbol is bounded by those lists' cut-offs, so when the best candidate
-        beats the bound it is the argmax; otherwise the whole row is computed.
-        O(K · TOP + entries), plus O(n · d) once per context for its own row."""
+        beats the bound it is the argmax; otherwise the whole row is computed. Below
+        :data:`PRUNE_RATIO` · K · TOP symbols the whole row is computed at once (cheaper there).
+        O(K · TOP + entries) pruned, O(n · K) below that, plus O(n · d) once per context for
+        its own row."""
         model = self.model
         if model is None:
             return None
         backoff = model.backoff
-        if not (backoff is None or model.n_symbols <= 4 * TOP):
+        if not (backoff is None or model.n_symbols < self._prune_from):
             window, u, v, state = self._peek(key)
             top, mid, _, bucket = self._rows.context(u, v)
             lam = self.mixture.blend(bucket)
@@ -424,6 +434,14 @@ class OnlinePredictor(BatchObservation):
 
     def __len__(self) -> int:
         return len(self._codes)
+
+
+def _prune_from(model) -> int:
+    """The alphabet size from which :meth:`OnlinePredictor.argmax` prunes (below it the whole
+    row is cheaper): above 4 · TOP symbols and :data:`PRUNE_RATIO` · K · TOP. O(1)."""
+    hmm = None if model.backoff is None else model.backoff.hmm
+    k = 1 if hmm is None else hmm.n_states
+    return max(4 * TOP + 1, PRUNE_RATIO * k * TOP)
 
 
 def _add_trigram(out: np.ndarray, trigram, top: int, mid: int, lam: float) -> None:

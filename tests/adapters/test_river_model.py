@@ -454,9 +454,13 @@ def test_more_states_than_symbols_are_clamped_to_the_alphabet():
     assert_distribution(model.predict_proba_one({}))
 
 
-def test_predict_one_without_the_whole_row_is_still_the_argmax():
+def test_predict_one_without_the_whole_row_is_still_the_argmax(monkeypatch):
     """Large alphabets: the argmax comes from candidates and a bound (no O(n) row); it must
     equal the whole row's argmax, which this test computes for every prediction."""
+    import streamspec.streaming.online_predictor as op
+
+    # the pruned path on 400 symbols (by default only from PRUNE_RATIO · K · TOP symbols on)
+    monkeypatch.setattr(op, "PRUNE_RATIO", 0)
     rng = np.random.default_rng(5)
     n = 400
     zipf = 1 / np.arange(1, n + 1) ** 1.1
@@ -587,6 +591,9 @@ def test_predict_one_with_the_models_own_part_is_still_the_argmax(few, monkeypat
     (also with one candidate per part, where the bound decides most predictions)."""
     import streamspec.streaming.online_predictor as op
 
+    # the pruned path on 300 symbols (by default the whole row is taken below
+    # PRUNE_RATIO · K · TOP symbols, where it is cheaper): the path under test here
+    monkeypatch.setattr(op, "PRUNE_RATIO", 0)
     if few:
         monkeypatch.setattr(op, "TOP", 1)
         monkeypatch.setattr(op, "OWN_CUT", 1.0)

@@ -41,10 +41,15 @@ def _with_model_part(model):
                                       use_model=True))
 
 
+@pytest.mark.parametrize("prune", [True, False])
 @pytest.mark.parametrize("own_part", [True, False])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_rows_and_argmax_equal_the_batch_definition(fitted, own_part, seed, monkeypatch):
+def test_rows_and_argmax_equal_the_batch_definition(fitted, own_part, seed, prune, monkeypatch):
     model, x = fitted
+    # prune: the pruned argmax forced (PRUNE_RATIO 0: from 4 · TOP symbols on); else the
+    # default rule, which takes the whole row on this alphabet (N < PRUNE_RATIO · K · TOP)
+    if prune:
+        monkeypatch.setattr(op, "PRUNE_RATIO", 0)
     settled, real = [], op._pruned_argmax
     monkeypatch.setattr(op, "_pruned_argmax", lambda *a, **k: settled.append(real(*a, **k)) or settled[-1])
     model = _with_model_part(model) if own_part else model
@@ -70,7 +75,10 @@ def test_rows_and_argmax_equal_the_batch_definition(fitted, own_part, seed, monk
         if t < seq.size:
             p = online.observe("s", int(seq[t]))
             assert p == pytest.approx(walk.probs[t], rel=1e-9)
-    assert len(settled) == seq.size + 1 and sum(r is not None for r in settled) > seq.size // 2
+    if prune:
+        assert len(settled) == seq.size + 1 and sum(r is not None for r in settled) > seq.size // 2
+    else:
+        assert not settled and N < op.PRUNE_RATIO * b.hmm.n_states * op.TOP
     assert online.loss == pytest.approx(-np.log(walk.probs).sum(), rel=1e-9)
 
 
