@@ -189,16 +189,27 @@ def em_training(train: list[np.ndarray], cap: int = EM_MAX_SYMBOLS) -> list[np.n
 def fit_em(case: Case, K: int, n_iter: int) -> tuple[float, bool, float, int]:
     """hmmlearn EM, best training likelihood of ``EM_RESTARTS`` seeded starts:
     ``(loss, floored, seconds, iterations of the best)``."""
+    t0 = time.process_time()
+    best = best_categorical_hmm(em_training(case.train), case.n, K, n_iter, EM_RESTARTS)
+    seconds = time.process_time() - t0
+    return (*hmm_loss(HiddenMarkovModel.from_hmmlearn(best), case.test), seconds,
+            len(best.monitor_.history))
+
+
+def best_categorical_hmm(train: list[np.ndarray], n: int, K: int, n_iter: int, restarts: int):
+    """hmmlearn's ``CategoricalHMM`` of ``K`` states over ``n`` symbols fitted to the sequences
+    ``train`` (at most ``n_iter`` iterations, stopping when an iteration gains less than
+    ``EM_TOL_PER_SYMBOL`` nats a symbol), the best training likelihood of ``restarts`` seeded
+    starts (seeds 0, 1, ...). The scaled forward-backward: the log one's fixed point at a
+    fraction of its cost."""
     from hmmlearn.hmm import CategoricalHMM
 
     logging.getLogger("hmmlearn").setLevel(logging.ERROR)  # why: "degenerate solution" on words, per start
-    train = em_training(case.train)
     X = np.concatenate(train).reshape(-1, 1)
     lengths = [len(s) for s in train]
-    t0 = time.process_time()
     best, best_ll = None, -np.inf
-    for seed in range(EM_RESTARTS):
-        h = CategoricalHMM(n_components=K, n_features=case.n, n_iter=n_iter, tol=EM_TOL_PER_SYMBOL * X.size,
+    for seed in range(restarts):
+        h = CategoricalHMM(n_components=K, n_features=n, n_iter=n_iter, tol=EM_TOL_PER_SYMBOL * X.size,
                            random_state=seed, implementation="scaling")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -206,9 +217,7 @@ def fit_em(case: Case, K: int, n_iter: int) -> tuple[float, bool, float, int]:
             ll = h.score(X, lengths)
         if ll > best_ll:
             best, best_ll = h, ll
-    seconds = time.process_time() - t0
-    return (*hmm_loss(HiddenMarkovModel.from_hmmlearn(best), case.test), seconds,
-            len(best.monitor_.history))
+    return best
 
 
 OLD_CHILD = r"""

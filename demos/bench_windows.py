@@ -69,6 +69,7 @@ import argparse  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -83,7 +84,8 @@ from streamspec import (  # noqa: E402
 from streamspec.core.backoff import contexts_of  # noqa: E402
 from streamspec.core.trigram import KneserNeyTrigram  # noqa: E402
 
-EM_TOL_PER_SYMBOL = 1e-5  # hmmlearn stops when a step gains less than this per training symbol
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # why: loaded by path in the tests too
+from bench_predict import best_categorical_hmm  # noqa: E402
 
 # ---------------------------------------------------------------------------- data
 
@@ -172,24 +174,8 @@ def fit_em(train: list[np.ndarray], n: int, K: int, iters: int, restarts: int):
     ``(model, CPU seconds, iterations of the best)``, as ``bench_predict.py`` runs it (the
     scaled forward-backward, the same fixed point as the log one at a fraction of its cost;
     the caller caps the sequences with :func:`em_training`)."""
-    import logging
-
-    from hmmlearn.hmm import CategoricalHMM
-
-    logging.getLogger("hmmlearn").setLevel(logging.ERROR)
-    X = np.concatenate(train).reshape(-1, 1)
-    lengths = [len(s) for s in train]
     t0 = time.process_time()
-    best, best_ll = None, -np.inf
-    for seed in range(restarts):
-        h = CategoricalHMM(n_components=K, n_features=n, n_iter=iters, tol=EM_TOL_PER_SYMBOL * X.size,
-                           random_state=seed, implementation="scaling")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            h.fit(X, lengths)
-            ll = h.score(X, lengths)
-        if ll > best_ll:
-            best, best_ll = h, ll
+    best = best_categorical_hmm(train, n, K, iters, restarts)
     model = HiddenMarkovModel(best.startprob_, best.transmat_, best.emissionprob_)
     return model, time.process_time() - t0, len(best.monitor_.history)
 

@@ -43,6 +43,7 @@ from streamspec.core.backoff_windows import (
     choose_window_hmm,
     fit_window_hmm,
     hmm_states_for_windows,
+    moment_hmm,
     noise_level,
     sample_threshold,
     state_candidates,
@@ -227,15 +228,7 @@ class SharedFit:
                 self._moments = SharedMoments(counts, self.max_states)
             except (ValueError, np.linalg.LinAlgError, FloatingPointError):
                 self._moments = None
-        if self._moments is None or n_states > self._moments.max_states:
-            return None
-        seed = np.random.default_rng(random_state).integers(2**32)  # HMMEstimator's moment seed
-        try:
-            with np.errstate(all="ignore"):
-                pi, T, O = self._moments.estimate(n_states, seed)
-            return HiddenMarkovModel(pi, T.T, O.T)
-        except (ValueError, np.linalg.LinAlgError, FloatingPointError):
-            return None
+        return moment_hmm(self._moments, n_states, random_state)
 
 
 def fit_hmm(triples: Triples | WindowCounts, n_states: int, budget: float = EM_BUDGET, init=None,

@@ -39,7 +39,7 @@ from streamspec.core.windows import WindowCounts
 
 __all__ = ["hmm_states_for_windows", "noise_level", "fit_window_hmm", "choose_window_hmm",
            "state_candidates", "sample_grams", "sample_threshold", "em_window", "candidate_budget",
-           "window_budget", "BASE_STATES"]
+           "window_budget", "moment_hmm", "BASE_STATES"]
 
 # candidates up to this many states share the EM budget evenly; a larger one's share is scaled
 # by (K² + 30) / (BASE_STATES² + 30), so it gets as many EM iterations as BASE_STATES states
@@ -268,6 +268,23 @@ def fit_window_hmm(grams: WindowCounts, n_states: int, budget: float, max_nnz: i
     return None if fitted is None else fitted[0]
 
 
+def moment_hmm(moments: SharedMoments | None, n_states: int, random_state: int
+               ) -> HiddenMarkovModel | None:
+    """The method-of-moments HMM of ``n_states`` states from ``moments`` shared by several sizes,
+    seeded as ``HMMEstimator(n_iter=0, random_state=random_state)`` seeds its moment step;
+    ``None`` when there are no moments, too few of them for ``n_states``, or the moment
+    problem is singular. O(16 · n · K² + n · K³)."""
+    if moments is None or n_states > moments.max_states:
+        return None
+    seed = np.random.default_rng(random_state).integers(2**32)  # HMMEstimator's moment seed
+    try:
+        with np.errstate(all="ignore"):
+            pi, T, O = moments.estimate(n_states, seed)
+        return HiddenMarkovModel(pi, T.T, O.T)
+    except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+        return None
+
+
 class _SharedWindows:
     """What HMM sizes fitted on the same grams share, each computed once when first asked for:
     the marginals of every window, their seeded samples of at most ``max_nnz`` grams, the
@@ -308,15 +325,7 @@ class _SharedWindows:
                 self._moments = SharedMoments(self.marginal(1).triples(), min(self.max_states, self.grams.n))
             except (ValueError, np.linalg.LinAlgError, FloatingPointError):
                 self._moments = None
-        if self._moments is None or n_states > self._moments.max_states:
-            return None
-        seed = np.random.default_rng(random_state).integers(2**32)  # HMMEstimator's moment seed
-        try:
-            with np.errstate(all="ignore"):
-                pi, T, O = self._moments.estimate(n_states, seed)
-            return HiddenMarkovModel(pi, T.T, O.T)
-        except (ValueError, np.linalg.LinAlgError, FloatingPointError):
-            return None
+        return moment_hmm(self._moments, n_states, random_state)
 
     def rank(self, level: int) -> int:
         if level not in self._ranks:
