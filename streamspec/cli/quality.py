@@ -1,7 +1,7 @@
 """How good a fitted model is, in words users read: held-out log loss and perplexity.
 
 Every fit with the default backoff scores itself on held-out counts
-(:func:`streamspec.core.backoff_fit.held_out_scores`): the mixture it predicts with, beside
+(:func:`streamspec.core.held_out.held_out_scores`): the mixture it predicts with, beside
 the unigram, the Kneser–Ney trigram and the hidden-state parts alone. ``learn`` logs them
 and ``inspect`` shows them.
 """

@@ -86,7 +86,7 @@ class Backoff:
         alphabet: its forward filter is the third component.
     held_out
         How good it was on held-out counts when it was fitted
-        (:func:`~streamspec.core.backoff_fit.held_out_scores`: nats per symbol of the
+        (:func:`~streamspec.core.held_out.held_out_scores`: nats per symbol of the
         ``"mixture"``, ``"unigram"``, ``"trigram"``, ``"model"``, ``"hmm"``, and the
         ``"symbols"`` scored); ``{}`` when not measured (a refit).
     use_model

@@ -48,21 +48,21 @@ from streamspec.core.backoff_windows import (
     sample_threshold,
     state_candidates,
 )
+from streamspec.core.held_out import held_out_contexts, held_out_scores, hmm_probas, model_probas
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_estimator import HMMEstimator
-from streamspec.core.hmm_filter import HMMFilter, symbol_probas
+from streamspec.core.hmm_filter import HMMFilter
 from streamspec.core.hmm_moments import SharedMoments
 from streamspec.core.mixture import ExpertMixture, bucket_of_counts
 from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.subspace import DENSE_SVD_MAX, top_singular
-from streamspec.core.trigram import START, KneserNeyTrigram
-from streamspec.core.triples import BITS, Triples
+from streamspec.core.trigram import KneserNeyTrigram
+from streamspec.core.triples import Triples
 from streamspec.core.windows import WindowCounts
 
-__all__ = ["fit_with_backoff", "fit_hmm", "held_out_contexts", "held_out_scores", "hmm_states_for",
-           "noise_level", "em_sample", "SharedFit", "EM_BUDGET", "STATE_CANDIDATES", "EM_MAX_TRIPLES",
-           "MAX_HMM_STATES", "MIN_MODEL_GAIN", "HMM_REFIT_SHARE", "MOMENT_MAX_TRIPLES",
-           "MIN_COUNTS_PER_PARAMETER"]
+__all__ = ["fit_with_backoff", "fit_hmm", "hmm_states_for", "noise_level", "em_sample", "SharedFit",
+           "EM_BUDGET", "STATE_CANDIDATES", "EM_MAX_TRIPLES", "MAX_HMM_STATES", "MIN_MODEL_GAIN",
+           "HMM_REFIT_SHARE", "MOMENT_MAX_TRIPLES", "MIN_COUNTS_PER_PARAMETER"]
 
 EM_BUDGET = 3e8  # EM work of the HMM's first fit: triples × (states² + 30) × iterations (~3 s)
 MIN_MODEL_GAIN = 1e-3  # held-out nats per symbol the model must add to be a component
@@ -110,60 +110,6 @@ def _split_starts(s: StreamStarts, fraction: float, rng) -> tuple[StreamStarts, 
     hf, hp = _thin(s.first_weights, fraction, rng), _thin(s.pair_weights, fraction, rng)
     kept = StreamStarts(s.n, s.first_codes, s.first_weights - hf, s.pair_codes, s.pair_weights - hp)
     return kept, StreamStarts(s.n, s.first_codes, hf, s.pair_codes, hp)
-
-
-def held_out_contexts(triples: Triples, starts: StreamStarts, max_contexts: int,
-                      rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    """``(u, v, x, weight)`` of held-out counts: each triple's ``(x1, x2) → x3`` and each start's
-    ``(<s>, <s>) → x1`` and ``(<s>, x1) → x2``. At most ``max_contexts`` distinct contexts
-    are kept, drawn with probability ∝ their weight (seeded, with replacement, each
-    weighted by its draws), so the total weight is preserved in expectation. O(nnz)."""
-    pa, pb, pw = starts.pair_arrays()
-    fa = starts.first_codes
-    u = np.concatenate([triples.x1, np.full(pa.size + fa.size, START)])
-    v = np.concatenate([triples.x2, pa, np.full(fa.size, START)])
-    x = np.concatenate([triples.x3, pb, fa])
-    w = np.concatenate([triples.weights, pw, starts.first_weights])
-    ctx = (u + 1) << (BITS + 1) | (v + 1)
-    uniq, inv = np.unique(ctx, return_inverse=True)
-    if uniq.size > max_contexts:
-        ctx_w = np.bincount(inv, weights=w)
-        draws = rng.choice(uniq.size, size=max_contexts, p=ctx_w / ctx_w.sum())
-        mult = np.bincount(draws, minlength=uniq.size).astype(np.float64)
-        w = mult[inv] * ctx_w.sum() / max_contexts * w / ctx_w[inv]
-        keep = w > 0
-        u, v, x, w = u[keep], v[keep], x[keep], w[keep]
-    return u, v, x, w
-
-
-def _model_probas(model, u, v, x) -> np.ndarray:
-    """The model's own (clipped, renormalised) probability of ``x`` after each context: one
-    normaliser per distinct context. O(contexts · n · d + m · d)."""
-    out = np.empty(x.size)
-    for length, at in ((2, u >= 0), (1, (u < 0) & (v >= 0)), (0, v < 0)):
-        idx = np.flatnonzero(at)
-        if idx.size == 0:
-            continue
-        ctx = np.stack([u[idx], v[idx]], axis=1)[:, 2 - length:]
-        ctx, which = np.unique(ctx[:, max(0, length - max(model.window, 1)):], axis=0, return_inverse=True)
-        states = model.window_states(ctx) if ctx.shape[1] else model.b1[None, :]
-        out[idx] = model.clipped_probas(x[idx], states, which.ravel())
-    return out
-
-
-def _hmm_probas(hmm: HiddenMarkovModel, u, v, x) -> np.ndarray:
-    """The HMM filter's probability of ``x`` after each context (from ``startprob_``). O(m · K²)."""
-    E, T = hmm.emissionprob_, hmm.transmat_
-    a = np.broadcast_to(hmm.startprob_, (x.size, hmm.n_states)).copy()
-    for sym in (u, v):
-        at = sym >= 0
-        post = a[at] * E[:, sym[at]].T
-        z = post.sum(axis=1, keepdims=True)
-        ok = z[:, 0] > 0
-        post[ok] /= z[ok]
-        post[~ok] = a[at][~ok]
-        a[at] = post @ T
-    return symbol_probas(a, E, x)
 
 
 def hmm_states_for(triples: Triples) -> int:
@@ -352,12 +298,12 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
             K = _resolve_states(hmm_states, triples, grams)
             hmm = choose_window_hmm(kept_hmm, held_grams, state_candidates(K, MAX_HMM_STATES),
                                     EM_BUDGET, EM_MAX_TRIPLES, _MIN_EM_ITER, _MAX_EM_ITER, seed)
-            hmm_p = _hmm_probas(hmm, u, v, x) if hmm is not None else None
+            hmm_p = hmm_probas(hmm, u, v, x) if hmm is not None else None
         else:  # over triples: "auto" sizes by held-out contexts
             hmm, hmm_p = _select_hmm(kept_hmm, _candidate_states(hmm_states, kept, grams), (u, v, x, w),
                                      seed)
         K = hmm.n_states if hmm is not None else 0
-        P = [_model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
+        P = [model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
         if hmm is not None:
             P.append(hmm_p)
         P = np.stack(P, axis=1)
@@ -424,39 +370,6 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_s
                    hmm_changed=0.0)
 
 
-def held_out_scores(P: np.ndarray, buckets, w, u, v, unigram: np.ndarray, min_proba: float,
-                    rng: np.random.Generator) -> dict[str, float]:
-    """How good the predictor is on the held-out counts: mean log loss (nats per symbol) of the
-    mixture of all the columns of ``P`` (model, trigram[, HMM]), of the mixture without the
-    model, of each component alone and of the unigram, and the held-out weight scored.
-
-    The mixtures are cross-fitted: the distinct contexts are split in two at random, the
-    weights of each half come from the other, so no symbol is scored by weights it helped
-    choose. The model alone is floored at ``min_proba`` (as without a backoff), the HMM at
-    1e-12. O(m · E · K) for m held-out items.
-    """
-    ctx = (u + 2) * (1 << 22) + (v + 2)
-    uniq, inv = np.unique(ctx, return_inverse=True)
-    half = rng.random(uniq.size)[inv] < 0.5
-
-    def loss(p) -> float:
-        return float(-(w * np.log(np.maximum(p, 1e-300))).sum() / w.sum())
-
-    def cross_fitted(Q: np.ndarray) -> float:
-        mixed = np.empty(w.size)
-        for side in (half, ~half):
-            mix = ExpertMixture.from_held_out(Q.shape[1], buckets[~side], Q[~side], w[~side])
-            mixed[side] = np.einsum("mk,mk->m", mix.blends(buckets[side]), Q[side])
-        return loss(mixed)
-
-    out = {"symbols": float(w.sum()), "mixture": cross_fitted(P),
-           "mixture_without_model": cross_fitted(P[:, 1:]), "unigram": loss(unigram),
-           "model": loss(np.maximum(P[:, 0], min_proba)), "trigram": loss(P[:, 1])}
-    if P.shape[1] > 2:
-        out["hmm"] = loss(np.maximum(P[:, 2], 1e-12))
-    return out
-
-
 def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=None,
             use_model: bool = True, hmm_changed: float = 0.0):
     """The model with its backoff: the weights ``mixture`` (a copy) if they fit the parts;
@@ -507,7 +420,7 @@ def _select_hmm(kept: Triples, candidates: list[int], held: tuple, seed: int):
         hmm = fit_hmm(kept, K, candidate_budget(EM_BUDGET, n_base, K), random_state=seed, shared=shared)
         if hmm is None:
             continue
-        p = _hmm_probas(hmm, u, v, x)
+        p = hmm_probas(hmm, u, v, x)
         loss = float(-(w * np.log(np.maximum(p, 1e-12))).sum())
         if loss < best_loss:
             best, best_p, best_loss = hmm, p, loss

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from streamspec.core import backoff_windows, hmm_moments, window_rank
-from streamspec.core.backoff_fit import SharedFit, _select_hmm, fit_hmm, held_out_contexts
+from streamspec.core.backoff_fit import SharedFit, _select_hmm, fit_hmm
+from streamspec.core.held_out import held_out_contexts
 from streamspec.core.hmm import HMM
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.hmm_moments import SharedMoments, moment_estimate
