@@ -53,6 +53,7 @@ from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.hmm_filter import HMMFilter
 from streamspec.core.hmm_moments import SharedMoments
+from streamspec.core.hmm_smoothing import smoothed_hmm
 from streamspec.core.mixture import ExpertMixture, bucket_of_counts
 from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.subspace import DENSE_SVD_MAX, top_singular
@@ -324,7 +325,7 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     else:
         final = (fit_hmm(counts, K, candidate_budget(EM_BUDGET / 2, 1, K), init=hmm, random_state=seed)
                  if hmm else None)
-    return _attach(model, triples, starts, final, mixture, scores, use_model)
+    return _attach(model, triples, starts, smoothed_hmm(final, triples.total), mixture, scores, use_model)
 
 
 def _on_grams(fit_grams: Callable, triples: Triples, grams: WindowCounts, parts: dict | None = None
@@ -366,6 +367,7 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_s
     else:
         budget = EM_BUDGET / 4 if init is not None else EM_BUDGET
         hmm = fit_hmm(counts, K, candidate_budget(budget, 1, K), init=init, random_state=seed) if K else None
+    hmm = smoothed_hmm(hmm, triples.total) if triples.total > 0 else hmm
     return _attach(model, triples, starts, hmm, previous.mixture, use_model=previous.use_model,
                    hmm_changed=0.0)
 
@@ -420,6 +422,7 @@ def _select_hmm(kept: Triples, candidates: list[int], held: tuple, seed: int):
         hmm = fit_hmm(kept, K, candidate_budget(EM_BUDGET, n_base, K), random_state=seed, shared=shared)
         if hmm is None:
             continue
+        hmm = smoothed_hmm(hmm, kept.total)  # why: scored as the backoff will use it
         p = hmm_probas(hmm, u, v, x)
         loss = float(-(w * np.log(np.maximum(p, 1e-12))).sum())
         if loss < best_loss:

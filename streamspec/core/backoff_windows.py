@@ -26,15 +26,13 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import scipy.sparse as sp
 
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.hmm_moments import SharedMoments
-from streamspec.core.subspace import DENSE_SVD_MAX, top_singular
+from streamspec.core.hmm_smoothing import smoothed_hmm
 from streamspec.core.window_estep import GramMessages, estep_units
-from streamspec.core.window_rank import supported_rank
-from streamspec.core.window_triples import WindowTriples
+from streamspec.core.window_rank import noise_level, supported_rank
 from streamspec.core.windows import WindowCounts
 
 __all__ = ["hmm_states_for_windows", "noise_level", "fit_window_hmm", "choose_window_hmm",
@@ -56,8 +54,8 @@ _WINDOW_ITER = 50
 def hmm_states_for_windows(grams: WindowCounts, max_states: int) -> int:
     """States of the predictor's HMM for ``"auto"`` over windows: the largest supported rank of
     the window Hankel matrices of every window l ≤ L (:func:`~streamspec.core.window_rank
-    .supported_rank`), clipped to ``2..max_states``. L SVDs (dense up to 1,000 windows, else the
-    top ``max_states + 1``).
+    .supported_rank`: above the noise level), clipped to ``2..max_states``. L SVDs (dense up to
+    1,000 windows, else the top 16, doubled while all are above the noise, to ``max_states + 1``).
 
     Examples
     --------
@@ -68,44 +66,8 @@ def hmm_states_for_windows(grams: WindowCounts, max_states: int) -> int:
     >>> hmm_states_for_windows(exact_windows(ring, 3).scaled(1e6), 16)
     4
     """
-    ranks = [_spectral_rank(grams.marginal(level), max_states) for level in range(1, grams.window + 1)]
+    ranks = [supported_rank(grams.marginal(level), max_states) for level in range(1, grams.window + 1)]
     return int(min(max(max(ranks), 2), max_states))
-
-
-def _spectral_rank(counts: WindowCounts, max_rank: int) -> int:
-    """The singular values of the window Hankel of ``counts`` (complete grams) above the spectral
-    norm of its sampling noise (:func:`noise_level`), at most ``max_rank`` + 1 looked at above
-    1,000 windows; :func:`~streamspec.core.window_rank.supported_rank` with that noise level
-    instead of ``N^(-1/2)``, which is √W / 2 times it for W equally frequent windows (50× for
-    the 10⁴ pairs of 100 symbols: 2 of the 10 states of a sticky HMM at 10⁵ symbols). O(nnz ·
-    L) and the SVD (dense up to 1,000 windows)."""
-    full = counts.full()
-    if not full.total > 0:
-        return 0
-    H = sp.csr_matrix(WindowTriples.of(full).hankel())
-    size = H.shape[0]
-    if size <= DENSE_SVD_MAX:
-        sv = np.linalg.svd(H.toarray(), compute_uv=False)
-    else:
-        sv = top_singular(H, min(size - 1, max_rank + 1))[1]
-    return int((sv > noise_level(H, full.total)).sum())
-
-
-def noise_level(P: sp.spmatrix, total: float) -> float:
-    """The largest singular value of the sampling noise of a matrix of pair frequencies ``P``
-    (entries summing to 1) counted from ``total`` pairs: ``(√max_i r_i + √max_j c_j) / √N``
-    with r, c its row and column sums. Why: an entry's noise has variance ≈ P_ij / N, and the
-    spectral norm of a matrix of independent entries is about its largest row norm plus its
-    largest column norm (Bandeira & van Handel 2016); the Frobenius norm ``N^(-1/2)`` of the
-    noise, the level before, is √n / 2 times that for n equally frequent symbols (16× at
-    1,000 symbols), which hid every state of a 1,000-symbol HMM at 10⁶ symbols. O(nnz).
-
-    >>> round(noise_level(sp.csr_matrix(np.full((100, 100), 1e-4)), 1e6), 6)   # 2 / √(n N)
-    0.0002
-    """
-    rows = np.asarray(P.sum(axis=1)).ravel()
-    cols = np.asarray(P.sum(axis=0)).ravel()
-    return float((np.sqrt(rows.max()) + np.sqrt(cols.max())) / np.sqrt(total))
 
 
 def sample_grams(grams: WindowCounts, max_nnz: int, rng: np.random.Generator) -> WindowCounts:
@@ -223,7 +185,8 @@ def choose_window_hmm(kept: WindowCounts, held: WindowCounts, candidates: list[i
     """Of HMMs with each number of states in ``candidates`` fitted on ``kept`` (each with half the
     budget, scaled by the E-step's cost above 16 states, :func:`window_budget`),
     the one under which the ``held`` grams are likeliest (their mean log-likelihood at their own
-    window, the same for every candidate, from its gram and sequence start distributions);
+    window, the same for every candidate, from its gram and sequence start distributions), each
+    smoothed first (:func:`~streamspec.core.hmm_smoothing.smoothed_hmm`, as the backoff uses it);
     ``None`` if none could be fitted.
     O(Σ window_budget + nnz_held · L · K² per candidate): an EM iteration costs
     O(nnz · K + (P + F) · L · K²) for P distinct pasts and F futures, at least ``min_iter``
@@ -240,6 +203,8 @@ def choose_window_hmm(kept: WindowCounts, held: WindowCounts, candidates: list[i
         if fitted is None:
             continue
         model, est = fitted
+        # why: scored as the backoff will use it, no held-out gram at probability 0 (hmm_smoothing)
+        model = smoothed_hmm(model, kept.total)
         if scored.nnz == 0:
             return model  # nothing held out: the first (smallest) that fits
         pi0 = getattr(est, "sequence_startprob_", model.startprob_)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from streamspec.core import backoff_windows, hmm_moments, window_rank
 from streamspec.core.backoff_fit import SharedFit, _select_hmm, fit_hmm
@@ -11,6 +12,7 @@ from streamspec.core.held_out import held_out_contexts
 from streamspec.core.hmm import HMM
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.hmm_moments import SharedMoments, moment_estimate
+from streamspec.core.hmm_smoothing import smoothed_hmm
 from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.triples import Triples
 from streamspec.core.windows import WindowCounts
@@ -95,6 +97,7 @@ def test_window_sizes_share_one_rank_svd_per_window(monkeypatch):
     counts = backoff_windows.sample_grams(kept.marginal(L), 200_000, np.random.default_rng(0))
     iters = int(np.clip(share / backoff_windows._cost(counts, K), 5, 50))
     alone = HMMEstimator(n_states=K, n_iter=iters, random_state=0, window=L).fit(counts)
+    alone = smoothed_hmm(alone, kept.total)  # the candidates are scored, and kept, smoothed
     np.testing.assert_allclose(best.emissionprob_, alone.emissionprob_, atol=1e-8)
     np.testing.assert_allclose(best.transmat_, alone.transmat_, atol=1e-8)
 
@@ -120,7 +123,8 @@ def test_the_window_spectrum_sees_the_states_above_the_spectral_noise():
     counted in windows of 2; the "auto" size over windows counts all ten."""
     from streamspec import MomentAccumulator
     from streamspec.core.backoff_windows import hmm_states_for_windows
-    from streamspec.core.window_rank import supported_rank
+    from streamspec.core.window_rank import count_above_noise, supported_rank
+    from streamspec.core.window_triples import WindowTriples
 
     rng = np.random.default_rng(3)
     m, n = 10, 100
@@ -129,5 +133,12 @@ def test_the_window_spectrum_sees_the_states_above_the_spectral_noise():
     acc = MomentAccumulator(n_symbols=n, window=2)
     acc.learn_many(x)
     g = acc.windows()
-    assert max(supported_rank(g.marginal(level), 64) for level in (1, 2)) < m
+    # the Frobenius level N^(-1/2), supported_rank's before it took the spectral one, misses states
+    frobenius = []
+    for level in (1, 2):
+        full = g.marginal(level).full()
+        H = sp.csr_matrix(WindowTriples.of(full).hankel())
+        frobenius.append(count_above_noise(H, 1.0 / np.sqrt(full.total), 64))
+    assert max(frobenius) < m
+    assert max(supported_rank(g.marginal(level), 64) for level in (1, 2)) == m  # one rule now
     assert hmm_states_for_windows(g, 64) == m
