@@ -142,3 +142,19 @@ def test_the_window_spectrum_sees_the_states_above_the_spectral_noise():
     assert max(frobenius) < m
     assert max(supported_rank(g.marginal(level), 64) for level in (1, 2)) == m  # one rule now
     assert hmm_states_for_windows(g, 64) == m
+
+
+@pytest.mark.parametrize("above", [3, 16, 40])
+def test_the_supported_rank_counts_past_the_first_sixteen_singular_values(above):
+    """Fails if count_above_noise stops at its first 16 Lanczos values (40 above the level), or
+    asks for more than it was allowed (max_rank + 1): a sparse 1,500 x 1,500 diagonal."""
+    from streamspec.core.subspace import DENSE_SVD_MAX
+    from streamspec.core.window_rank import count_above_noise
+
+    size = 1_500
+    assert size > DENSE_SVD_MAX
+    d = np.full(size, 1e-6)
+    d[:above] = np.linspace(2.0, 1.0, above)
+    H = sp.diags(d).tocsr()
+    assert count_above_noise(H, 0.5, 64) == above
+    assert count_above_noise(H, 0.5, 20) == min(above, 21)
