@@ -408,9 +408,15 @@ class SpectralHMM(RefitSchedule, base.Classifier):
                 p = self._online.row(key)
             n_labels = len(self._freq)
         extra = n_labels - p.size
-        if extra > 0:
-            p = np.concatenate([p, np.full(extra, min(self.min_proba, 0.5 / n_labels))])
-        return p / p.sum()
+        if extra <= 0:
+            return p / p.sum()
+        # why: one array and one pass (the row is new: concatenate, full and a divide were three)
+        floor = min(self.min_proba, 0.5 / n_labels)
+        total = float(p.sum()) + extra * floor
+        out = np.empty(n_labels)
+        np.divide(p, total, out=out[: p.size])
+        out[p.size:] = floor / total
+        return out
 
     def predict_proba_one(self, x: dict, **kwargs: Any) -> dict[Hashable, float]:
         """Distribution of the next symbol of the stream of ``x`` (``{}`` before any symbol).
