@@ -134,7 +134,8 @@ class SpectralHMM(RefitSchedule, base.Classifier):
     ``p.get(y)`` is O(1): :class:`~streamspec.adapters.lazy_proba.LazyProba`). Memory: the
     counts (16 bytes per distinct triple),
     a model of rank d (n · d² floats) with its trigram (O(nnz)) and HMM (n · K), one
-    integer and K floats per stream, and the row cache (at most 2²² floats).
+    integer and K floats per stream, the row cache (at most 2²² floats) and the dense parts
+    stacked for the mixed row (at most 2²¹ floats, :mod:`streamspec.streaming.dense_row`).
 
     Examples
     --------

@@ -12,7 +12,11 @@ Costs per symbol: O(E · K + K²) plus, the first time a context is met, O(n · 
 for its rows (kept in a cache bounded in floats, least recently used out); the most
 probable symbol O(K · TOP + entries) (:meth:`OnlinePredictor.argmax`; O(n · K) below
 :data:`PRUNE_RATIO` · K · TOP symbols, where that is cheaper); a full
-distribution O(n · K).
+distribution O(n · K). Where the dense parts fit in a stack
+(:class:`~streamspec.streaming.dense_row.StackedRows`, at most 2²¹ floats) a mixed row is
+one GEMV of O((K + 3) · n) and its own row, unless a cached one exists, is made again at
+each row in O(n · d) (most contexts of a large alphabet are met once: caching them cost
+more than it saved).
 """
 
 from __future__ import annotations
