@@ -15,8 +15,8 @@ probable symbol O(K · TOP + entries) (:meth:`OnlinePredictor.argmax`; O(n · K)
 distribution O(n · K). Where the dense parts fit in a stack
 (:class:`~streamspec.streaming.dense_row.StackedRows`, at most 2²¹ floats) a mixed row is
 one GEMV of O((K + 3) · n) and its own row, unless a cached one exists, is made again at
-each row in O(n · d) (most contexts of a large alphabet are met once: caching them cost
-more than it saved).
+each row in O(n · d) (most contexts of a large alphabet are met once: about 80% of the
+contexts of demos/bench_river.py's stream are new when met; not measured cached).
 """
 
 from __future__ import annotations
