@@ -412,9 +412,8 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         if extra <= 0:
             return p / p.sum()
         # why: one array and one pass (the row is new: concatenate, full and a divide were three)
-        floor = min(self.min_proba, 0.5 / n_labels)
+        floor, out = min(self.min_proba, 0.5 / n_labels), np.empty(n_labels)
         total = float(p.sum()) + extra * floor
-        out = np.empty(n_labels)
         np.divide(p, total, out=out[: p.size])
         out[p.size:] = floor / total
         return out
