@@ -181,6 +181,14 @@ class _Rows(StackedPart):
             return float(row[i])
         return self.model.backoff.trigram.proba1(self.context(u, v)[:3], i)
 
+    def __setstate__(self, state: dict) -> None:
+        # why: caches pickled before the stack, the decoded contexts and the public scratch
+        # row existed (a river model or a checkpoint of an earlier version) go on as new ones
+        state.setdefault("_stack", False)
+        state.setdefault("decoded", {})
+        if "_scratch" in state:
+            state["scratch"] = state.pop("_scratch")
+        self.__dict__.update(state)
 
     def tops(self) -> dict:
         """The :data:`TOP` most probable symbols of the trigram's lowest levels and of each HMM

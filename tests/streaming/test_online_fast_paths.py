@@ -125,3 +125,27 @@ def test_a_stream_learns_its_own_row_not_the_one_last_stacked(fitted):
         assert both.observe("a", a[t]) == pytest.approx(alone.observe("a", a[t]), rel=1e-12)
         assert both.observe("b", b[t]) == pytest.approx(alone.observe("b", b[t]), rel=1e-12)
     assert both._rows.stack() is not None and both._rows.stack().last is not None
+
+
+def test_a_row_cache_pickled_before_the_stack_goes_on_with_the_same_rows(fitted):
+    """A predictor pickled by the previous version (its row cache without the stack, the
+    decoded contexts, and with the scratch row under its old name) predicts as a new one."""
+    import pickle
+
+    model, x = fitted
+    model = _with_model_part(model)
+    new, old = OnlinePredictor(window=model.window), OnlinePredictor(window=model.window)
+    for p in (new, old):
+        p.set_model(model)
+        p.observe("s", int(x[0]))
+    old._rows.tops()  # made the scratch row
+    old._rows.scratch.fill(0.0)
+    state = old._rows.__dict__
+    state["_scratch"] = state.pop("scratch")
+    del state["_stack"], state["decoded"]
+    old = pickle.loads(pickle.dumps(old))
+    for t in x[1:30].tolist():
+        np.testing.assert_allclose(old.row("s"), new.row("s"), rtol=1e-12)
+        assert old.argmax("s") == new.argmax("s")
+        assert old.observe("s", t) == pytest.approx(new.observe("s", t), rel=1e-12)
+    assert old._rows.stack() is not None and old._rows.scratch is not None
