@@ -181,6 +181,10 @@ class _Rows(StackedPart):
             return float(row[i])
         return self.model.backoff.trigram.proba1(self.context(u, v)[:3], i)
 
+    def __getstate__(self) -> dict:
+        # why: the stack ((K + 3) · n floats) and the decoded contexts are remade on first use
+        return {**self.__dict__, "_stack": False, "decoded": {}}
+
     def __setstate__(self, state: dict) -> None:
         # why: caches pickled before the stack, the decoded contexts and the public scratch
         # row existed (a river model or a checkpoint of an earlier version) go on as new ones

@@ -149,3 +149,9 @@ def test_a_row_cache_pickled_before_the_stack_goes_on_with_the_same_rows(fitted)
         assert old.argmax("s") == new.argmax("s")
         assert old.observe("s", t) == pytest.approx(new.observe("s", t), rel=1e-12)
     assert old._rows.stack() is not None and old._rows.scratch is not None
+    # a pickle leaves the stack out (remade on first use), and the copy predicts the same
+    assert new._rows.stack() is not None
+    copy = pickle.loads(pickle.dumps(new))
+    assert copy._rows._stack is False and not copy._rows.decoded
+    np.testing.assert_allclose(copy.row("s"), new.row("s"), rtol=1e-12)
+    assert copy._rows.stack() is not None
