@@ -134,7 +134,8 @@ class SpectralHMM(RefitSchedule, base.Classifier):
     ``p.get(y)`` is O(1): :class:`~streamspec.adapters.lazy_proba.LazyProba`). Memory: the
     counts (16 bytes per distinct triple),
     a model of rank d (n · d² floats) with its trigram (O(nnz)) and HMM (n · K), one
-    integer and K floats per stream, and the row cache (at most 2²² floats).
+    integer and K floats per stream, the row cache (at most 2²² floats) and the dense parts
+    stacked for the mixed row (at most 2²¹ floats, :mod:`streamspec.streaming.dense_row`).
 
     Examples
     --------
@@ -408,9 +409,14 @@ class SpectralHMM(RefitSchedule, base.Classifier):
                 p = self._online.row(key)
             n_labels = len(self._freq)
         extra = n_labels - p.size
-        if extra > 0:
-            p = np.concatenate([p, np.full(extra, min(self.min_proba, 0.5 / n_labels))])
-        return p / p.sum()
+        if extra <= 0:
+            return p / p.sum()
+        # why: one array and one pass (the row is new: concatenate, full and a divide were three)
+        floor, out = min(self.min_proba, 0.5 / n_labels), np.empty(n_labels)
+        total = float(p.sum()) + extra * floor
+        np.divide(p, total, out=out[: p.size])
+        out[p.size:] = floor / total
+        return out
 
     def predict_proba_one(self, x: dict, **kwargs: Any) -> dict[Hashable, float]:
         """Distribution of the next symbol of the stream of ``x`` (``{}`` before any symbol).

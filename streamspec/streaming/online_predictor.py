@@ -12,7 +12,11 @@ Costs per symbol: O(E · K + K²) plus, the first time a context is met, O(n · 
 for its rows (kept in a cache bounded in floats, least recently used out); the most
 probable symbol O(K · TOP + entries) (:meth:`OnlinePredictor.argmax`; O(n · K) below
 :data:`PRUNE_RATIO` · K · TOP symbols, where that is cheaper); a full
-distribution O(n · K).
+distribution O(n · K). Where the dense parts fit in a stack
+(:class:`~streamspec.streaming.dense_row.StackedRows`, at most 2²¹ floats) a mixed row is
+one GEMV of O((K + 3) · n) and its own row, unless a cached one exists, is made again at
+each row in O(n · d) (most contexts of a large alphabet are met once: about 80% of the
+contexts of demos/bench_river.py's stream are new when met; not measured cached).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from streamspec.core.mixture import N_BUCKETS, ExpertMixture
 from streamspec.core.trigram import START, UNKNOWN
 from streamspec.streaming.batch_observation import BatchObservation
 from streamspec.streaming.context_codes import CONTEXT_BITS, DIGIT, UNSEEN
+from streamspec.streaming.dense_row import StackedPart, StackedRows, add_trigram
+from streamspec.streaming.pruned_argmax import pruned_argmax as _pruned_argmax
 
 __all__ = ["OnlinePredictor", "ROW_CACHE_FLOATS", "CONTEXT_BITS", "UNSEEN"]
 
@@ -42,7 +48,7 @@ OWN_CUT = 0.25  # argmax: the model's own candidates are above this fraction of 
 PRUNE_RATIO = 8
 
 
-class _Rows:
+class _Rows(StackedPart):
     """The cached rows of one model: its own row per window context, the trigram's per pair."""
 
     def __init__(self, model, window: int, capacity: int):
@@ -59,6 +65,8 @@ class _Rows:
         self._tops = None  # the top symbols of each part, for argmax (made on first use)
         self._C = None  # the model's rows C[x] = b∞ᵀ B_x as columns, for its own rows (on first use)
         self._states: dict[tuple[int, ...], np.ndarray] = {}  # window states of contexts' prefixes
+        self._stack: StackedRows | None | bool = False  # the dense parts stacked (False: not made yet)
+        self.decoded: dict[int, tuple] = {}  # a stream's code -> its context (OnlinePredictor._context)
 
     def _get(self, key, make):
         row = self._cache.get(key)
@@ -89,20 +97,31 @@ class _Rows:
         model = self.model
         if model.backoff is None:
             return model.predict_from_state(model.state_for(np.asarray(digits, dtype=np.int64)))
-        if self._C is None:
-            # C[x] · s = b∞ᵀ B_x s, stored transposed: s @ Cᵀ runs along rows of n (a long
-            # inner loop), where C @ s would take n dot products of d
-            self._C = np.ascontiguousarray(np.einsum("d,xde->ex", model.binf, model.B))
-            self._absbinf = np.abs(model.binf)
-        if model.filter == "window":
-            digits = digits[max(0, len(digits) - model.window):]
-        q = np.dot(self._state(digits), self._C)
+        q = np.dot(self._window_state(digits), self._columns())
         np.maximum(q, 0.0, out=q)
         total = q.sum()
         if total > 0:
             q *= 1.0 / total
             return q
         return np.full(self.n, 1.0 / self.n)
+
+    def _columns(self) -> np.ndarray:
+        """The model's rows as columns, ``C[:, x] = b∞ᵀ B_x``, (d, n), made once. O(n · d²)."""
+        if self._C is None:
+            # C[x] · s = b∞ᵀ B_x s, stored transposed: s @ Cᵀ runs along rows of n (a long
+            # inner loop), where C @ s would take n dot products of d
+            model = self.model
+            self._C = np.ascontiguousarray(np.einsum("d,xde->ex", model.binf, model.B))
+            self._absbinf = np.abs(model.binf)
+        return self._C
+
+    def _window_state(self, digits: tuple[int, ...]) -> np.ndarray:
+        """The state the own row of ``digits`` is read from (the model's window of them). O(d²)."""
+        model = self.model
+        self._columns()  # why: _state reads |b∞|, made with the columns
+        if model.filter == "window":
+            digits = digits[max(0, len(digits) - model.window):]
+        return self._state(digits)
 
     def _state(self, digits: tuple[int, ...]) -> np.ndarray:
         """The window filter's state after ``digits`` from ``b1`` (filters.update_state, one symbol
@@ -162,6 +181,18 @@ class _Rows:
             return float(row[i])
         return self.model.backoff.trigram.proba1(self.context(u, v)[:3], i)
 
+    def __getstate__(self) -> dict:
+        # why: the stack ((K + 3) · n floats) and the decoded contexts are remade on first use
+        return {**self.__dict__, "_stack": False, "decoded": {}}
+
+    def __setstate__(self, state: dict) -> None:
+        # why: caches pickled before the stack, the decoded contexts and the public scratch
+        # row existed (a river model or a checkpoint of an earlier version) go on as new ones
+        state.setdefault("_stack", False)
+        state.setdefault("decoded", {})
+        if "_scratch" in state:
+            state["scratch"] = state.pop("_scratch")
+        self.__dict__.update(state)
 
     def tops(self) -> dict:
         """The :data:`TOP` most probable symbols of the trigram's lowest levels and of each HMM
@@ -173,7 +204,7 @@ class _Rows:
             if hmm is not None:
                 idx, kth = _top(hmm.emissionprob_, k)
                 self._tops["hmm"] = (idx.ravel(), kth)
-            self._scratch = np.zeros(self.n)  # direct trigram entries of one context, then reset
+            self.scratch = np.zeros(self.n)  # direct trigram entries of one context, then reset
         return self._tops
 
 
@@ -287,6 +318,13 @@ class OnlinePredictor(BatchObservation):
     def _context(self, key: Hashable) -> tuple[tuple[int, ...], int, int]:
         """The stream's context: the known symbols of the model's window (oldest first) and the
         trigram's ``(u, v)`` (-1: the start, -2: a symbol the model does not know). O(window)."""
+        code = self._codes.get(key, 0)
+        decoded = self._rows.decoded
+        out = decoded.get(code)
+        if out is not None:
+            return out
+        if len(decoded) >= _CONTEXTS_KEPT:
+            decoded.clear()
         digits = self._digits(key)
         n = self.model.n_symbols
         known = []
@@ -295,7 +333,8 @@ class OnlinePredictor(BatchObservation):
                 break
             known.append(x)
         u, v = (UNKNOWN if x >= n else START if x < 0 else x for x in digits[-2:])
-        return tuple(reversed(known)), (START if v == START else u), v
+        out = decoded[code] = (tuple(reversed(known)), (START if v == START else u), v)
+        return out
 
     def _peek(self, key: Hashable) -> tuple[tuple[int, ...], int, int, np.ndarray | None]:
         """:meth:`_context` and :meth:`_predictive` of the stream, kept for the next call while
@@ -338,19 +377,22 @@ class OnlinePredictor(BatchObservation):
         if self.model is None:
             return None
         window, u, v, state = self._peek(key)
-        own, backoff = self._own(window), self.model.backoff
+        backoff = self.model.backoff
         if backoff is None:
-            return own
-        top, mid, _, bucket = self._rows.context(u, v)
+            return self._own(window)
+        rows = self._rows
+        top, mid, _, bucket = rows.context(u, v)
         lam = self.mixture.blend(bucket).tolist()
         j = int(backoff.use_model)
+        if backoff.hmm is not None and rows.stack() is not None:  # one GEMV of the stacked parts
+            return rows.mixed(window, backoff.trigram.tables(top, mid), lam, state)
         if backoff.hmm is not None:  # the weight folded into the K-vector: one (K, n) product
             out = (lam[j + 1] * state) @ backoff.hmm.emissionprob_
-            _add_trigram(out, backoff.trigram, top, mid, lam[j])
+            add_trigram(out, backoff.trigram, top, mid, lam[j])
         else:
             out = lam[j] * self._rows.trigram(u, v)
         if j:
-            out += lam[0] * own
+            out += lam[0] * self._own(window)
         return out
 
     def argmax(self, key: Hashable) -> tuple[int, float] | None:
@@ -396,13 +438,22 @@ class OnlinePredictor(BatchObservation):
                 if backoff is None:  # the model alone
                     p = float(self._own(window)[i])
                 else:
-                    P = [self._rows.trigram_proba(u, v, i)]
+                    rows = self._rows
+                    P = [rows.trigram_proba(u, v, i)]
                     if backoff.use_model:
-                        P.insert(0, float(self._own(window)[i]))
+                        P.insert(0, rows.own_proba(window, i))
                     if state is not None:
-                        P.append(float(self._rows.E_T[i] @ state))
+                        # the state times the symbol's emissions: its probability (the sum)
+                        # and, normalised, the stream's filtered state (_filtered), at once
+                        post = state * rows.E_T[i]
+                        z = float(post.sum())
+                        P.append(z)
+                        if z > 0:
+                            post /= z
+                            self._post[key] = post
+                            state = None
                     P = np.array(P)
-                    bucket = self._rows.context(u, v)[3]
+                    bucket = rows.context(u, v)[3]
                     mix = self.mixture
                     p = mix.observe(bucket, P) if learn else float(mix.blend(bucket) @ P)
                 self.loss -= math.log(max(p, 1e-300))
@@ -442,56 +493,3 @@ def _prune_from(model) -> int:
     hmm = None if model.backoff is None else model.backoff.hmm
     k = 1 if hmm is None else hmm.n_states
     return max(4 * TOP + 1, PRUNE_RATIO * k * TOP)
-
-
-def _add_trigram(out: np.ndarray, trigram, top: int, mid: int, lam: float) -> None:
-    """``out += lam · trigram.row1(context)`` without making the row: the lower level scaled
-    in one pass, the context's direct terms added where they are. O(n + entries)."""
-    g3, g2, top_next, top_direct, mid_next, mid_direct, unigram = trigram.tables(top, mid)
-    low = trigram.unigram_of() if unigram else trigram.continuation_of()
-    out += (lam * g3 * (1.0 if unigram else g2)) * low
-    if mid_next.size:
-        out[mid_next] += (lam * g3) * mid_direct
-    if top_next.size:
-        out[top_next] += lam * top_direct
-
-
-def _pruned_argmax(trigram, rows: _Rows, top: int, mid: int, lam: np.ndarray,
-                   state, own=None) -> tuple[int, float] | None:
-    """The exact argmax of ``[λ·model +] lam[0]·trigram + lam[1]·HMM`` from candidates, or
-    ``None`` when the bound on the other symbols does not rule them out
-    (:meth:`OnlinePredictor.argmax`); ``own``: ``((row, top symbols, TOP-th value), λ)`` of the
-    model's own part."""
-    tops = rows.tops()
-    t = trigram.tables(top, mid)  # (g3, g2, direct slices, lower is the unigram)
-    g3, g2, top_next, top_direct, mid_next, mid_direct, unigram = t
-    low_idx, low_kth = tops["freq"] if unigram else tops["p1"]
-    low = trigram.unigram_of() if unigram else trigram.continuation_of()
-    lam_t = float(lam[0])
-    c_low = lam_t * g3 * (1.0 if unigram else g2)  # the weights folded into scalars: fewer passes
-    parts = [top_next, mid_next, low_idx]
-    bound = c_low * float(low_kth)
-    if state is not None:
-        idx, kth = tops["hmm"]
-        parts.append(idx)
-        w_state = float(lam[1]) * state
-        bound += float(w_state @ kth)
-    if own is not None:
-        (own_row, own_idx, own_kth), own_lam = own
-        parts.append(own_idx)
-        bound += own_lam * own_kth
-    cand = np.concatenate(parts)  # repeats score alike: no need to remove them
-    scratch = rows._scratch  # the context's direct trigram terms, weighted, then reset
-    scratch[mid_next] += (lam_t * g3) * mid_direct
-    scratch[top_next] += lam_t * top_direct
-    score = scratch[cand] + c_low * low[cand]
-    scratch[mid_next] = 0.0
-    scratch[top_next] = 0.0
-    if state is not None:
-        score += rows.E_T[cand] @ w_state
-    if own is not None:
-        score += own_lam * own_row[cand]
-    best = score.max()
-    if not best > bound:
-        return None
-    return int(cand[score == best].min()), float(best)  # the lowest index among ties, as argmax

@@ -17,6 +17,7 @@ from streamspec import MomentAccumulator, SpectralEstimator
 from streamspec.core.backoff import Backoff, contexts_of
 from streamspec.core.hmm import HMM
 from streamspec.core.mixture import ExpertMixture
+from streamspec.streaming import dense_row
 from streamspec.streaming import online_predictor as op
 from streamspec.streaming.online_predictor import OnlinePredictor
 
@@ -41,11 +42,20 @@ def _with_model_part(model):
                                       use_model=True))
 
 
+@pytest.mark.parametrize("stacked", [True, False])
 @pytest.mark.parametrize("prune", [True, False])
 @pytest.mark.parametrize("own_part", [True, False])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_rows_and_argmax_equal_the_batch_definition(fitted, own_part, seed, prune, monkeypatch):
+def test_rows_and_argmax_equal_the_batch_definition(fitted, own_part, seed, prune, stacked, monkeypatch):
     model, x = fitted
+    # stacked: the dense parts in one GEMV (dense_row.StackedRows, the default on this
+    # alphabet); else the part-by-part sum, as on alphabets too large for the stack
+    if not stacked:
+        monkeypatch.setattr(dense_row, "STACK_MAX_FLOATS", 0)
+    gemvs = []
+    real_row = dense_row.StackedRows.row
+    monkeypatch.setattr(dense_row.StackedRows, "row",
+                        lambda self, *a: gemvs.append(1) or real_row(self, *a))
     # prune: the pruned argmax forced (PRUNE_RATIO 0: from 4 · TOP symbols on); else the
     # default rule, which takes the whole row on this alphabet (N < PRUNE_RATIO · K · TOP)
     if prune:
@@ -80,6 +90,8 @@ def test_rows_and_argmax_equal_the_batch_definition(fitted, own_part, seed, prun
     else:
         assert not settled and N < op.PRUNE_RATIO * b.hmm.n_states * op.TOP
     assert online.loss == pytest.approx(-np.log(walk.probs).sum(), rel=1e-9)
+    # every row() above went through the stack, or none did
+    assert len(gemvs) == (2 * (seq.size + 1) - (len(settled) - settled.count(None)) if stacked else 0)
 
 
 def test_cached_prefix_states_do_not_leak_between_contexts(fitted):
@@ -95,3 +107,51 @@ def test_cached_prefix_states_do_not_leak_between_contexts(fitted):
         row, idx, bound = rows.own_top(digits)
         rest = np.setdiff1d(np.arange(N), idx)
         assert row[idx].min() >= bound >= row[rest].max()  # the top and its bound are exact
+
+
+def test_a_stream_learns_its_own_row_not_the_one_last_stacked(fitted):
+    """The own row in the stack's buffer is the last one made: a stream learning after another
+    stream's prediction must score its symbol under its own context's row, not that one."""
+    model, x = fitted
+    model = _with_model_part(model)
+    a, b = x[:40].tolist(), x[1000:1040].tolist()
+    both, alone = OnlinePredictor(window=model.window), OnlinePredictor(window=model.window)
+    both.set_model(model)
+    alone.set_model(model)
+    for t in range(len(a)):  # the same symbols learned in the same order (the weights are shared)
+        want = alone.row("a")
+        np.testing.assert_allclose(both.row("a"), want, rtol=1e-12)
+        both.row("b")  # the buffer now holds b's own row (its context differs from a's)
+        assert both.observe("a", a[t]) == pytest.approx(alone.observe("a", a[t]), rel=1e-12)
+        assert both.observe("b", b[t]) == pytest.approx(alone.observe("b", b[t]), rel=1e-12)
+    assert both._rows.stack() is not None and both._rows.stack().last is not None
+
+
+def test_a_row_cache_pickled_before_the_stack_goes_on_with_the_same_rows(fitted):
+    """A predictor pickled by the previous version (its row cache without the stack, the
+    decoded contexts, and with the scratch row under its old name) predicts as a new one."""
+    import pickle
+
+    model, x = fitted
+    model = _with_model_part(model)
+    new, old = OnlinePredictor(window=model.window), OnlinePredictor(window=model.window)
+    for p in (new, old):
+        p.set_model(model)
+        p.observe("s", int(x[0]))
+    old._rows.tops()  # made the scratch row
+    old._rows.scratch.fill(0.0)
+    state = old._rows.__dict__
+    state["_scratch"] = state.pop("scratch")
+    del state["_stack"], state["decoded"]
+    old = pickle.loads(pickle.dumps(old))
+    for t in x[1:30].tolist():
+        np.testing.assert_allclose(old.row("s"), new.row("s"), rtol=1e-12)
+        assert old.argmax("s") == new.argmax("s")
+        assert old.observe("s", t) == pytest.approx(new.observe("s", t), rel=1e-12)
+    assert old._rows.stack() is not None and old._rows.scratch is not None
+    # a pickle leaves the stack out (remade on first use), and the copy predicts the same
+    assert new._rows.stack() is not None
+    copy = pickle.loads(pickle.dumps(new))
+    assert copy._rows._stack is False and not copy._rows.decoded
+    np.testing.assert_allclose(copy.row("s"), new.row("s"), rtol=1e-12)
+    assert copy._rows.stack() is not None
