@@ -243,7 +243,12 @@ def continuation_pairs(codes: np.ndarray, weights: np.ndarray, pa: np.ndarray, p
     starts)."""
     keys = codes >> BITS
     bounds = runs(keys)
-    pairs, N2 = keys[bounds[:-1]], _sums(np.minimum(weights, 1.0), bounds)
+    if weights.size and weights.min() >= 1.0:  # why: whole counts (no forgetting) are the usual
+        # case, and then Σ min(c, 1) is the run's length: no n-sized temporary nor reduceat
+        pairs, N2 = keys[bounds[:-1]], np.diff(bounds).astype(np.float64)
+    else:
+        pairs, N2 = keys[bounds[:-1]], _sums(np.minimum(weights, 1.0), bounds)
+    del keys
     if pa.size:
         so = np.argsort((pa << BITS) | pb)
         sk, sN = ((pa << BITS) | pb)[so], np.minimum(pw[so], 1.0)
