@@ -28,8 +28,9 @@ short): ``(unknown, v)`` uses ``p2(· | v)``, and an unknown ``v`` uses ``p_freq
 
 Costs: building O(nnz log nnz) time (one sort of the triples by context: the counts' own
 order, by (x2, x3, x1), already groups the middle level's pairs) and O(nnz + n) memory for
-nnz distinct triples (plus the starts); the probability of one symbol O(log nnz); a whole
-row O(n + entries).
+nnz distinct triples (plus the starts); from a previous trigram of the same stream
+(:meth:`KneserNeyTrigram.updated`, a refit) O(nnz + n) passes and O(|Δ| log nnz) searches,
+no sort; the probability of one symbol O(log nnz); a whole row O(n + entries).
 """
 
 from __future__ import annotations
