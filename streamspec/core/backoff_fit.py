@@ -59,6 +59,7 @@ from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.subspace import DENSE_SVD_MAX, top_singular
 from streamspec.core.trigram import KneserNeyTrigram
 from streamspec.core.triples import Triples
+from streamspec.core.triples_change import TriplesChange
 from streamspec.core.windows import WindowCounts
 
 __all__ = ["fit_with_backoff", "fit_hmm", "hmm_states_for", "noise_level", "em_sample", "SharedFit",
@@ -218,7 +219,7 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
                      *, holdout: float = 0.1, random_state: int | None = 0, max_contexts: int = 2000,
                      hmm_states: int | str | None = "auto", previous=None,
                      grams: WindowCounts | None = None, fit_grams: Callable | None = None,
-                     changed: float | None = None):
+                     changed: float | None = None, change: TriplesChange | None = None):
     """Fit a model with ``fit`` and attach its :class:`~streamspec.core.backoff.Backoff` (module docstring).
 
     Parameters
@@ -255,6 +256,11 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         HMM while the shares summed since its EM stay within :data:`HMM_REFIT_SHARE` (same
         states, same alphabet), else runs EM from it for ``EM_BUDGET ×`` that sum (at
         least one iteration). Without it, a quarter of the budget (at least five).
+    change
+        In a refit, the change of the counts since the previous trigram's
+        (:func:`~streamspec.core.triples_change.triples_change` of its ``triples`` and these),
+        if known: its trigram is then merged from the previous one
+        (:meth:`KneserNeyTrigram.updated`, O(nnz) traffic, no sort); else computed there.
 
     Time: two fits of the model, the HMM's EM budget (:data:`EM_BUDGET`, up to
     ``1 + 16.1 / c`` times it with sizes above 16, c the sizes up to 16; an EM iteration
@@ -279,7 +285,7 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     if grams is not None and fit_grams is not None:  # the model over windows
         fit = _on_grams(fit_grams, triples, grams)
     if getattr(previous, "backoff", None) is not None:
-        return _refit(fit, triples, starts, previous.backoff, hmm_states, seed, grams, changed)
+        return _refit(fit, triples, starts, previous.backoff, hmm_states, seed, grams, changed, change)
     rng = np.random.default_rng(random_state)
     if grams is None:
         kept, held = _split_triples(triples, holdout, rng)
@@ -341,10 +347,15 @@ def _on_grams(fit_grams: Callable, triples: Triples, grams: WindowCounts, parts:
 
 
 def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_states, seed: int,
-           grams: WindowCounts | None = None, changed: float | None = None):
+           grams: WindowCounts | None = None, changed: float | None = None,
+           change: TriplesChange | None = None):
     """:func:`fit_with_backoff` from a previous backoff: all counts, the weights kept, the HMM
-    kept while little changed since its EM, else warm-started (its docstring, ``changed``)."""
+    kept while little changed since its EM, else warm-started (its docstring, ``changed``); the
+    trigram merged from the previous one (:meth:`KneserNeyTrigram.updated`, ``change``)."""
     model = fit(triples)
+    old_trigram = getattr(previous, "trigram", None)  # why: a backoff-like previous may have none
+    trigram = (KneserNeyTrigram.updated(old_trigram, triples, starts, change)
+               if isinstance(old_trigram, KneserNeyTrigram) else None)
     old = previous.hmm
     # a backoff-like previous (a refit's start sent to a worker) may not say: then EM runs
     stale = getattr(previous, "hmm_changed", float("nan")) + (
@@ -354,7 +365,7 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_s
         # why: EM on a few percent more triples moves the HMM little; its E-steps would cost
         # most of the refit
         return _attach(model, triples, starts, old, previous.mixture, use_model=previous.use_model,
-                       hmm_changed=stale)
+                       hmm_changed=stale, trigram=trigram)
     # "auto": the number of states chosen on held-out counts at the first fit is kept
     K = (old.n_states if hmm_states == "auto" and old is not None
          else _resolve_states(hmm_states, triples, grams))
@@ -369,19 +380,21 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_s
         hmm = fit_hmm(counts, K, candidate_budget(budget, 1, K), init=init, random_state=seed) if K else None
     hmm = smoothed_hmm(hmm, triples.total) if triples.total > 0 else hmm
     return _attach(model, triples, starts, hmm, previous.mixture, use_model=previous.use_model,
-                   hmm_changed=0.0)
+                   hmm_changed=0.0, trigram=trigram)
 
 
 def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=None,
-            use_model: bool = True, hmm_changed: float = 0.0):
+            use_model: bool = True, hmm_changed: float = 0.0, trigram: KneserNeyTrigram | None = None):
     """The model with its backoff: the weights ``mixture`` (a copy) if they fit the parts;
-    ``hmm_changed``: the share of the triples changed since the HMM's EM."""
+    ``hmm_changed``: the share of the triples changed since the HMM's EM; ``trigram``: that of
+    ``triples`` and ``starts`` if already built."""
     n_components = 1 + int(use_model) + int(hmm is not None)
     mixture = (mixture.copy() if mixture is not None and mixture.n_components == n_components
                else ExpertMixture(n_components))
     if hmm is not None:  # why: the backoff keeps the filter's arrays, indexed like the model
         hmm = HMMFilter.of(hmm)
-    return model.with_backoff(Backoff(KneserNeyTrigram(triples, starts), mixture, hmm, held_out=scores,
+    trigram = KneserNeyTrigram(triples, starts) if trigram is None else trigram
+    return model.with_backoff(Backoff(trigram, mixture, hmm, held_out=scores,
                                       use_model=use_model, hmm_changed=hmm_changed))
 
 

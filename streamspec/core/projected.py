@@ -19,6 +19,7 @@ import numpy as np
 from streamspec.core.factors import MFactors, factors_of
 from streamspec.core.fit_data import EMPTY_COUNTS
 from streamspec.core.fit_steps import FitSteps
+from streamspec.core.fresh_memory import fresh_array
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.pair_index import PairIndex
 from streamspec.core.progress import Progress
@@ -339,7 +340,7 @@ class ProjectedFit(FitSteps):
         """
         n, k, active, A = self.n, self.k, self.active, self.A
         base = out if out is not None else self._spare_operators()
-        base = np.empty((n, k, k)) if base is None else base
+        base = fresh_array((n, k, k)) if base is None else base  # (core/fresh_memory.py: why)
         if active.size < n:
             rest = np.setdiff1d(np.arange(n), active, assume_unique=True)
             project_triples(self.triples, self.U, self.Q[:, :k] @ self.M1inv, middle=rest,

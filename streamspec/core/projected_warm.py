@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from streamspec.core.fresh_memory import fresh_array
 from streamspec.core.pair_index import PairIndex
 from streamspec.core.projected import ProjectedFit
 from streamspec.core.projected_state import ProjectedSettings, ProjectedState, RefitInfo
@@ -213,7 +214,7 @@ class WarmProjectedFit(ProjectedFit):
         M1_old = state.U[:, :k].T @ state.Y[:, :k]  # unnormalised Uᵀ c21 V of the last fit
         inv_new = self.M1inv / N  # (Uᵀ c21 V)⁻¹, unnormalised
         T = f * M1_old @ inv_new
-        base = np.empty((n, k, k))
+        base = fresh_array((n, k, k))  # why not np.empty: core/fresh_memory.py (page faults)
         m = state.n
         for a in range(0, m, 8192):  # one matrix product per block of rows (not one per symbol)
             z = min(m, a + 8192)

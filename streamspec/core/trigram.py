@@ -28,8 +28,9 @@ short): ``(unknown, v)`` uses ``p2(· | v)``, and an unknown ``v`` uses ``p_freq
 
 Costs: building O(nnz log nnz) time (one sort of the triples by context: the counts' own
 order, by (x2, x3, x1), already groups the middle level's pairs) and O(nnz + n) memory for
-nnz distinct triples (plus the starts); the probability of one symbol O(log nnz); a whole
-row O(n + entries).
+nnz distinct triples (plus the starts); from a previous trigram of the same stream
+(:meth:`KneserNeyTrigram.updated`, a refit) O(nnz + n) passes and O(|Δ| log nnz) searches,
+no sort; the probability of one symbol O(log nnz); a whole row O(n + entries).
 """
 
 from __future__ import annotations
@@ -47,10 +48,13 @@ from streamspec.core.trigram_levels import (
     discounts_of,
     floored_unigram,
     modified_discounts,
+    runs,
     top_entries,
     with_starts,
 )
+from streamspec.core.trigram_merge import merged_top_level
 from streamspec.core.triples import BITS, Triples, unpack
+from streamspec.core.triples_change import TriplesChange, triples_change
 
 __all__ = ["KneserNeyTrigram", "modified_discounts", "START", "UNKNOWN"]
 
@@ -95,10 +99,44 @@ class KneserNeyTrigram:
         if starts.n > n:
             raise ValueError(f"starts over {starts.n} symbols for counts over {n}")
         # contexts (u, v) are coded v * (n + 1) + u (last symbol first), <s> as the index n
-        codes, weights = triples.codes, triples.weights
-        ctx, w, c = top_entries(codes, weights, n)
-        pa, pb, pw = starts.pair_arrays()
-        ctx, w, c, started = with_starts(ctx, w, c, starts, n)
+        ctx, w, c, started = with_starts(*top_entries(triples.codes, triples.weights, n), starts, n)
+        bounds = runs(ctx)
+        contexts = ctx[bounds[:-1]]
+        del ctx
+        self._finish(triples, starts, contexts, bounds, w, c, started)
+
+    @classmethod
+    def updated(cls, previous: KneserNeyTrigram, triples: Triples, starts: StreamStarts | None = None,
+                change: TriplesChange | None = None) -> KneserNeyTrigram:
+        """The trigram of ``triples`` and ``starts`` from ``previous``, the trigram of earlier
+        counts of the same stream (``triples = f · previous.triples + Δ``): its sorted top level
+        merged with Δ (:mod:`~streamspec.core.trigram_merge`), no sort of the triples. The same
+        trigram as ``KneserNeyTrigram(triples, starts)`` to rounding (the counts Δ does not name
+        are ``f · c``, within 10⁻¹² of theirs). ``change``: :func:`triples_change` of
+        ``previous.triples`` and ``triples`` if known (else computed, O(nnz log nnz) in
+        searches). Built cold when the alphabet shrank.
+
+        Cost: O(nnz + n) memory traffic and O(|Δ| log nnz) for the merge, against the cold
+        build's sort of nnz keys; memory O(nnz + n), the previous trigram untouched (it may keep
+        predicting while this one is built)."""
+        starts = StreamStarts.empty(triples.n) if starts is None else starts
+        if (previous.n > triples.n or starts.n > triples.n
+                or getattr(previous, "_top_counts", None) is None):  # (a trigram pickled before it)
+            return cls(triples, starts)
+        change = triples_change(previous.triples, triples) if change is None else change
+        merged = merged_top_level(previous._top, previous._top_counts, previous.n, triples, change,
+                                  starts)
+        self = cls.__new__(cls)
+        self.n = int(triples.n)
+        self._finish(triples, starts, *merged)
+        return self
+
+    def _finish(self, triples: Triples, starts: StreamStarts, contexts: np.ndarray,
+                indptr: np.ndarray, w: np.ndarray, c: np.ndarray, started: np.ndarray) -> None:
+        """The levels from the top level's entries ``(w, count)`` sorted by context, those of
+        ``contexts[i]`` at ``indptr[i]:indptr[i + 1]``, starts included at ``started``: discounts,
+        the top and middle levels, the unigrams. O(nnz + n)."""
+        n = self.n
         classes = count_classes(c)
         own = np.bincount(classes[started], minlength=6).astype(np.float64)
         rest = np.bincount(classes, minlength=6).astype(np.float64) - own
@@ -107,11 +145,13 @@ class KneserNeyTrigram:
         d = class_discount(c, classes, self.discounts)
         d[started] = class_discount(c[started], classes[started], self.start_discounts)
         del classes
-        self._top = TrigramLevel(n, ctx, w, c, d)
-        del ctx, d
+        self._top = TrigramLevel.from_runs(n, contexts, indptr, w, c, d)
+        self._top_counts = c  # why: the next refit's merge starts from them (:meth:`updated`)
+        del d
         # p2: continuation counts N(· v w) = Σ_u min(c(u v w), 1) over symbols v (not <s>): the
         # triples' runs of equal (x2, x3), plus the first pairs (v = a, w = b) of the starts
-        pairs, N2 = continuation_pairs(codes, weights, pa, pb, pw)
+        pa, pb, pw = starts.pair_arrays()
+        pairs, N2 = continuation_pairs(triples.codes, triples.weights, pa, pb, pw)
         D2 = modified_discounts(N2)
         self._mid = TrigramLevel(n, pairs >> BITS, pairs & SYMBOL_MASK, N2, discount_of(N2, D2))
         pairs = pairs & SYMBOL_MASK
@@ -264,7 +304,8 @@ class KneserNeyTrigram:
     @property
     def nbytes(self) -> int:
         """Memory of the tables and of the counts they were built from (bytes)."""
-        return (self._top.nbytes + self._mid.nbytes + self._p1.nbytes + self._freq.nbytes
+        return (self._top.nbytes + self._top_counts.nbytes + self._mid.nbytes + self._p1.nbytes
+                + self._freq.nbytes
                 + self.triples.nbytes + sum(a.nbytes for a in self.starts.to_arrays().values()))
 
     # ---------------------------------------------------------------- persistence

@@ -14,7 +14,7 @@ from streamspec.core.triples import BITS, MAX_SYMBOLS
 
 __all__ = ["modified_discounts", "discounts_of", "discount_of", "count_classes", "class_discount",
            "TrigramLevel", "top_entries", "with_starts", "continuation_pairs", "floored_unigram",
-           "SYMBOL_MASK"]
+           "SYMBOL_MASK", "runs"]
 
 SYMBOL_MASK = MAX_SYMBOLS - 1  # one symbol of a triple's code
 
@@ -71,7 +71,7 @@ def class_discount(counts: np.ndarray, classes: np.ndarray, D: np.ndarray) -> np
     return d
 
 
-def _runs(keys: np.ndarray) -> np.ndarray:
+def runs(keys: np.ndarray) -> np.ndarray:
     """Where each run of equal values of the sorted ``keys`` starts, and ``keys.size`` last. O(m)."""
     new = np.empty(keys.size, dtype=bool)
     new[:1] = True
@@ -80,7 +80,7 @@ def _runs(keys: np.ndarray) -> np.ndarray:
 
 
 def _sums(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """The sum of ``values`` over each run ``bounds[i]:bounds[i + 1]`` (:func:`_runs`). O(m)."""
+    """The sum of ``values`` over each run ``bounds[i]:bounds[i + 1]`` (:func:`runs`). O(m)."""
     if values.size == 0:
         return np.zeros(0)
     return np.add.reduceat(values, bounds[:-1])
@@ -96,15 +96,31 @@ class TrigramLevel:
 
     def __init__(self, n: int, ctx: np.ndarray, w: np.ndarray, c: np.ndarray, d: np.ndarray):
         """``d``: the discount of each entry, overwritten (it becomes ``direct``)."""
+        bounds = runs(ctx)
+        self._fill(n, ctx[bounds[:-1]], bounds, w, c, d)
+
+    @classmethod
+    def from_runs(cls, n: int, contexts: np.ndarray, indptr: np.ndarray, w: np.ndarray,
+                  c: np.ndarray, d: np.ndarray) -> TrigramLevel:
+        """The level of the entries of context ``contexts[i]`` at ``indptr[i]:indptr[i + 1]``
+        (each context once, sorted; ``d`` overwritten): no per-entry context array. O(m)."""
+        level = cls.__new__(cls)
+        level._fill(n, contexts, indptr, w, c, d)
+        return level
+
+    def _fill(self, n: int, contexts: np.ndarray, bounds: np.ndarray, w: np.ndarray, c: np.ndarray,
+              d: np.ndarray) -> None:
         self.n = n
-        bounds = _runs(ctx)
         self.indptr = bounds
-        self.contexts = ctx[bounds[:-1]]
-        totals = _sums(c, bounds)
-        lost = _sums(d, bounds)
+        self.contexts = contexts
+        m = contexts.size
+        rank = np.repeat(np.arange(m), np.diff(bounds))
+        # why bincount, not add.reduceat over the runs: the same sums in the same order, and
+        # at 9 · 10⁶ entries in millions of short runs reduceat cost several times more
+        totals = np.bincount(rank, weights=c, minlength=m)
+        lost = np.bincount(rank, weights=d, minlength=m)
         self.totals = totals
         self.gamma = lost / np.where(totals > 0, totals, 1.0)
-        rank = np.repeat(np.arange(self.contexts.size), np.diff(bounds))
         # in place (d is the level's own): every n-sized temporary is paid in page faults
         direct = np.subtract(c, d, out=d)
         np.maximum(direct, 0.0, out=direct)
@@ -226,8 +242,13 @@ def continuation_pairs(codes: np.ndarray, weights: np.ndarray, pa: np.ndarray, p
     equal (x2, x3), plus the first pairs (v = a, w = b) of the starts. O(nnz + starts log
     starts)."""
     keys = codes >> BITS
-    bounds = _runs(keys)
-    pairs, N2 = keys[bounds[:-1]], _sums(np.minimum(weights, 1.0), bounds)
+    bounds = runs(keys)
+    if weights.size and weights.min() >= 1.0:  # why: whole counts (no forgetting) are the usual
+        # case, and then Σ min(c, 1) is the run's length: no n-sized temporary nor reduceat
+        pairs, N2 = keys[bounds[:-1]], np.diff(bounds).astype(np.float64)
+    else:
+        pairs, N2 = keys[bounds[:-1]], _sums(np.minimum(weights, 1.0), bounds)
+    del keys
     if pa.size:
         so = np.argsort((pa << BITS) | pb)
         sk, sN = ((pa << BITS) | pb)[so], np.minimum(pw[so], 1.0)

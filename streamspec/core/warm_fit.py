@@ -121,6 +121,19 @@ def drop_cached(bases: dict | None, fitted: Triples, whole: Triples,
         bases["spare_of"] = weakref.ref(model)
 
 
+def _trigram_change(plan: WarmPlan | None, state: ProjectedState | None, previous):
+    """The plan's change of the counts when it is the change since the previous model's trigram
+    (built from the state's count arrays, the same objects), so that the trigram's merge does not diff
+    the counts again (O(nnz) searches, ~2 s at 9 · 10⁶ triples). Else None. O(1)."""
+    if plan is None or plan.change is None or state is None:
+        return None
+    built = getattr(getattr(getattr(previous, "backoff", None), "trigram", None), "triples", None)
+    # why the arrays: the state wraps the fit's count arrays in a Triples of its own
+    same = (built is not None and built.n == state.triples.n and built.codes is state.triples.codes
+            and built.weights is state.triples.weights)
+    return plan.change if same else None
+
+
 def fit_projected(settings: ProjectedSettings, max_outer: int, triples: Triples, labels,
                   state: ProjectedState | None = None, *, keep_state: bool = False,
                   backoff: str | None = None, random_state: int | None = 0, starts=None,
@@ -158,7 +171,8 @@ def fit_projected(settings: ProjectedSettings, max_outer: int, triples: Triples,
         return final["result"]
     model = fit_with_backoff(fit, triples, starts, random_state=random_state,
                              hmm_states=hmm_states, previous=previous, grams=grams,
-                             changed=None if plan is None else plan.info.changed)
+                             changed=None if plan is None else plan.info.changed,
+                             change=_trigram_change(plan, state, previous))
     result = final["result"]
     result.model = model
     if "state_" in result.fitted:  # the next refit starts from this model, backoff and all

@@ -1,0 +1,62 @@
+"""Large operator arrays from a plain anonymous mapping (core/fresh_memory.py)."""
+
+from __future__ import annotations
+
+import mmap
+import pickle
+
+import numpy as np
+
+import streamspec.core.fresh_memory as fresh_memory
+from streamspec import HMM, MEstimator, MomentAccumulator, SpectralEstimator
+from streamspec.core.fresh_memory import fresh_array
+
+
+def _mapped(a: np.ndarray) -> bool:
+    base = a
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return isinstance(getattr(base, "obj", base), mmap.mmap)  # np.frombuffer keeps a memoryview
+
+
+def test_large_arrays_are_mapped_small_ones_are_numpys():
+    big = fresh_array((40, 5, 5), min_bytes=1000)
+    assert _mapped(big) and not big.flags.owndata
+    assert big.shape == (40, 5, 5) and big.dtype == np.float64
+    assert big.flags.writeable and big.flags.c_contiguous
+    big[...] = np.arange(1000.0).reshape(40, 5, 5)
+    again = pickle.loads(pickle.dumps(big))
+    np.testing.assert_array_equal(again, big)
+    small = fresh_array((4, 5, 5), min_bytes=1000)
+    assert small.flags.owndata and not _mapped(small) and small.shape == (4, 5, 5)
+    assert fresh_array((0, 5, 5), min_bytes=0).shape == (0, 5, 5)
+
+
+def test_fits_and_warm_refits_write_their_operators_into_mapped_arrays(monkeypatch):
+    """With every array mapped, the cold fits' and the warm refits' operators come from
+    fresh_array, and the models predict exactly what they predict from np.empty."""
+    x = HMM.random(3, 12, random_state=1).sample(21_000, random_state=2)
+    test = x[20_000:]
+
+    def fits():
+        acc = MomentAccumulator(12)
+        acc.learn_many(x[:19_000])
+        models = []
+        for make in (lambda: SpectralEstimator(rank=3, backoff=None, basis_tol=1e9),
+                     lambda: MEstimator(rank=3, backoff=None, basis_tol=1e9)):
+            first, state = make().fit_with_state(acc)
+            models.append(first)
+            acc2 = MomentAccumulator(12)
+            acc2.learn_many(x[:20_000])
+            est = make()
+            models.append(est.fit(acc2, init=state))
+            assert est.refit_.path == "warm"
+        return models
+
+    plain = fits()
+    assert not any(_mapped(m.B) for m in plain)
+    monkeypatch.setattr(fresh_memory, "MAPPED_BYTES", 0)
+    mapped = fits()
+    assert all(_mapped(m.B) for m in mapped)
+    for a, b in zip(plain, mapped, strict=True):
+        assert a.log_loss([test]) == b.log_loss([test])
