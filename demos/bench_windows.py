@@ -1,8 +1,9 @@
 """More hidden states than symbols: window counts, HMMEstimator and the predictor over windows (issue 19).
 
     python demos/bench_windows.py [synthetic|sticky|real|all] [--quick] [--sizes 10000,100000]
-                                  [--large] [--full-grid] [--cases 10:4,50:20] [--em-iter 100]
-                                  [--em-restarts 3] [--em-max-symbols 200000] [--test 20000]
+                                  [--large] [--full-grid] [--cases 10:4,50:20] [--seeds default,1,2]
+                                  [--aims-only] [--em-iter 100] [--em-restarts 3]
+                                  [--em-max-symbols 200000] [--test 20000]
 
 ``synthetic`` (the default with ``all``): sparse random automata like PAutomaC's (each
 state with 3 successors, one of them the next state of a cycle so that the chain is
@@ -13,7 +14,14 @@ data: independent sequences of mean length 5, 20 or 50 (1 + geometric), until th
 size is reached (10⁴ and 10⁵ symbols; ``--large`` adds 10⁶ for every K); held
 out: ``--test`` symbols (20,000) of fresh sequences, each scored from its start.
 ``--cases K:n,...`` runs only those automata (e.g. ``--cases 50:20 --sizes 1000000``: one
-configuration at a time, as the 10⁶-symbol cases take minutes each).
+configuration at a time, as the 10⁶-symbol cases take minutes each). ``--seeds s1,s2,...``:
+the automata's seeds, one automaton of each (K, n) per seed (``default``, the default, is
+the seed ``100 K + n`` every earlier run used; the data's seeds do not change); after the
+cases a per-seed table and a summary per (K, n) and size over the seeds (median and worst
+of the window predictor against the truth, EM and the KN trigram, and of ``HMMEstimator``
+against EM with EM's time over its own) are printed (:func:`summary`). ``--aims-only``
+fits only the rows the issue's aims compare (truth, KN trigram, θ_M predictor over
+windows, ``HMMEstimator`` over windows, EM), to spend the time on more automata.
 ``sticky``: the lead's question, a sticky 5-state, 10-symbol HMM (0.9 on the diagonal,
 Dirichlet(½) emissions) on one stream of 10⁵ symbols. ``real``: Splice (4 symbols) and
 the Bach chorales (20 pitches) from ``../shared/data`` (or ``STREAMSPEC_DATA``), a seeded
@@ -180,19 +188,21 @@ def fit_em(train: list[np.ndarray], n: int, K: int, iters: int, restarts: int):
     return model, time.process_time() - t0, len(best.monitor_.history)
 
 
-def window_rows(acc: MomentAccumulator, test: list[np.ndarray], t_count: float
+def window_rows(acc: MomentAccumulator, test: list[np.ndarray], t_count: float, aims_only: bool = False
                 ) -> list[tuple[str, float, float]]:
     """Today's predictors fitted on the window counts ``acc`` (``SpectralEstimator()`` /
     ``MEstimator()``, every default: the HMM they mix in is fitted over the windows, its
     states chosen among the supported rank r and 2r by held-out grams), as ``(name,
-    held-out loss, seconds)`` rows; the HMM's number of states is shown."""
+    held-out loss, seconds)`` rows; the HMM's number of states is shown. ``aims_only``: the
+    default θ_M predictor only."""
     rows = []
-    for name, est in (("θ_spec predictor", SpectralEstimator()), ("θ_M predictor", MEstimator()),
-                      ("θ_M predictor, model on triples", MEstimator(count_window=1)),
-                      ("θ_M predictor, count_window 2", MEstimator(count_window=2)),
-                      ("θ_spec plain, count_window 2", SpectralEstimator(backoff=None, count_window=2)),
-                      ("θ_M plain, count_window 2", MEstimator(backoff=None, count_window=2)),
-                      ("θ_M plain, model on triples", MEstimator(backoff=None, count_window=1))):
+    models = (("θ_spec predictor", SpectralEstimator()), ("θ_M predictor", MEstimator()),
+              ("θ_M predictor, model on triples", MEstimator(count_window=1)),
+              ("θ_M predictor, count_window 2", MEstimator(count_window=2)),
+              ("θ_spec plain, count_window 2", SpectralEstimator(backoff=None, count_window=2)),
+              ("θ_M plain, count_window 2", MEstimator(backoff=None, count_window=2)),
+              ("θ_M plain, model on triples", MEstimator(backoff=None, count_window=1)))
+    for name, est in models[1:2] if aims_only else models:
         t0 = time.process_time()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -213,12 +223,13 @@ def run_case(train, test, n: int, K: int, args, truth: HMM | None = None) -> lis
         rows.append(("truth", hmm_loss(HiddenMarkovModel.from_hmm(truth), test), float("nan")))
     tri, t_tri = count(train, n, 1)
     rows.append(("KN trigram", trigram_loss(tri, test), t_tri))
-    for name, est in (("θ_spec (L = 1)", SpectralEstimator()), ("θ_M (L = 1)", MEstimator())):
+    for name, est in () if args.aims_only else (("θ_spec (L = 1)", SpectralEstimator()),
+                                                ("θ_M (L = 1)", MEstimator())):
         t0 = time.process_time()
         model = est.fit(tri)
         rows.append((name, model.log_loss(test), t_tri + time.process_time() - t0))
     say("trigram, θ_spec, θ_M")
-    if K <= n:
+    if K <= n and not args.aims_only:
         t0 = time.process_time()
         model = HMMEstimator(n_states=K, random_state=0).fit(tri)
         rows.append((f"HMM {K}, triples", hmm_loss(model, test), t_tri + time.process_time() - t0))
@@ -231,7 +242,7 @@ def run_case(train, test, n: int, K: int, args, truth: HMM | None = None) -> lis
     rows.append((f"HMM {K}, windows (L = {est.window_})", hmm_loss(model, test),
                  t_win + time.process_time() - t0))
     say(f"HMM over windows ({rows[-1][2]:.1f} s)")
-    rows += window_rows(acc, test, t_win)
+    rows += window_rows(acc, test, t_win, args.aims_only)
     if args.em_restarts > 0:
         em_train = em_training(train, args.em_max_symbols)
         seen = sum(map(len, em_train))
@@ -266,15 +277,69 @@ def synthetic(args) -> None:
         grid += [(10, 8), (25, 4), (50, 8), (10, 20), (25, 20), (50, 4)]
     if args.cases:
         grid = args.cases
+    results = []  # (K, n, size, seed, rows)
     for K, n in grid:
-        truth = sparse_automaton(K, n, seed=100 * K + n)
-        mean = means[n]
-        test = sequences(truth, args.test if not args.quick else 3_000, mean, seed=1)
-        for size in sizes + ([1_000_000] if args.large and 1_000_000 not in sizes else []):
-            train = sequences(truth, size, mean, seed=2 + size)
-            rows = run_case(train, test, n, K, args, truth)
-            print_case(f"K = {K}, n = {n}, {size:,} training symbols in {len(train):,} sequences "
-                       f"(mean length {mean:g})", rows)
+        for seed in [100 * K + n if s is None else s for s in args.seeds]:
+            truth = sparse_automaton(K, n, seed=seed)
+            mean = means[n]
+            test = sequences(truth, args.test if not args.quick else 3_000, mean, seed=1)
+            for size in sizes + ([1_000_000] if args.large and 1_000_000 not in sizes else []):
+                train = sequences(truth, size, mean, seed=2 + size)
+                rows = run_case(train, test, n, K, args, truth)
+                print_case(f"K = {K}, n = {n}, automaton seed {seed}, {size:,} training symbols in "
+                           f"{len(train):,} sequences (mean length {mean:g})", rows)
+                results.append((K, n, size, seed, rows))
+    summary(results)
+
+
+_RATIO = "EM s / HMMEst s"
+
+
+def aims(rows: list[tuple[str, float, float]]) -> dict[str, float]:
+    """The figures the issue's aims compare, from one case's rows: relative gaps (held-out
+    loss / other - 1) of the default θ_M predictor over windows against the truth, EM and the
+    KN trigram, of ``HMMEstimator`` (true K, windows) against EM and the truth, and EM's
+    seconds over ``HMMEstimator``'s (NaN where a row is missing). O(rows)."""
+    def find(prefix: str) -> tuple[float, float]:
+        return next(((loss, s) for name, loss, s in rows if name.startswith(prefix)),
+                    (float("nan"), float("nan")))
+    truth, kn = find("truth")[0], find("KN trigram")[0]
+    pred, em = find("θ_M predictor, windows"), find("EM ")
+    hmm = next(((loss, s) for name, loss, s in rows if name.startswith("HMM ") and "windows" in name),
+               (float("nan"), float("nan")))
+    return {"pred/truth": pred[0] / truth - 1, "pred/EM": pred[0] / em[0] - 1,
+            "pred/KN3": pred[0] / kn - 1, "HMMEst/truth": hmm[0] / truth - 1,
+            "HMMEst/EM": hmm[0] / em[0] - 1, _RATIO: em[1] / hmm[1]}
+
+
+def summary(results: list) -> None:
+    """The per-seed table of :func:`aims` and, per (K, n) and size, the median and the worst
+    over the seeds (worst: the largest gap, the smallest time ratio). O(cases)."""
+    if not results:
+        return
+    keys = list(aims(results[0][4]))
+    print("\n### Per automaton: the aims' figures (gaps: held-out loss / other - 1)\n")
+    print("| K | n | symbols | seed | " + " | ".join(keys) + " |")
+    print("|---" * (4 + len(keys)) + "|")
+    for K, n, size, seed, rows in results:
+        a = aims(rows)
+        print(f"| {K} | {n} | {size:,} | {seed} | " + " | ".join(_fmt(k, a[k]) for k in keys) + " |")
+    print("\n### Summary over the automata' seeds: median (worst)\n")
+    print("| K | n | symbols | seeds | " + " | ".join(keys) + " |")
+    print("|---" * (4 + len(keys)) + "|")
+    for K, n, size in dict.fromkeys((K, n, size) for K, n, size, _, _ in results):
+        group = [aims(rows) for k, m, z, _, rows in results if (k, m, z) == (K, n, size)]
+        cells = []
+        for k in keys:
+            v = np.array([g[k] for g in group])
+            worst = np.min(v) if k == _RATIO else np.max(v)  # of the time ratio the smallest is worst
+            cells.append(f"{_fmt(k, float(np.median(v)))} ({_fmt(k, float(worst))})")
+        print(f"| {K} | {n} | {size:,} | {len(group)} | " + " | ".join(cells) + " |")
+    sys.stdout.flush()
+
+
+def _fmt(key: str, v: float) -> str:
+    return "–" if not np.isfinite(v) else (f"{v:.1f}×" if key == _RATIO else f"{100 * v:+.2f}%")
 
 
 def sticky(args) -> None:
@@ -332,6 +397,10 @@ def main(argv=None) -> None:
     p.add_argument("--cases", default="", help="only these automata, K:n pairs (e.g. 10:4,50:20)")
     p.add_argument("--full-grid", action="store_true",
                    help="every (K, n) of 10, 25, 50 states and 4, 8, 20 symbols, not only the diagonal")
+    p.add_argument("--seeds", default="default",
+                   help="automata seeds, comma-separated; 'default' is 100 K + n (the earlier runs')")
+    p.add_argument("--aims-only", action="store_true",
+                   help="only truth, KN trigram, θ_M predictor over windows, HMMEstimator, EM")
     p.add_argument("--test", type=int, default=20_000, help="held-out symbols (synthetic)")
     p.add_argument("--em-iter", type=int, default=100)
     p.add_argument("--em-restarts", type=int, default=3, help="0: no hmmlearn EM")
@@ -340,6 +409,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     args.sizes = [int(float(s)) for s in args.sizes.split(",")]
     args.cases = [tuple(int(v) for v in c.split(":")) for c in args.cases.split(",") if c]
+    args.seeds = [None if v.strip() == "default" else int(v) for v in args.seeds.split(",") if v.strip()]
     for K, n in args.cases:
         if n not in (4, 8, 20):
             p.error(f"--cases {K}:{n}: the sequences' mean length is set for n = 4, 8 or 20 only")

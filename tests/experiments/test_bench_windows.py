@@ -57,3 +57,29 @@ def test_em_sees_whole_leading_sequences_up_to_its_cap():
     assert all(np.array_equal(a, b) for a, b in zip(capped[:-1], train, strict=False))
     assert len(capped[-1]) <= len(train[len(capped) - 1])
     assert len(bench.em_training(train, 10**6)) == len(train)
+
+
+def test_aims_and_the_summary_over_seeds(capsys):
+    bench = load_bench()
+    rows = [("truth", 1.0, float("nan")), ("KN trigram", 1.2, 0.1),
+            ("θ_M predictor, windows (L = 2, l = 1, k = 3, HMM 6)", 1.02, 5.0),
+            ("HMM 10, windows (L = 2)", 1.05, 2.0), ("EM 10 (best of 1, 9 of ≤ 10 iterations)", 1.1, 60.0)]
+    a = bench.aims(rows)
+    np.testing.assert_allclose([a["pred/truth"], a["pred/EM"], a["pred/KN3"], a["HMMEst/truth"],
+                                a["HMMEst/EM"], a["EM s / HMMEst s"]],
+                               [0.02, 1.02 / 1.1 - 1, 1.02 / 1.2 - 1, 0.05,
+                                1.05 / 1.1 - 1, 30.0], rtol=1e-12)
+    worse = [(n, v * 1.1 if n.startswith("θ_M") else v, 30.0 if n.startswith("EM") else s)
+             for n, v, s in rows]
+    other = [(n, v * 1.001 if n.startswith("θ_M") else v, s) for n, v, s in rows]
+    bench.summary([(10, 4, 1000, 1, rows), (10, 4, 1000, 2, worse), (10, 4, 1000, 3, other),
+                   (25, 8, 1000, 1, rows)])
+    out = capsys.readouterr().out
+    assert out.count("| 10 | 4 | 1,000 | ") == 4 and "| 25 | 8 | 1,000 | 1 |" in out
+    per_seed, summary = out.split("### Summary")
+    assert "| 10 | 4 | 1,000 | 2 | +12.20% |" in per_seed  # the seeds' own rows, then the summary
+    line = next(ln for ln in summary.splitlines() if ln.startswith("| 10 | 4 | 1,000 | 3 | "))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    # median over the three seeds, the worst in brackets: the largest gap, the smallest time ratio
+    assert cells[4] == f"{100 * (1.02 * 1.001 - 1):+.2f}% ({100 * (1.02 * 1.1 - 1):+.2f}%)"
+    assert cells[9] == "30.0× (15.0×)"
