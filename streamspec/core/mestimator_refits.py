@@ -108,6 +108,11 @@ class StatefulFits:
         key = (self.rank, self.count_window, grams.window, grams.n)
         info, share, changed = RefitInfo("cold"), None, 0.0
         windows = None
+        if wstate is None and init is not None:
+            info = RefitInfo("fallback", "a warm refit over windows starts from the WindowState of "
+                             "fit_with_state over windows (window ids are interned afresh): cold fit")
+            prior = state_of(init)
+            init = prior.model if prior is not None else init  # its backoff is still reused
         if wstate is not None:
             info, share = plan_window_refit(wstate, grams, key, self.basis_tol,
                                             isinstance(self.rank, str))
