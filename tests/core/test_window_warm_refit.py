@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from window_data import RING
 
-from streamspec import MEstimator, MomentAccumulator
+from streamspec import MEstimator, MomentAccumulator, SpectralEstimator
 from streamspec.core.hmm import HMM
 from streamspec.core.projected_windows import WindowState, gram_change_share
 from streamspec.streaming.refitter import Refitter
@@ -48,16 +48,17 @@ def _counts(*parts) -> MomentAccumulator:
     return acc
 
 
+@pytest.mark.parametrize("make", [MEstimator, SpectralEstimator])
 @pytest.mark.parametrize("backoff", [None, "auto"])
-def test_a_warm_refit_over_windows_matches_the_cold_fit(split, backoff):
+def test_a_warm_refit_over_windows_matches_the_cold_fit(split, backoff, make):
     first, rest, test = split
     acc = _counts(first)
-    before, state = MEstimator(backoff=backoff).fit_with_state(acc)
+    before, state = make(backoff=backoff).fit_with_state(acc)
     assert isinstance(state, WindowState) and state.level >= 2  # the fit ran over windows
     acc.learn_many(rest)
-    est = MEstimator(backoff=backoff)
+    est = make(backoff=backoff)
     warm, new_state = est.fit_with_state(acc, init=state)
-    cold_est = MEstimator(backoff=backoff)
+    cold_est = make(backoff=backoff)
     cold = cold_est.fit(acc)
     assert est.refit_.path == "warm" and 0 < est.refit_.changed <= 0.011  # ≤ the new data's share
     assert (new_state.level, new_state.k) == (cold_est.window_, cold_est.rank_)
@@ -110,3 +111,14 @@ def test_the_refitter_refits_over_windows_warm(split):
     assert r.fit_now(acc)
     assert [rec.path for rec in r.records] == ["cold", "warm"]
     assert isinstance(r._current.state, WindowState)
+
+
+def test_a_state_of_one_estimator_is_not_taken_by_the_other(split):
+    first, rest, _ = split
+    acc = _counts(first)
+    _, state = MEstimator(backoff=None).fit_with_state(acc)
+    acc.learn_many(rest)
+    est = SpectralEstimator(backoff=None)
+    model = est.fit(acc, init=state)
+    assert est.refit_.path == "fallback"
+    np.testing.assert_array_equal(model.B, SpectralEstimator(backoff=None).fit(acc).B)
