@@ -113,21 +113,28 @@ class StatefulFits:
                              "fit_with_state over windows (window ids are interned afresh): cold fit")
             prior = state_of(init)
             init = prior.model if prior is not None else init  # its backoff is still reused
+        marginal = None  # the counts at the kept window, computed once (the plan, fit, state)
         if wstate is not None:
+            if wstate.key == key:
+                marginal = grams.marginal(wstate.level)
             info, share = plan_window_refit(wstate, grams, key, self.basis_tol,
-                                            isinstance(self.rank, str))
+                                            isinstance(self.rank, str), marginal)
             if info.path == "warm":
                 windows, changed = (grams, wstate.level, wstate.k), wstate.changed + share
+            else:
+                marginal = None
         if windows is None:
             windows = self._window_fit_of(data)
             if windows is None:
                 return None
         model = self._fit_windows(data, init, *windows,
-                                  changed=None if share is None or share != share else share)
+                                  changed=None if share is None or share != share else share,
+                                  marginal=marginal)
         self.refit_ = info
         new_state = None
         if keep_state:
-            new_state = window_state(grams, windows[1], windows[2], key, self.basis_, model, changed)
+            new_state = window_state(grams, windows[1], windows[2], key, self.basis_, model, changed,
+                                     marginal)
             self.state_ = new_state
         return model, new_state
 
@@ -151,22 +158,24 @@ class StatefulFits:
         return (grams, level, k) if level > 1 else None
 
     def _fit_windows(self, data, init, grams: WindowCounts, level: int, k: int,
-                     changed: float | None = None) -> ObservableOperatorModel:
+                     changed: float | None = None, marginal: WindowCounts | None = None
+                     ) -> ObservableOperatorModel:
         """θ_M over windows of ``level`` symbols, rank k (clipped by
         :func:`~streamspec.core.projected_windows.window_projected_rank`), with the backoff (its
         HMM over the windows too) unless ``backoff=None``; cold, a previous model with a
         backoff keeps its weights, its HMM while little changed (``changed``: the grams' mass
         share changed since ``init``, :func:`~streamspec.core.backoff_fit.fit_with_backoff`) and
-        merges its trigram. Cost: :mod:`streamspec.core.projected_windows`, twice with
-        the backoff."""
+        merges its trigram. ``marginal``: ``grams.marginal(level)`` if already computed.
+        Cost: :mod:`streamspec.core.projected_windows`, twice with the backoff."""
         triples, labels = triples_of(data)
         max_outer = self._max_outer(projected=True)
         last: dict = {}
 
         def fit_grams(g: WindowCounts) -> ObservableOperatorModel:
             # why no start: window ids are interned afresh (the refit keeps l and k instead)
+            counts = marginal if g is grams and marginal is not None else g.marginal(level)
             result = run_steps(WindowProjectedFit(settings_of(self, rank=k), max_outer,
-                                                  g.marginal(level), labels), None)
+                                                  counts, labels), None)
             last["fitted"] = result.fitted
             return result.model
 

@@ -48,7 +48,7 @@ from streamspec.core.window_triples import WindowTriples, window_codes
 from streamspec.core.windows import WindowCounts, window_bits
 
 __all__ = ["WindowProjectedFit", "window_projected_rank", "WindowState", "window_state",
-           "gram_change_share", "plan_window_refit", "WINDOW_REFIT_SHARE"]
+           "gram_change_share", "plan_window_refit", "WINDOW_REFIT_SHARE", "WINDOW_BASIS_TOL"]
 
 
 def window_projected_rank(wt: WindowTriples, rank: int) -> int:
@@ -148,6 +148,12 @@ class WindowProjectedFit(ProjectedFit):
 # at most this share of their mass (total variation) and (b) the previous bases are still, within
 # ``basis_tol`` noise levels, the top singular subspaces of the new Hankel at l; else it is cold.
 WINDOW_REFIT_SHARE = 0.25
+# The backward error (in noise levels, window_rank.noise_level) up to which the window and rank
+# are kept: within the sampling noise the new counts cannot tell the previous top-k subspaces
+# from their own. Why not the triples' basis_tol (0.1): there the kept bases are used as they
+# are; here the bases are recomputed at the kept (l, k) (an SVD of W ≤ a few hundred windows,
+# milliseconds), so only the choice of l and k is kept. basis_tol = 0 still means "never kept".
+WINDOW_BASIS_TOL = 1.0
 
 
 @dataclass
@@ -192,10 +198,12 @@ class WindowState:
 
 
 def window_state(grams: WindowCounts, level: int, k: int, key: tuple, basis: tuple,
-                 model=None, changed: float = 0.0) -> WindowState:
+                 model=None, changed: float = 0.0, marginal: WindowCounts | None = None
+                 ) -> WindowState:
     """The :class:`WindowState` of a fit over ``grams`` at window ``level``, rank k, with the fit's
-    ``basis_`` ``(U, Q)`` over the windows of ``grams.marginal(level)``. O(nnz · L)."""
-    wt = WindowTriples.of(grams.marginal(level))
+    ``basis_`` ``(U, Q)`` over the windows of ``grams.marginal(level)`` (``marginal``, if
+    already computed). O(nnz · L)."""
+    wt = WindowTriples.of(grams.marginal(level) if marginal is None else marginal)
     codes = window_codes(wt.windows, window_bits(level))
     U, Q = basis
     return WindowState(level, k, key, grams, codes, np.asarray(U), np.asarray(Q), model, changed)
@@ -209,10 +217,15 @@ def gram_change_share(old: WindowCounts, new: WindowCounts) -> float:
     O(nnz) (two sorted code arrays merged)."""
     if old.total <= 0 or new.total <= 0:
         return 1.0
-    codes = np.concatenate([old.codes, new.codes])
-    w = np.concatenate([-old.weights / old.total, new.weights / new.total])
-    u, inv = np.unique(codes, return_inverse=True)
-    return float(0.5 * np.abs(np.bincount(inv, weights=w, minlength=u.size)).sum())
+    # why no sort: both code arrays are sorted and distinct; the old ones are found in the new
+    pos = np.searchsorted(new.codes, old.codes)
+    inside = pos < new.codes.size
+    found = np.zeros(old.codes.size, dtype=bool)
+    found[inside] = new.codes[pos[inside]] == old.codes[inside]
+    p_new, p_old = new.weights / new.total, old.weights / old.total
+    both = np.abs(p_new[pos[found]] - p_old[found]).sum()
+    only_new = p_new.sum() - p_new[pos[found]].sum()
+    return float(0.5 * (both + max(only_new, 0.0) + p_old[~found].sum()))
 
 
 def _mapped(rows: np.ndarray, old_codes: np.ndarray, new_codes: np.ndarray, size: int) -> np.ndarray:
@@ -228,14 +241,17 @@ def _mapped(rows: np.ndarray, old_codes: np.ndarray, new_codes: np.ndarray, size
 
 
 def plan_window_refit(state: WindowState, grams: WindowCounts, key: tuple, basis_tol: float,
-                      rank_auto: bool) -> tuple[RefitInfo, float]:
+                      rank_auto: bool, marginal: WindowCounts | None = None
+                      ) -> tuple[RefitInfo, float]:
     """Whether a refit over ``grams`` keeps ``state``'s window and rank (``path="warm"``) or is
     cold (``"fallback"``, with the reason), and the mass share changed since ``state``
     (:func:`gram_change_share`). Kept when the settings and alphabet are the same, the share
     summed since the choice is within :data:`WINDOW_REFIT_SHARE`, the previous bases' backward
     error on the new Hankel at level l, ``max(‖HQ − UUᵀHQ‖, ‖HᵀU − QQᵀHᵀU‖)`` (U, Q: the top k), is at most
-    ``basis_tol`` noise levels (:func:`~streamspec.core.window_rank.noise_level`), and under
-    ``rank="auto"`` the singular values of ``UᵀHQ`` above the noise are still k. O(nnz · L + W · k'²)."""
+    :data:`WINDOW_BASIS_TOL` noise levels (:func:`~streamspec.core.window_rank.noise_level`;
+    never with ``basis_tol=0``), and under
+    ``rank="auto"`` the singular values of ``UᵀHQ`` above the noise are still k. ``marginal``:
+    ``grams.marginal(state.level)`` if already computed. O(nnz · L + W · k²)."""
     from streamspec.core.window_rank import noise_level
 
     if key != state.key:
@@ -245,7 +261,7 @@ def plan_window_refit(state: WindowState, grams: WindowCounts, key: tuple, basis
     if not changed <= WINDOW_REFIT_SHARE:
         return RefitInfo("fallback", f"the grams moved: {changed:.3g} of their mass since the window "
                          f"and rank were chosen (> {WINDOW_REFIT_SHARE}): cold fit", share), share
-    wt = WindowTriples.of(grams.marginal(state.level))
+    wt = WindowTriples.of(grams.marginal(state.level) if marginal is None else marginal)
     codes = window_codes(wt.windows, window_bits(state.level))
     U = _mapped(state.U, state.codes, codes, wt.size)
     # why the top k of Q: the conditions' k' > k columns span singular values below the k-th,
@@ -256,9 +272,10 @@ def plan_window_refit(state: WindowState, grams: WindowCounts, key: tuple, basis
     HQ, HU = np.asarray(H @ Q), np.asarray(H.T @ U)
     residual = max(np.linalg.norm(HQ - U @ (U.T @ HQ), 2), np.linalg.norm(HU - Q @ (Q.T @ HU), 2))
     residual = float(residual / noise) if noise > 0 else np.inf
-    if not residual <= basis_tol:
+    tol = WINDOW_BASIS_TOL if basis_tol > 0 else 0.0
+    if not residual <= tol:
         return RefitInfo("fallback", f"the window Hankel's bases moved (backward error {residual:.3g} "
-                         f"noise > basis_tol): cold fit", share, residual), share
+                         f"noise > {tol:g}): cold fit", share, residual), share
     if rank_auto:
         s = np.linalg.svd(U.T @ HQ, compute_uv=False)
         count = int((s > noise).sum())

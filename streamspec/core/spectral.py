@@ -238,11 +238,15 @@ class SpectralEstimator(Estimator):
             # why "spectral" in the key: θ_M's state (its bases, its window) is not θ_spec's
             key = ("spectral", self.rank, self.count_window, grams.window, grams.n)
             info, share, changed, level = RefitInfo("cold"), None, 0.0, 1
+            marginal = None  # the counts at the kept window, computed once (plan, fit, state)
             if wstate is not None:
+                marginal = grams.marginal(wstate.level) if wstate.key == key else None
                 info, share = plan_window_refit(wstate, grams, key, self.basis_tol,
-                                                isinstance(self.rank, str))
+                                                isinstance(self.rank, str), marginal)
                 if info.path == "warm":  # the window and rank kept: no SVD to choose them
                     level, k, changed = wstate.level, wstate.k, wstate.changed + share
+                else:
+                    marginal = None
             elif init is not None:
                 info = RefitInfo("fallback", "a warm refit over windows starts from the WindowState "
                                  "of fit_with_state over windows: cold fit")
@@ -251,11 +255,12 @@ class SpectralEstimator(Estimator):
             if level > 1:
                 bases: dict = {}
                 model = self._fit_windows(data, init, grams, level, k, bases,
-                                          None if share is None or share != share else share)
+                                          None if share is None or share != share else share,
+                                          marginal)
                 self.refit_, new_state = info, None
                 if keep_state:
                     new_state = window_state(grams, level, k, key, (bases["U"], bases["V"]), model,
-                                             changed)
+                                             changed, marginal)
                     self.state_ = new_state
                 return model, new_state
         self.window_ = 1
@@ -290,17 +295,20 @@ class SpectralEstimator(Estimator):
         return (level, window_rank_for(grams.marginal(level), self.rank)[1]) if level > 1 else (1, 0)
 
     def _fit_windows(self, data, init, grams: WindowCounts, level: int, k: int,
-                     bases: dict | None = None, changed: float | None = None):
+                     bases: dict | None = None, changed: float | None = None,
+                     marginal: WindowCounts | None = None):
         """θ_spec over windows of ``level`` symbols, rank k, with the backoff (its HMM over the
         windows too); a previous model with a backoff keeps its weights, and its HMM while little
         changed (``changed``: the grams' mass share changed since it, ``fit_with_backoff``).
-        ``bases`` receives the top-k singular vectors of the fit on all the grams. Cold:
+        ``bases`` receives the top-k singular vectors of the fit on all the grams; ``marginal``:
+        ``grams.marginal(level)`` if already computed. Cold:
         O(SVD + nnz · k + P · k²) twice with the backoff."""
         triples, labels = triples_of(data)
 
         def fit_grams(g: WindowCounts) -> ObservableOperatorModel:
             # why the dict is filled by every call: the last one is the fit on all the grams
-            b1, binf, B = window_spectral_operators(g.marginal(level), k, self.random_state, bases)
+            counts = marginal if g is grams and marginal is not None else g.marginal(level)
+            b1, binf, B = window_spectral_operators(counts, k, self.random_state, bases)
             return ObservableOperatorModel(b1, binf, B, filter=self.filter, window=self.window,
                                            min_proba=self.min_proba, symbols=labels, rank=k)
 

@@ -100,6 +100,23 @@ def test_a_changed_setting_falls_back(split):
     est = MEstimator(backoff=None, rank=3)
     est.fit(acc, init=state)
     assert est.refit_.path == "fallback" and "settings" in est.refit_.reason
+    strict = MEstimator(backoff=None, basis_tol=0.0)  # no tolerance: never kept
+    _, state = strict.fit_with_state(_counts(first))
+    strict.fit(acc, init=state)
+    assert strict.refit_.path == "fallback" and "moved" in strict.refit_.reason
+
+
+def test_ten_percent_more_data_keeps_the_window_and_rank_within_the_noise(split):
+    first, rest, test = split
+    x = np.concatenate([first, rest])
+    acc = _counts(x[:180_000])
+    _, state = MEstimator(backoff=None).fit_with_state(acc)
+    acc.learn_many(x[180_000:])
+    est = MEstimator(backoff=None)
+    warm = est.fit(acc, init=state)
+    assert est.refit_.path == "warm" and 0.01 < est.refit_.changed <= 0.1
+    assert 0 < est.refit_.residual <= 1.0  # the bases moved, within the noise
+    np.testing.assert_array_equal(warm.B, MEstimator(backoff=None).fit(acc).B)
 
 
 def test_the_refitter_refits_over_windows_warm(split):
