@@ -33,6 +33,13 @@ conditions): interning O(nnz · L + nnz log nnz); the top-k' SVD of H (dense up 
 windows, O(W³), else truncated, O(nnz · k') per iteration); ``A_x`` O(nnz · k' + P · k · k');
 per outer iteration the weighting O(P · k² + nnz) and the step O(n · k'³) (per_symbol);
 memory O(nnz + W · k' + n · k · k'). Nothing of size n^L is formed.
+
+Refits (docs/math.md section 11, "Warm refits over windows"): :class:`WindowState` is what
+``fit_with_state`` over windows keeps (the window l, the rank k, the grams, the bases over the
+level-l window codes, the model), and :func:`plan_window_refit` keeps l and k while the grams'
+mass moved little (:func:`gram_change_share`) and the previous bases are still the new
+Hankel's within the sampling noise; the fit at (l, k) is then the cold one, without the
+L + 1 SVDs that chose them.
 """
 
 from __future__ import annotations
@@ -88,7 +95,9 @@ class WindowProjectedFit(ProjectedFit):
 
     A warm start (``init``) is not taken: window ids are interned afresh from each set of
     counts, so a previous basis has no rows to map onto; the fit is cold and ``refit_`` says
-    so (``"fallback"`` when a start was given). Costs: see the module docstring.
+    so (``"fallback"`` when a start was given). The estimators' refits over windows keep the
+    window and rank instead (:class:`WindowState`, :func:`plan_window_refit`) and run this fit
+    cold at them. Costs: see the module docstring.
 
     Examples
     --------
