@@ -207,7 +207,7 @@ class WindowState:
 
 
 def window_state(grams: WindowCounts, level: int, k: int, key: tuple, basis: tuple,
-                 model=None, changed: float = 0.0, marginal: WindowCounts | None = None
+                 model: Any = None, changed: float = 0.0, marginal: WindowCounts | None = None
                  ) -> WindowState:
     """The :class:`WindowState` of a fit over ``grams`` at window ``level``, rank k, with the fit's
     ``basis_`` ``(U, Q)`` over the windows of ``grams.marginal(level)`` (``marginal``, if
