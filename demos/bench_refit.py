@@ -1,6 +1,6 @@
 """Warm refits against cold fits after 1% more data: seconds, ratio and held-out log loss.
 
-    python demos/bench_refit.py [books] [zipf] [--quick] [--repeats R] [--cases I ...]
+    python demos/bench_refit.py [books] [zipf] [windows] [--quick] [--repeats R] [--cases I ...]
 
 For each data set the counts of the first 99% of the training stream are fitted once
 (``fit_with_state``: the state a refitter keeps), the last 1% is added, and then, side by
@@ -19,6 +19,14 @@ its own), with one BLAS thread.
   tokens.
 * zipf: ``bench_large.py``'s synthetic Zipf stream, n = 10⁵, 10⁷ training tokens, rank
   50; the next 10,000 tokens held out.
+
+* windows: fits over windows (small alphabets, ``count_window="auto"``, docs/math.md
+  section 11): a 10-state, 4-symbol sparse automaton (``bench_windows.sparse_automaton``,
+  seed 1; 10⁶ training symbols, 3·10⁵ with ``--quick``; the next 20,000 held out) and
+  splice (UCI, 4 symbols, sequences of 60; 10% of the sequences held out, seed 0); +1% and
+  +10% more data; the refit from a ``WindowState`` (``refit_.path`` "warm": the window and
+  rank kept) against a cold fit; ``MEstimator`` and ``SpectralEstimator``, without and with
+  the backoff (``--cases`` does not apply).
 
 Prints a markdown table; ``docs/benchmarks.md`` ("Warm refits") holds the recorded figures.
 """
@@ -160,9 +168,117 @@ def zipf(d: str, repeats: int, quick: bool, cases: list[int] | None = None) -> N
            path, n, rank, repeats, _chosen(cases, quick))
 
 
+WINDOW_CASES = [  # (label, estimator, backoff)
+    ("MEstimator, backoff=None", "m", None),
+    ("MEstimator (default: backoff)", "m", "auto"),
+    ("SpectralEstimator, backoff=None", "s", None),
+    ("SpectralEstimator (default: backoff)", "s", "auto"),
+]
+
+
+def _sequences(x: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    return np.split(x, np.cumsum(lengths)[:-1]) if lengths.size else []
+
+
+def case_windows(path: str, kind: str, backoff, more: float, repeats: int) -> dict:
+    """In a fresh process: the state of the fit before ``more`` new data (a share of the
+    total), then warm refits from it and cold fits interleaved (best of ``repeats``)."""
+    from streamspec import MomentAccumulator
+
+    data = np.load(path)
+    train = _sequences(data["train"], data["train_len"])
+    test = _sequences(data["test"], data["test_len"])
+    total = sum(s.size for s in train)
+    cut = int(total * (1 - more))
+    acc = MomentAccumulator(n_symbols=int(data["n"]))
+    seen, rest = 0, []
+    for s in train:  # the first part: whole sequences, the one across the cut split there
+        if seen >= cut:
+            rest.append(s)
+        elif seen + s.size > cut and len(train) == 1:  # one stream: it continues
+            acc.learn_many(s[: cut - seen])
+            rest.append(s[cut - seen:])
+        else:
+            acc.learn_many(s)
+            if len(train) > 1:
+                acc.end()
+        seen += s.size
+    first, state = _estimator(kind, "auto", backoff, False).fit_with_state(acc)
+    first_loss = first.log_loss(test)
+    del first
+    for s in rest:
+        acc.learn_many(s)
+        if len(train) > 1:
+            acc.end()
+    warm_s, cold_s = [], []
+    for _ in range(repeats):
+        est = _estimator(kind, "auto", backoff, False)
+        t0 = time.perf_counter()
+        warm, kept = est.fit_with_state(acc, init=state)
+        warm_s.append(time.perf_counter() - t0)
+        info, warm_loss = est.refit_, warm.log_loss(test)
+        cold_est = _estimator(kind, "auto", backoff, False)
+        t0 = time.perf_counter()
+        cold = cold_est.fit(acc)
+        cold_s.append(time.perf_counter() - t0)
+        cold_loss = cold.log_loss(test)
+    return {"warm": min(warm_s), "cold": min(cold_s), "path": info.path, "reason": info.reason,
+            "residual": float(info.residual), "changed": float(info.changed),
+            "level": kept.level, "k": kept.k, "cold_level": cold_est.window_,
+            "cold_k": cold_est.rank_, "warm_loss": warm_loss, "cold_loss": cold_loss,
+            "first_loss": first_loss}
+
+
+def _window_table(name: str, path: str, repeats: int) -> None:
+    print(f"\n### {name}\n")
+    print("| estimator | more data | l, k warm (cold) | warm (s) | cold (s) | warm / cold | path "
+          "(mass changed; backward error, noise units) | held-out log loss warm | cold "
+          "| warm − cold | before − cold | peak MB |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    for more in (0.01, 0.1):
+        for label, kind, backoff in WINDOW_CASES:
+            r = run_fresh(case_windows, path, kind, backoff, more, repeats)
+            if "error" in r:
+                print(f"| {label} | {more:.0%} | | | | | {r['error']} | | | | | |", flush=True)
+                continue
+            why = "" if r["path"] == "warm" else f"; {r['reason']}"
+            print(f"| {label} | +{more:.0%} | {r['level']}, {r['k']} ({r['cold_level']}, {r['cold_k']}) "
+                  f"| {r['warm']:.3f} | {r['cold']:.3f} | {r['warm'] / r['cold']:.3f} | {r['path']} "
+                  f"({r['changed']:.4f}; {r['residual']:.3f}{why}) | {r['warm_loss']:.5f} | "
+                  f"{r['cold_loss']:.5f} | {r['warm_loss'] - r['cold_loss']:+.1e} | "
+                  f"{r['first_loss'] - r['cold_loss']:+.1e} | {r['peak_mb']:.0f} |", flush=True)
+
+
+def windows(d: str, repeats: int, quick: bool, cases: list[int] | None = None) -> None:
+    from bench_windows import sparse_automaton
+
+    from streamspec.experiments.datasets import load_splice
+
+    size = 3 * 10**5 if quick else 10**6
+    x = np.asarray(sparse_automaton(10, 4, seed=1).sample(size + 20_000, random_state=3))
+    path = os.path.join(d, "automaton.npz")
+    np.savez(path, train=x[:size], train_len=[size], test=x[size:], test_len=[20_000], n=4)
+    _window_table(f"Sparse automaton, 10 states, 4 symbols: {size:,} training symbols, "
+                  "count_window and rank auto", path, repeats)
+    try:
+        seqs = [np.array(["ACGT".index(c) for c in s]) for s in load_splice()]
+    except (OSError, ValueError) as e:
+        print(f"splice: no data ({e}); skipped")
+        return
+    order = np.random.default_rng(0).permutation(len(seqs))
+    held = int(len(seqs) * 0.1)
+    test, train = [seqs[i] for i in order[:held]], [seqs[i] for i in order[held:]]
+    path = os.path.join(d, "splice.npz")
+    np.savez(path, train=np.concatenate(train), train_len=[s.size for s in train],
+             test=np.concatenate(test), test_len=[s.size for s in test], n=4)
+    _window_table(f"Splice: {len(train):,} training sequences ({sum(s.size for s in train):,} "
+                  f"symbols), {held:,} held out, count_window and rank auto", path, repeats)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("sections", nargs="*", choices=["books", "zipf"], default=["books", "zipf"])
+    p.add_argument("sections", nargs="*", choices=["books", "zipf", "windows"],
+                   default=["books", "zipf", "windows"])
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer cases (a smoke run)")
     p.add_argument("--repeats", type=int, default=None, help="interleaved warm/cold pairs (best of)")
     p.add_argument("--cases", type=int, nargs="+", default=None,
@@ -172,8 +288,9 @@ def main(argv=None) -> int:
           f"{os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as d:
         for name in args.sections:
-            repeats = args.repeats or (3 if name == "books" else 1)
-            {"books": books, "zipf": zipf}[name](d, repeats, args.quick, args.cases)
+            repeats = args.repeats or (1 if name == "zipf" else 3)
+            {"books": books, "zipf": zipf, "windows": windows}[name](d, repeats, args.quick,
+                                                                     args.cases)
     return 0
 
 

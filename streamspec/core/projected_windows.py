@@ -33,20 +33,29 @@ conditions): interning O(nnz · L + nnz log nnz); the top-k' SVD of H (dense up 
 windows, O(W³), else truncated, O(nnz · k') per iteration); ``A_x`` O(nnz · k' + P · k · k');
 per outer iteration the weighting O(P · k² + nnz) and the step O(n · k'³) (per_symbol);
 memory O(nnz + W · k' + n · k · k'). Nothing of size n^L is formed.
+
+Refits (docs/math.md section 11, "Warm refits over windows"): :class:`WindowState` is what
+``fit_with_state`` over windows keeps (the window l, the rank k, the grams, the bases over the
+level-l window codes, the model), and :func:`plan_window_refit` keeps l and k while the grams'
+mass moved little (:func:`gram_change_share`) and the previous bases are still the new
+Hankel's within the sampling noise; the fit at (l, k) is then the cold one, without the
+L + 1 SVDs that chose them.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from streamspec.core.projected import ProjectedFit
 from streamspec.core.projected_state import ProjectedSettings, RefitInfo
-from streamspec.core.window_triples import WindowTriples
-from streamspec.core.windows import WindowCounts
+from streamspec.core.window_triples import WindowTriples, window_codes
+from streamspec.core.windows import WindowCounts, window_bits
 
-__all__ = ["WindowProjectedFit", "window_projected_rank"]
+__all__ = ["WindowProjectedFit", "window_projected_rank", "WindowState", "window_state",
+           "gram_change_share", "plan_window_refit", "WINDOW_REFIT_SHARE", "WINDOW_BASIS_TOL"]
 
 
 def window_projected_rank(wt: WindowTriples, rank: int) -> int:
@@ -86,7 +95,9 @@ class WindowProjectedFit(ProjectedFit):
 
     A warm start (``init``) is not taken: window ids are interned afresh from each set of
     counts, so a previous basis has no rows to map onto; the fit is cold and ``refit_`` says
-    so (``"fallback"`` when a start was given). Costs: see the module docstring.
+    so (``"fallback"`` when a start was given). The estimators' refits over windows keep the
+    window and rank instead (:class:`WindowState`, :func:`plan_window_refit`) and run this fit
+    cold at them. Costs: see the module docstring.
 
     Examples
     --------
@@ -140,3 +151,144 @@ class WindowProjectedFit(ProjectedFit):
         model.factors = None
         fitted["window_"] = self.windows.window
         return model, fitted
+
+
+# A refit over windows keeps the previous fit's window l and rank k while (a) the grams moved by
+# at most this share of their mass (total variation) and (b) the previous bases are still, within
+# ``basis_tol`` noise levels, the top singular subspaces of the new Hankel at l; else it is cold.
+WINDOW_REFIT_SHARE = 0.25
+# The backward error (in noise levels, window_rank.noise_level) up to which the window and rank
+# are kept: within the sampling noise the new counts cannot tell the previous top-k subspaces
+# from their own. Why not the triples' basis_tol (0.1): there the kept bases are used as they
+# are; here the bases are recomputed at the kept (l, k) (an SVD of W ≤ a few hundred windows,
+# milliseconds), so only the choice of l and k is kept. basis_tol = 0 still means "never kept".
+WINDOW_BASIS_TOL = 1.0
+
+
+@dataclass
+class WindowState:
+    """What a refit over windows reuses (``MEstimator.fit_with_state`` over windows).
+
+    Attributes
+    ----------
+    level, k
+        The window l and rank k of the fit (``count_window="auto"`` and ``rank="auto"``
+        chose them with up to L + 1 SVDs: a warm refit keeps them).
+    key
+        The settings the choice depends on (rank, count_window, the counts' window L, n).
+    grams
+        The window counts fitted (all L), to measure how much they moved.
+    codes, U, Q
+        The codes (:func:`~streamspec.core.window_triples.window_codes`) of the windows at
+        level l, in id order, and the fit's bases over them (size × k, size × k'): a window
+        absent from the next counts drops, a new one gets a zero row.
+    model
+        The fitted model (with its backoff: a refit keeps its weights, HMM and merges its trigram).
+    changed
+        The mass share of the grams changed since the fit that chose l and k.
+
+    Memory: the counts' arrays (shared with the accumulator's snapshot) and O(W · k') floats.
+    """
+
+    level: int
+    k: int
+    key: tuple
+    grams: WindowCounts
+    codes: np.ndarray
+    U: np.ndarray
+    Q: np.ndarray
+    model: Any = None
+    changed: float = 0.0
+
+    def nbytes(self) -> int:
+        """Bytes of the arrays held (the counts included). O(1)."""
+        return int(self.grams.codes.nbytes + self.grams.weights.nbytes + self.codes.nbytes
+                   + self.U.nbytes + self.Q.nbytes)
+
+
+def window_state(grams: WindowCounts, level: int, k: int, key: tuple, basis: tuple,
+                 model: Any = None, changed: float = 0.0, marginal: WindowCounts | None = None
+                 ) -> WindowState:
+    """The :class:`WindowState` of a fit over ``grams`` at window ``level``, rank k, with the fit's
+    ``basis_`` ``(U, Q)`` over the windows of ``grams.marginal(level)`` (``marginal``, if
+    already computed). O(nnz · L)."""
+    wt = WindowTriples.of(grams.marginal(level) if marginal is None else marginal)
+    codes = window_codes(wt.windows, window_bits(level))
+    U, Q = basis
+    return WindowState(level, k, key, grams, codes, np.asarray(U), np.asarray(Q), model, changed)
+
+
+def gram_change_share(old: WindowCounts, new: WindowCounts) -> float:
+    """Total variation between the normalised gram counts: ``½ Σ |new/N' − old/N|`` (0: the same
+    distribution; 1: disjoint). On a small alphabet every gram's count changes at every refit,
+    so the share of *distinct* grams changed (the triples' measure) says nothing; this is the
+    share of the mass, ≤ the new data's share of the total (1% more data: at most 0.01).
+    O(nnz) (two sorted code arrays merged)."""
+    if old.total <= 0 or new.total <= 0:
+        return 1.0
+    # why no sort: both code arrays are sorted and distinct; the old ones are found in the new
+    pos = np.searchsorted(new.codes, old.codes)
+    inside = pos < new.codes.size
+    found = np.zeros(old.codes.size, dtype=bool)
+    found[inside] = new.codes[pos[inside]] == old.codes[inside]
+    p_new, p_old = new.weights / new.total, old.weights / old.total
+    both = np.abs(p_new[pos[found]] - p_old[found]).sum()
+    only_new = p_new.sum() - p_new[pos[found]].sum()
+    return float(0.5 * (both + max(only_new, 0.0) + p_old[~found].sum()))
+
+
+def _mapped(rows: np.ndarray, old_codes: np.ndarray, new_codes: np.ndarray, size: int) -> np.ndarray:
+    """``rows`` (indexed like ``old_codes``) moved to the ids of ``new_codes`` (both sorted);
+    windows new to these counts get zero rows. O(W log W)."""
+    out = np.zeros((size, rows.shape[1]))
+    pos = np.searchsorted(new_codes, old_codes)
+    inside = pos < new_codes.size
+    found = np.zeros(old_codes.size, dtype=bool)
+    found[inside] = new_codes[pos[inside]] == old_codes[inside]
+    out[pos[found]] = rows[: old_codes.size][found]
+    return out
+
+
+def plan_window_refit(state: WindowState, grams: WindowCounts, key: tuple, basis_tol: float,
+                      rank_auto: bool, marginal: WindowCounts | None = None
+                      ) -> tuple[RefitInfo, float]:
+    """Whether a refit over ``grams`` keeps ``state``'s window and rank (``path="warm"``) or is
+    cold (``"fallback"``, with the reason), and the mass share changed since ``state``
+    (:func:`gram_change_share`). Kept when the settings and alphabet are the same, the share
+    summed since the choice is within :data:`WINDOW_REFIT_SHARE`, the previous bases' backward
+    error on the new Hankel at level l, ``max(‖HQ − UUᵀHQ‖, ‖HᵀU − QQᵀHᵀU‖)`` (U, Q: the top k), is at most
+    :data:`WINDOW_BASIS_TOL` noise levels (:func:`~streamspec.core.window_rank.noise_level`;
+    never with ``basis_tol=0``), and under
+    ``rank="auto"`` the singular values of ``UᵀHQ`` above the noise are still k. ``marginal``:
+    ``grams.marginal(state.level)`` if already computed. O(nnz · L + W · k²)."""
+    from streamspec.core.window_rank import noise_level
+
+    if key != state.key:
+        return RefitInfo("fallback", "the settings, alphabet or counted window changed: cold fit"), np.nan
+    share = gram_change_share(state.grams, grams)
+    changed = state.changed + share
+    if not changed <= WINDOW_REFIT_SHARE:
+        return RefitInfo("fallback", f"the grams moved: {changed:.3g} of their mass since the window "
+                         f"and rank were chosen (> {WINDOW_REFIT_SHARE}): cold fit", share), share
+    wt = WindowTriples.of(grams.marginal(state.level) if marginal is None else marginal)
+    codes = window_codes(wt.windows, window_bits(state.level))
+    U = _mapped(state.U, state.codes, codes, wt.size)
+    # why the top k of Q: the conditions' k' > k columns span singular values below the k-th,
+    # whose backward error is the Hankel's own tail, not a move of the bases
+    Q = _mapped(state.Q[:, : state.k], state.codes, codes, wt.size)
+    H = wt.hankel()
+    noise = noise_level(H, wt.triples.total)
+    HQ, HU = np.asarray(H @ Q), np.asarray(H.T @ U)
+    residual = max(np.linalg.norm(HQ - U @ (U.T @ HQ), 2), np.linalg.norm(HU - Q @ (Q.T @ HU), 2))
+    residual = float(residual / noise) if noise > 0 else np.inf
+    tol = WINDOW_BASIS_TOL if basis_tol > 0 else 0.0
+    if not residual <= tol:
+        return RefitInfo("fallback", f"the window Hankel's bases moved (backward error {residual:.3g} "
+                         f"noise > {tol:g}): cold fit", share, residual), share
+    if rank_auto:
+        s = np.linalg.svd(U.T @ HQ, compute_uv=False)
+        count = int((s > noise).sum())
+        if count != state.k and not (state.k == 1 and count == 0):
+            return RefitInfo("fallback", f"the spectrum moved: {count} singular values above the "
+                             f"noise, the rank is {state.k}: cold fit", share, residual), share
+    return RefitInfo("warm", "window and rank kept", share, residual), share

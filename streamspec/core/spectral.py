@@ -21,7 +21,8 @@ from streamspec.core.fit_data import long_windows_of, starts_of, triples_of
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.pair_index import PairIndex
 from streamspec.core.params import Estimator
-from streamspec.core.projected_state import ProjectedState, settings_of
+from streamspec.core.projected_state import ProjectedState, RefitInfo, settings_of
+from streamspec.core.projected_windows import WindowState, plan_window_refit, window_state
 from streamspec.core.rank_selection import resolve_rank, with_metadata
 from streamspec.core.spectral_basis import MAX_AUTO_RANK, check_rank, select_rank_by_spectrum
 from streamspec.core.spectral_windows import window_rank_for, window_spectral_operators
@@ -228,10 +229,40 @@ class SpectralEstimator(Estimator):
         self._validate()  # the settings may have been changed since construction
         self.__dict__.pop("state_", None)
         grams = long_windows_of(data) if self.count_window != 1 else None
-        if grams is not None:
-            level, k = self._window_and_rank(grams)
+        wstate = getattr(init, "state_", init)
+        if isinstance(wstate, WindowState):
+            init = wstate.model  # what a fit that is not over windows (or is cold) can use of it
+        else:
+            wstate = None
+        if grams is not None and grams.window > 1:
+            # why "spectral" in the key: θ_M's state (its bases, its window) is not θ_spec's
+            key = ("spectral", self.rank, self.count_window, grams.window, grams.n)
+            info, share, changed, level = RefitInfo("cold"), None, 0.0, 1
+            marginal = None  # the counts at the kept window, computed once (plan, fit, state)
+            if wstate is not None:
+                marginal = grams.marginal(wstate.level) if wstate.key == key else None
+                info, share = plan_window_refit(wstate, grams, key, self.basis_tol,
+                                                isinstance(self.rank, str), marginal)
+                if info.path == "warm":  # the window and rank kept: no SVD to choose them
+                    level, k, changed = wstate.level, wstate.k, wstate.changed + share
+                else:
+                    marginal = None
+            elif init is not None:
+                info = RefitInfo("fallback", "a warm refit over windows starts from the WindowState "
+                                 "of fit_with_state over windows: cold fit")
+            if info.path != "warm":
+                level, k = self._window_and_rank(grams)
             if level > 1:
-                return self._fit_windows(data, init, grams, level, k), None
+                bases: dict = {}
+                model = self._fit_windows(data, init, grams, level, k, bases,
+                                          None if share is None or share != share else share,
+                                          marginal)
+                self.refit_, new_state = info, None
+                if keep_state:
+                    new_state = window_state(grams, level, k, key, (bases["U"], bases["V"]), model,
+                                             changed, marginal)
+                    self.state_ = new_state
+                return model, new_state
         self.window_ = 1
         triples, labels = triples_of(data)
         state = getattr(init, "state_", init)
@@ -263,14 +294,21 @@ class SpectralEstimator(Estimator):
         level = int(self.count_window)
         return (level, window_rank_for(grams.marginal(level), self.rank)[1]) if level > 1 else (1, 0)
 
-    def _fit_windows(self, data, init, grams: WindowCounts, level: int, k: int):
+    def _fit_windows(self, data, init, grams: WindowCounts, level: int, k: int,
+                     bases: dict | None = None, changed: float | None = None,
+                     marginal: WindowCounts | None = None):
         """θ_spec over windows of ``level`` symbols, rank k, with the backoff (its HMM over the
-        windows too); a previous model with a backoff keeps its weights. Cold: O(SVD + nnz · k
-        + P · k²) twice with the backoff."""
+        windows too); a previous model with a backoff keeps its weights, and its HMM while little
+        changed (``changed``: the grams' mass share changed since it, ``fit_with_backoff``).
+        ``bases`` receives the top-k singular vectors of the fit on all the grams; ``marginal``:
+        ``grams.marginal(level)`` if already computed. Cold:
+        O(SVD + nnz · k + P · k²) twice with the backoff."""
         triples, labels = triples_of(data)
 
         def fit_grams(g: WindowCounts) -> ObservableOperatorModel:
-            b1, binf, B = window_spectral_operators(g.marginal(level), k, self.random_state)
+            # why the dict is filled by every call: the last one is the fit on all the grams
+            counts = marginal if g is grams and marginal is not None else g.marginal(level)
+            b1, binf, B = window_spectral_operators(counts, k, self.random_state, bases)
             return ObservableOperatorModel(b1, binf, B, filter=self.filter, window=self.window,
                                            min_proba=self.min_proba, symbols=labels, rank=k)
 
@@ -280,6 +318,7 @@ class SpectralEstimator(Estimator):
             previous = init if getattr(init, "backoff", None) is not None else None
             model = fit_with_backoff(None, triples, starts_of(data, triples.n),
                                      random_state=self.random_state, hmm_states=self.hmm_states,
-                                     previous=previous, grams=grams, fit_grams=fit_grams)
+                                     previous=previous, grams=grams, fit_grams=fit_grams,
+                                     changed=changed if previous is not None else None)
         self.model_, self.rank_, self.rank_scores_, self.window_ = model, k, None, level
         return model

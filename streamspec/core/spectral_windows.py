@@ -67,11 +67,13 @@ def window_rank_for(grams: WindowCounts, rank: int | str) -> tuple[int, int]:
     return level, int(max(1, min(int(rank), max_window_rank(counts))))
 
 
-def window_spectral_operators(grams: WindowCounts, k: int, random_state: int = 0
-                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def window_spectral_operators(grams: WindowCounts, k: int, random_state: int = 0,
+                              bases: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(b1, b∞, B)`` of θ_spec over the windows of ``grams`` (module docstring), B of shape
     (n, k, k). Every gram counts, padded ones included (a padded past is a sequence's
-    prefix). Cost: see the module docstring.
+    prefix). ``bases``: a dict given receives the Hankel's top-k singular vectors as ``"U"``
+    and ``"V"`` (a refit's :class:`~streamspec.core.projected_windows.WindowState`). Cost: see
+    the module docstring.
 
     Examples
     --------
@@ -87,6 +89,8 @@ def window_spectral_operators(grams: WindowCounts, k: int, random_state: int = 0
     H = wt.hankel()
     k = int(max(1, min(k, max_window_rank(grams))))
     U, _, V = top_singular(H, k, random_state=random_state)
+    if bases is not None:
+        bases.update(U=U, V=V)
     M1inv = np.linalg.pinv(U.T @ np.asarray(H @ V))  # why pinv: singular when rank H < k
     b1 = U.T @ np.asarray(H.sum(axis=1)).ravel()
     binf = M1inv.T @ (V.T @ wt.past_marginal())

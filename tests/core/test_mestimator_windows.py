@@ -14,7 +14,7 @@ from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.projected import ProjectedFit
 from streamspec.core.projected_state import ProjectedSettings
 from streamspec.core.projected_weighting import residual_pair_sums
-from streamspec.core.projected_windows import WindowProjectedFit, window_projected_rank
+from streamspec.core.projected_windows import WindowProjectedFit, WindowState, window_projected_rank
 from streamspec.core.spectral_windows import window_spectral_operators
 from streamspec.core.warm_fit import run_steps
 from streamspec.core.window_triples import WindowTriples
@@ -146,7 +146,7 @@ def test_with_the_backoff_the_hmm_runs_over_windows(wide, held_out):
     assert model.log_loss(held_out) <= plain.log_loss(held_out) + 0.01
 
 
-def test_refits_over_windows_are_cold(wide):
+def test_refits_over_windows_from_a_model_are_cold(wide):
     est = MEstimator(backoff=None, count_window=2)
     cold = est.fit(wide)
     assert est.refit_.path == "cold"
@@ -154,7 +154,7 @@ def test_refits_over_windows_are_cold(wide):
     assert est.refit_.path == "fallback" and "windows" in est.refit_.reason
     np.testing.assert_allclose(again.B, cold.B, atol=1e-12)
     model, state = est.fit_with_state(wide)
-    assert state is None and model.factors is None
+    assert isinstance(state, WindowState) and model.factors is None  # the warm refit's state
     # a state of a fit over the triples, given to a fit over windows: cold too
     _, triple_state = MEstimator(backoff=None, count_window=1).fit_with_state(wide)
     assert triple_state is not None
