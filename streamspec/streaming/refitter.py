@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -17,6 +18,10 @@ from streamspec.streaming.refits import fit_once, keeps_state, refit_estimator
 __all__ = ["Refitter", "FitRecord", "refit_estimator", "keeps_state"]
 
 log = logging.getLogger("streamspec.refit")
+
+# a catch-up's EM starts from the background fit's HMM (False: from the previous model's, the
+# inline refit exactly; tests compare the two)
+CATCH_UP_HMM = True
 
 
 @dataclass(frozen=True)
@@ -246,6 +251,7 @@ class Refitter:
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()  # guards the bookkeeping written by the worker
         self._thread: threading.Thread | None = None
+        self._base: _Current | None = None  # current when the last background fit started
 
     # ------------------------------------------------------------------ state
 
@@ -351,6 +357,8 @@ class Refitter:
             self._fit(accumulator, prev, self._seen)
             return True
         snapshot = accumulator.copy()
+        # the model an inline refit here would start from: a catch-up refits from it (catch_up)
+        self._base = self._current
         self._thread = threading.Thread(
             target=self._fit,
             args=(snapshot, prev, self._seen),
@@ -361,25 +369,30 @@ class Refitter:
         return True
 
     def catch_up(self, accumulator) -> bool:
-        """Refit now, in the calling thread, from the current model and its state on the live
-        ``accumulator``: a background fit ran on a snapshot, and this brings its model to the
-        counts learned since (the triggers are left as they are: it is not a new refit).
+        """Refit now, in the calling thread, on the live ``accumulator``: the refit an inline
+        refitter runs here, its start taken from the background fit that ran on a snapshot.
 
-        The fit starts from the state the background fit left, so it is a warm refit,
-        proportional to the change of the counts (docs/math.md section 10), unless the
-        estimator falls back to a cold fit (e.g. ``rank="auto"`` rechosen because the
-        counts doubled since it was chosen): then it costs what an inline refit costs. The
-        result is not the model an inline refitter fits on the same counts (that one starts
-        from the previous model), only one that has seen the same counts. Recorded as a fit
-        (``FitRecord.catch_up``); a failure keeps the current model, as any fit. Returns
-        ``False`` without fitting when a background fit is running, the refitter is closed,
-        or there is no model to catch up or no triple. Costs one (warm) fit.
+        A background fit ran on a snapshot; this brings its model to the counts learned since
+        (the triggers are left as they are: it is not a new refit). It is the inline refit:
+        the same call (:func:`~streamspec.streaming.refits.fit_once`) on the same counts from
+        the same previous model and state as an inline refitter uses here (the model current
+        when the background fit started), so it takes the same decisions (``rank="auto"``
+        rechosen or kept, warm or cold by the same plan, the HMM's size, kept or refitted)
+        and fits the same spectral model, trigram and weights; the only thing taken from
+        the background fit is the HMM that EM starts from (or keeps): the snapshot's, EM'd
+        on more of these counts than the previous one, with the same budget (docs/benchmarks.md,
+        "Background refits"). Without a previous model (the first fit) it refits warm from
+        the background fit's model and state. Recorded as a fit (``FitRecord.catch_up``); a
+        failure keeps the current model, as any fit. Returns ``False`` without fitting when a
+        background fit is running, the refitter is closed, or there is no model to catch up
+        or no triple. Costs one inline refit.
         """
         if self._closed or self.busy or self._current.model is None:
             return False
         if not accumulator.n_triples > 0:
             return False
-        self._fit(accumulator, self._current.model, self._seen, catch_up=True)
+        start = _inline_start(getattr(self, "_base", None), self._current)
+        self._fit(accumulator, self._current.model, self._seen, catch_up=True, start=start)
         return True
 
     def adopt(self, model, n_seen: int = 0, n_triples: float = 0.0) -> None:
@@ -409,12 +422,14 @@ class Refitter:
 
     # ------------------------------------------------------------------ fitting
 
-    def _fit(self, data, prev, n_seen: int, catch_up: bool = False) -> None:
+    def _fit(self, data, prev, n_seen: int, catch_up: bool = False,
+             start: tuple[Any, Any] | None = None) -> None:
         t0, cpu0 = time.perf_counter(), time.thread_time()
         est, warm, model, prepared, error, state, path = None, False, None, None, None, None, "cold"
         try:
             cur = self._current
-            est, model, state, warm, path = fit_once(self.estimator, data, cur.model, cur.state,
+            start_model, start_state = (cur.model, cur.state) if start is None else start
+            est, model, state, warm, path = fit_once(self.estimator, data, start_model, start_state,
                                                      self.sweeps)
             if self.prepare is not None:
                 prepared = self.prepare(model)
@@ -466,6 +481,7 @@ class Refitter:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         del state["_lock"], state["_thread"]
+        state.pop("_base", None)  # why: a model and a state as large as the counts, for one catch-up
         # why: the warm state is as large as the counts; a copy refits from the model instead
         cur = state["_current"]
         state["_current"] = _Current(cur.model, cur.prepared, cur.n_seen, cur.n_triples)
@@ -482,6 +498,29 @@ class Refitter:
             f"refit_interval={self.refit_interval}, sweeps={self.sweeps}, {mode}; "
             f"{self.n_fits} fits, {self.n_failures} failures)"
         )
+
+
+def _inline_start(base: _Current | None, fitted: _Current) -> tuple[Any, Any] | None:
+    """``(model, state)`` a catch-up refits from: those of ``base`` (what an inline refit
+    starts from), with the HMM of ``fitted`` (the background fit's) in the backoff, so that
+    EM starts from it; ``None`` (the background fit's own) without a base model. O(1): shallow
+    copies of the model, its backoff and the state."""
+    if base is None or base.model is None or base.model is fitted.model:
+        return None
+    model, state = base.model, base.state
+    old, new = getattr(model, "backoff", None), getattr(fitted.model, "backoff", None)
+    hmm = getattr(new, "hmm", None)
+    if (CATCH_UP_HMM and old is not None and hmm is not None
+            and getattr(old, "hmm", None) is not None):
+        # why not Backoff(...): its HMM is checked against its trigram's alphabet, and the
+        # snapshot's HMM may know more symbols; the refit reads the HMM's arrays only
+        backoff = copy.copy(old)
+        backoff.hmm = hmm
+        model = model.with_backoff(backoff)
+        if state is not None and getattr(state, "model", None) is base.model:
+            state = copy.copy(state)
+            state.model = model
+    return model, state
 
 
 # settings of an estimator checked when a Refitter is built (the same rules everywhere)
