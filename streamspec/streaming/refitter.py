@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
@@ -18,10 +17,6 @@ from streamspec.streaming.refits import fit_once, keeps_state, refit_estimator
 __all__ = ["Refitter", "FitRecord", "refit_estimator", "keeps_state"]
 
 log = logging.getLogger("streamspec.refit")
-
-# a catch-up's EM starts from the background fit's HMM (False: from the previous model's, the
-# inline refit exactly; tests compare the two)
-CATCH_UP_HMM = True
 
 
 @dataclass(frozen=True)
@@ -370,22 +365,19 @@ class Refitter:
 
     def catch_up(self, accumulator) -> bool:
         """Refit now, in the calling thread, on the live ``accumulator``: the refit an inline
-        refitter runs here, its start taken from the background fit that ran on a snapshot.
+        refitter runs here, after a background fit that ran on a snapshot.
 
-        A background fit ran on a snapshot; this brings its model to the counts learned since
-        (the triggers are left as they are: it is not a new refit). It is the inline refit:
+        The model swapped in must be the one an inline refit here fits, so this is that refit:
         the same call (:func:`~streamspec.streaming.refits.fit_once`) on the same counts from
-        the same previous model and state as an inline refitter uses here (the model current
-        when the background fit started), so it takes the same decisions (``rank="auto"``
-        rechosen or kept, warm or cold by the same plan, the HMM's size, kept or refitted)
-        and fits the same spectral model, trigram and weights; the only thing taken from
-        the background fit is the HMM that EM starts from (or keeps): the snapshot's, EM'd
-        on more of these counts than the previous one, with the same budget (docs/benchmarks.md,
-        "Background refits"). Without a previous model (the first fit) it refits warm from
-        the background fit's model and state. Recorded as a fit (``FitRecord.catch_up``); a
-        failure keeps the current model, as any fit. Returns ``False`` without fitting when a
-        background fit is running, the refitter is closed, or there is no model to catch up
-        or no triple. Costs one inline refit.
+        the same previous model and state, those current when the background fit started. It
+        takes the same decisions (``rank="auto"`` rechosen or kept, warm or cold by the same
+        plan, the HMM kept or refitted) and gives the same model (tested: the same
+        predictions). The background fit's model is replaced; only without a model before it
+        (the first fit) is this a warm refit from its state. The triggers are left as they
+        are: it is not a new refit. Recorded as a fit (``FitRecord.catch_up``); a failure
+        keeps the current model, as any fit. Returns ``False`` without fitting when a
+        background fit is running, the refitter is closed, or there is no model to catch up or
+        no triple. Costs one inline refit (the background fit's work is not reused).
         """
         if self._closed or self.busy or self._current.model is None:
             return False
@@ -501,26 +493,16 @@ class Refitter:
 
 
 def _inline_start(base: _Current | None, fitted: _Current) -> tuple[Any, Any] | None:
-    """``(model, state)`` a catch-up refits from: those of ``base`` (what an inline refit
-    starts from), with the HMM of ``fitted`` (the background fit's) in the backoff, so that
-    EM starts from it; ``None`` (the background fit's own) without a base model. O(1): shallow
-    copies of the model, its backoff and the state."""
+    """``(model, state)`` a catch-up refits from: those of ``base``, the fit current when the
+    background fit started (what an inline refit here starts from); ``None`` (the background
+    fit's own) without a base model. O(1)."""
     if base is None or base.model is None or base.model is fitted.model:
         return None
-    model, state = base.model, base.state
-    old, new = getattr(model, "backoff", None), getattr(fitted.model, "backoff", None)
-    hmm = getattr(new, "hmm", None)
-    if (CATCH_UP_HMM and old is not None and hmm is not None
-            and getattr(old, "hmm", None) is not None):
-        # why not Backoff(...): its HMM is checked against its trigram's alphabet, and the
-        # snapshot's HMM may know more symbols; the refit reads the HMM's arrays only
-        backoff = copy.copy(old)
-        backoff.hmm = hmm
-        model = model.with_backoff(backoff)
-        if state is not None and getattr(state, "model", None) is base.model:
-            state = copy.copy(state)
-            state.model = model
-    return model, state
+    # why not the background fit's state, warm: that refit takes other decisions than the
+    # inline one (the rank rechosen on the snapshot's counts, warm where inline goes cold) and
+    # gave another model, 18 hits of 40,000 worse on one stream; its HMM as EM's start (all
+    # else inline's) predicted worse still (docs/benchmarks.md, "Background refits")
+    return base.model, base.state
 
 
 # settings of an estimator checked when a Refitter is built (the same rules everywhere)
