@@ -65,13 +65,13 @@ class RefitSchedule:
     def _trigger(self) -> None:
         """A countdown ran out: report the symbols to the refitter (which fits when a trigger
         fires) and, on the schedule of background fits, start the next fit and swap its model
-        in when it is due (waiting for it if needed, then catching it up with the symbols
-        learned since its snapshot), so that models change at the same symbols as inline
-        refits do, having seen the same counts. While there is no model the fit starts when
-        it is due and is waited for at once (it chooses the sizes later refits keep);
-        afterwards each fit starts ``lead`` symbols before it is due. Costs a fit inline; in
-        background a snapshot of the counts, at a swap the wait for a fit still running plus
-        a warm catch-up refit, and the wait for the whole first fit."""
+        in when it is due (waiting for it), so that models change at the same symbols as
+        inline refits do and are inline's. The first fit, and every fit with the default lead
+        of 0, starts when it is due and is waited for at once; with a lead (``LEAD_FRACTION``
+        > 0) a later fit starts ``lead`` symbols early and at its swap is replaced by inline's
+        refit on every count (:meth:`~streamspec.Refitter.catch_up`). Costs a fit inline; in
+        background a snapshot of the counts and the wait for the fit, plus with a lead the
+        catch-up (an inline refit)."""
         r = self._refitter
         swap = self._swap_at is not None and self._n >= self._swap_at
         if swap:

@@ -63,8 +63,9 @@ class FitRecord:
         estimator fitted in (its ``worker_cpu_seconds_``). Below ``seconds`` when other
         work had the cores; what a duty cycle on refits should count.
     catch_up
-        Whether it was a catch-up (:meth:`Refitter.catch_up`): a refit, in the caller's
-        thread, of a background fit's model on the counts learned since its snapshot.
+        Whether it was a catch-up (:meth:`Refitter.catch_up`): the inline refit, in the
+        caller's thread on the live counts, that replaces a background fit's model fitted on
+        an older snapshot.
 
     """
 
