@@ -220,7 +220,8 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         est = online_estimator(self.estimator, rank=self.rank, window=self.window,
                                min_proba=self.min_proba, n_states=self.n_states)
         self._refitter = Refitter(est, refit_every=self.refit_every, refit_interval=self.refit_interval,
-                                  sweeps=self.sweeps, background=self.background)
+                                  sweeps=self.sweeps, background=self.background,
+                                  inline_catch_ups=bool(self._lead()))
         self._online = OnlinePredictor(window=self.window)
         self._lock = threading.Lock()
         self._labels: list[Hashable] = []

@@ -147,6 +147,11 @@ class Refitter:
         :attr:`prepared` (e.g. tables of predictions).
     max_records
         How many :class:`FitRecord` to keep (older ones are dropped; counters are not).
+    inline_catch_ups
+        Background: keep the model and state each fit starts from until the next fit
+        starts, so that :meth:`catch_up` refits from them, as an inline refitter does (one
+        more model and warm state in memory, as large as the counts). ``False`` (default):
+        not kept, and :meth:`catch_up` refits warm from the background fit's own state.
 
     Attributes
     ----------
@@ -199,6 +204,7 @@ class Refitter:
         background: bool = False,
         prepare: Callable[[Any], Any] | None = None,
         max_records: int = 100,
+        inline_catch_ups: bool = False,
     ):
         if not callable(getattr(estimator, "fit", None)):
             raise TypeError(f"estimator must have a fit method, got {estimator!r}")
@@ -231,6 +237,7 @@ class Refitter:
         self.background = bool(background)
         self.prepare = prepare
         self.max_records = max_records
+        self.inline_catch_ups = bool(inline_catch_ups)
         self._init_runtime()
         self._current = _Current()
         self._seen = 0
@@ -354,7 +361,7 @@ class Refitter:
             return True
         snapshot = accumulator.copy()
         # the model an inline refit here would start from: a catch-up refits from it (catch_up)
-        self._base = self._current
+        self._base = self._current if getattr(self, "inline_catch_ups", False) else None
         self._thread = threading.Thread(
             target=self._fit,
             args=(snapshot, prev, self._seen),
@@ -370,11 +377,12 @@ class Refitter:
 
         The model swapped in must be the one an inline refit here fits, so this is that refit:
         the same call (:func:`~streamspec.streaming.refits.fit_once`) on the same counts from
-        the same previous model and state, those current when the background fit started. It
+        the same previous model and state, those current when the background fit started
+        (kept with ``inline_catch_ups=True``; else, or without a model before the background
+        fit, this is a warm refit from the background fit's state, not inline's). It
         takes the same decisions (``rank="auto"`` rechosen or kept, warm or cold by the same
         plan, the HMM kept or refitted) and gives the same model (tested: the same
-        predictions). The background fit's model is replaced; only without a model before it
-        (the first fit) is this a warm refit from its state. The triggers are left as they
+        predictions). The background fit's model is replaced. The triggers are left as they
         are: it is not a new refit. Recorded as a fit (``FitRecord.catch_up``); a failure
         keeps the current model, as any fit. Returns ``False`` without fitting when a
         background fit is running, the refitter is closed, or there is no model to catch up or

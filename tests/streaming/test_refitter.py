@@ -383,7 +383,7 @@ def test_catch_up_after_a_model_is_the_inline_refit(hmm_symbols):
     inline = Refitter(SpectralEstimator(), refit_every=4_000)
     feed(inline, inline_acc, symbols)
     assert inline.n_fits == 2 and inline.fitted_on_symbols == 8_000
-    r = Refitter(SpectralEstimator(), refit_every=4_000, background=True)
+    r = Refitter(SpectralEstimator(), refit_every=4_000, background=True, inline_catch_ups=True)
     feed(r, acc, symbols[:4_000])
     assert r.wait(60) and r.n_fits == 1
     feed(r, acc, symbols[4_000:7_000])
