@@ -103,11 +103,11 @@ def main(argv: list[str] | None = None) -> None:
         a, b = rows["background"], rows["inline"]
         diffs.append((seed, a["accuracy"] - b["accuracy"], a["log_loss"] - b["log_loss"],
                       a["rate"] / b["rate"], a["cpu_rate"] / b["cpu_rate"]))
-    print("\nbackground − inline: accuracy (hits per 40,000 = × 40,000), log loss; "
-          "background ÷ inline: events/s, events/CPU-s")
+    print(f"\nbackground − inline: accuracy (hits per {args.events:,} = × {args.events:,}), log "
+          "loss (and unrounded); background ÷ inline: events/s, events/CPU-s")
     for seed, d_acc, d_loss, r_wall, r_cpu in diffs:
-        print(f"{seed:4d} {d_acc:+9.5f} ({d_acc * args.events:+.0f} hits) {d_loss:+9.5f}   "
-              f"{r_wall:6.3f} {r_cpu:6.3f}")
+        print(f"{seed:4d} {d_acc:+9.5f} ({d_acc * args.events:+.0f} hits) {d_loss:+9.5f} "
+              f"({d_loss:+.1e})   {r_wall:6.3f} {r_cpu:6.3f}")
     d = np.array([row[1:] for row in diffs])
     print(f"mean {d[:, 0].mean():+9.5f} {'':12s} {d[:, 1].mean():+9.5f}   "
           f"{d[:, 2].mean():6.3f} {d[:, 3].mean():6.3f}")

@@ -9,11 +9,17 @@ have (docs/benchmarks.md, "Background refits", measures what each step was worth
   waits for it, as inline: that fit chooses the sizes every later refit keeps (the
   HMM's number of states; the rank until the counts double), and chosen on a tenth
   fewer counts they came out smaller and worse for the whole stream;
-* each later fit starts ``refit_every // LEAD_FRACTION`` symbols before it is due, on a
-  snapshot, while learning and predicting go on with the previous model; when it is due
-  the learner waits for it if needed, then catches it up with the symbols learned during
-  the lead (:meth:`~streamspec.Refitter.catch_up`: a warm refit from the fit's state,
-  proportional to that change) and swaps the result in.
+* each later fit runs when it is due (by default), on a snapshot of the counts in the
+  worker thread, from the model current then, and the learner waits for it: its model is
+  the inline refit's, so the predictions are inline's (tests/adapters/test_river_model.py).
+  With ``LEAD_FRACTION`` > 0 a fit starts ``refit_every // LEAD_FRACTION`` symbols before it
+  is due, on a snapshot, while learning and predicting go on with the previous model; when
+  it is due the learner waits for it if needed, then refits as inline does on every count
+  (:meth:`~streamspec.Refitter.catch_up`, from the model the early fit started from) and
+  swaps that in: inline's model again, with the early fit's work thrown away. Catch-ups
+  from the early fit itself gave other models than inline's, better on some streams and
+  worse on others (docs/benchmarks.md, "Background refits"), and there is no way to have
+  inline's model at the due symbol without fitting on the counts of the due symbol.
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ from __future__ import annotations
 __all__ = ["RefitSchedule", "LEAD_FRACTION", "TIME_CHECK"]
 
 TIME_CHECK = 256  # with refit_interval: symbols between two looks at the clock
-LEAD_FRACTION = 10  # background: a refit starts refit_every // LEAD_FRACTION symbols before it is due
+# background: a refit starts refit_every // LEAD_FRACTION symbols before it is due (0: at it).
+# 0, because the model swapped in must be inline's (issue 21): a fit started early has to be
+# redone at its due symbol on every count (Refitter.catch_up), so a lead only adds its work
+LEAD_FRACTION = 0
 
 
 class RefitSchedule:
@@ -34,7 +43,7 @@ class RefitSchedule:
         schedule, the refitter's own triggers). O(1)."""
         if not self.background or self.refit_every is None:
             return None
-        return self.refit_every // LEAD_FRACTION
+        return self.refit_every // LEAD_FRACTION if LEAD_FRACTION else 0
 
     def _first_fit_at(self) -> int | None:
         """The symbol the schedule's first fit starts at: ``refit_every`` itself, without a lead
@@ -56,13 +65,13 @@ class RefitSchedule:
     def _trigger(self) -> None:
         """A countdown ran out: report the symbols to the refitter (which fits when a trigger
         fires) and, on the schedule of background fits, start the next fit and swap its model
-        in when it is due (waiting for it if needed, then catching it up with the symbols
-        learned since its snapshot), so that models change at the same symbols as inline
-        refits do, having seen the same counts. While there is no model the fit starts when
-        it is due and is waited for at once (it chooses the sizes later refits keep);
-        afterwards each fit starts ``lead`` symbols before it is due. Costs a fit inline; in
-        background a snapshot of the counts, at a swap the wait for a fit still running plus
-        a warm catch-up refit, and the wait for the whole first fit."""
+        in when it is due (waiting for it), so that models change at the same symbols as
+        inline refits do and are inline's. The first fit, and every fit with the default lead
+        of 0, starts when it is due and is waited for at once; with a lead (``LEAD_FRACTION``
+        > 0) a later fit starts ``lead`` symbols early and at its swap is replaced by inline's
+        refit on every count (:meth:`~streamspec.Refitter.catch_up`). Costs a fit inline; in
+        background a snapshot of the counts and the wait for the fit, plus with a lead the
+        catch-up (an inline refit)."""
         r = self._refitter
         swap = self._swap_at is not None and self._n >= self._swap_at
         if swap:

@@ -60,15 +60,11 @@ class SpectralHMM(RefitSchedule, base.Classifier):
     background
         Fit in a worker thread on a snapshot of the counts instead of inside
         :meth:`learn_one`. With ``refit_every``, on a schedule by symbols, not by the
-        clock: the first fit runs on the counts of exactly ``refit_every`` symbols and is
-        waited for, as inline (it chooses the sizes later refits keep: the HMM's states,
-        the rank until the counts double); each later fit starts ``refit_every // 10``
-        symbols (:data:`LEAD_FRACTION`) before it is due, learning and predicting go on
-        meanwhile with the previous model, and when it is due the learner waits for it if
-        it has not finished, catches it up with the symbols learned since its snapshot (a
-        warm refit, :meth:`~streamspec.Refitter.catch_up`) and swaps it in: models change
-        at the same symbols as inline refits, each having seen the same counts (the first
-        is the inline one), and the predictions are the same on every run. With
+        clock, and with inline's models: each fit runs on the counts of exactly the symbols
+        an inline refit sees, from the same previous model, and is waited for, so the
+        predictions are inline's on every run (the worker thread only keeps the fit off
+        the caller's stack; see :data:`LEAD_FRACTION` for fits started early, whose work a
+        refit at the due symbol then redoes). With
         ``refit_interval`` alone (already a clock), or after :meth:`refit` with
         ``wait=False``, a finished model is swapped in at the next symbol.
     key
@@ -224,7 +220,8 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         est = online_estimator(self.estimator, rank=self.rank, window=self.window,
                                min_proba=self.min_proba, n_states=self.n_states)
         self._refitter = Refitter(est, refit_every=self.refit_every, refit_interval=self.refit_interval,
-                                  sweeps=self.sweeps, background=self.background)
+                                  sweeps=self.sweeps, background=self.background,
+                                  inline_catch_ups=bool(self._lead()))
         self._online = OnlinePredictor(window=self.window)
         self._lock = threading.Lock()
         self._labels: list[Hashable] = []

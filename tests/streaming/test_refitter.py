@@ -374,6 +374,34 @@ def test_catch_up_refits_a_background_model_on_the_counts_since_its_snapshot(hmm
     assert r.until_due() == 3_000  # not a new refit: the trigger still counts from the snapshot
 
 
+def test_catch_up_after_a_model_is_the_inline_refit(hmm_symbols):
+    """With a model before the background fit, a catch-up is inline's refit: from the model
+    inline refits from (not the background fit's), on every count, so the same path, rank and
+    predictions; a warm catch-up from the early fit's state gives another model."""
+    symbols = hmm_symbols[:8_000].tolist()
+    inline_acc, acc = MomentAccumulator(window=1), MomentAccumulator(window=1)
+    inline = Refitter(SpectralEstimator(), refit_every=4_000)
+    feed(inline, inline_acc, symbols)
+    assert inline.n_fits == 2 and inline.fitted_on_symbols == 8_000
+    r = Refitter(SpectralEstimator(), refit_every=4_000, background=True, inline_catch_ups=True)
+    feed(r, acc, symbols[:4_000])
+    assert r.wait(60) and r.n_fits == 1
+    feed(r, acc, symbols[4_000:7_000])
+    assert r.fit_now(acc) and r.wait(60)  # a fit started 1,000 symbols early
+    early = r.model
+    feed(r, acc, symbols[7_000:])
+    assert r.catch_up(acc) and r.model is not early
+    got, want = r.records[-1], inline.records[-1]
+    assert got.catch_up and (got.path, got.rank, got.n_triples) == (want.path, want.rank, want.n_triples)
+    contexts = [hmm_symbols[i:i + 6].tolist() for i in range(0, 600, 37)]
+    for ctx in contexts:
+        np.testing.assert_allclose(r.model.predict_proba_next(ctx),
+                                   inline.model.predict_proba_next(ctx), rtol=1e-10, atol=1e-13)
+    # the early fit's model differs from inline's by more than that tolerance
+    assert max(np.abs(early.predict_proba_next(ctx) - inline.model.predict_proba_next(ctx)).max()
+               for ctx in contexts) > 1e-6
+
+
 def test_catch_up_never_runs_beside_a_background_fit():
     gate = threading.Event()
     acc = MomentAccumulator(window=1)
