@@ -31,6 +31,9 @@ above the noise, up to ``max_rank + 1`` (O(nnz · k) per iteration for k values;
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -83,10 +86,33 @@ def level_rank(grams: WindowCounts, level: int, max_rank: int = AUTO_RANK) -> in
     level = int(level)
     memo = grams._ranks
     if memo is None:
-        memo = grams._ranks = {}
+        memo = grams._ranks = _shared_memo(grams)
     if level not in memo:
         memo[level] = _Spectrum(grams, level)
     return memo[level].count(max_rank, grams, level)
+
+
+_SHARED: OrderedDict[bytes, dict] = OrderedDict()  # the last few grams' spectra, by content
+_SHARED_MAX = 8
+
+
+def _shared_memo(grams: WindowCounts) -> dict:
+    """The spectra of counts equal to ``grams`` seen lately, else a new entry. Why by content: an
+    estimator's window choice and its predictor's fit each take their own copy of an
+    accumulator's grams (``windows()``, a copy each time), so the same Hankels were computed
+    twice. A 16-byte BLAKE2b digest of the codes and weights, O(nnz) (about 1% of one Hankel's
+    SVD); the last :data:`_SHARED_MAX` kept (a few singular values each)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(np.array([grams.n, grams.window, grams.nnz], dtype=np.int64).tobytes())
+    h.update(np.ascontiguousarray(grams.codes).tobytes())
+    h.update(np.ascontiguousarray(grams.weights).tobytes())
+    key = h.digest()
+    memo = _SHARED.pop(key, None)
+    memo = {} if memo is None else memo
+    _SHARED[key] = memo
+    while len(_SHARED) > _SHARED_MAX:
+        _SHARED.popitem(last=False)
+    return memo
 
 
 class _Spectrum:
@@ -96,6 +122,7 @@ class _Spectrum:
 
     def __init__(self, grams: WindowCounts, level: int):
         self.size, self.level, self._dense, self._top = 0, 0.0, None, {}
+        self._H: sp.csr_matrix | None = None  # kept only until the first count
         full = grams.marginal(level).full()
         self.total = full.total
         if self.total > 0:
@@ -103,6 +130,8 @@ class _Spectrum:
             self.size, self.level = H.shape[0], noise_level(H, self.total)
             if self.size <= DENSE_SVD_MAX:
                 self._dense = np.linalg.svd(H.toarray(), compute_uv=False)
+            else:
+                self._H = H
 
     def count(self, max_rank: int, grams: WindowCounts, level: int) -> int:
         """``count_above_noise(H, level, max_rank)``, replayed on the values already computed."""
@@ -110,7 +139,7 @@ class _Spectrum:
             return 0
         if self._dense is not None:
             return int((self._dense > self.level).sum())
-        H = None
+        H, self._H = self._H, None
         cap = min(self.size - 1, max_rank + 1)
         k = min(_FIRST_TOP, cap)
         while True:  # count_above_noise's doubling, each k's values computed once
