@@ -32,7 +32,7 @@ from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.hmm_moments import SharedMoments
 from streamspec.core.hmm_smoothing import smoothed_hmm
 from streamspec.core.window_estep import GramMessages, estep_units
-from streamspec.core.window_rank import noise_level, supported_rank
+from streamspec.core.window_rank import level_rank, noise_level, supported_rank
 from streamspec.core.windows import WindowCounts
 
 __all__ = ["hmm_states_for_windows", "noise_level", "fit_window_hmm", "choose_window_hmm",
@@ -55,7 +55,9 @@ def hmm_states_for_windows(grams: WindowCounts, max_states: int) -> int:
     """States of the predictor's HMM for ``"auto"`` over windows: the largest supported rank of
     the window Hankel matrices of every window l ≤ L (:func:`~streamspec.core.window_rank
     .supported_rank`: above the noise level), clipped to ``2..max_states``. L SVDs (dense up to
-    1,000 windows, else the top 16, doubled while all are above the noise, to ``max_states + 1``).
+    1,000 windows, else the top 16, doubled while all are above the noise, to ``max_states + 1``),
+    none for a window whose singular values ``grams`` already holds
+    (:func:`~streamspec.core.window_rank.level_rank`).
 
     Examples
     --------
@@ -66,7 +68,8 @@ def hmm_states_for_windows(grams: WindowCounts, max_states: int) -> int:
     >>> hmm_states_for_windows(exact_windows(ring, 3).scaled(1e6), 16)
     4
     """
-    ranks = [supported_rank(grams.marginal(level), max_states) for level in range(1, grams.window + 1)]
+    # why level_rank: the model's window choice reads the same Hankels of the same grams
+    ranks = [level_rank(grams, level, max_states) for level in range(1, grams.window + 1)]
     return int(min(max(max(ranks), 2), max_states))
 
 
@@ -294,8 +297,13 @@ class _SharedWindows:
 
     def rank(self, level: int) -> int:
         if level not in self._ranks:
-            # why: of the sample, as EM sees it (an SVD of up to max_nnz grams, not of all of them)
-            self._ranks[level] = supported_rank(self.sample(level), self.max_states)
+            # why: of the sample, as EM sees it (an SVD of up to max_nnz grams, not of all of them);
+            # unsampled, the Hankel of the grams' own marginal, whose singular values the model's
+            # window choice and hmm_states_for_windows already computed (level_rank)
+            sample = self.sample(level)
+            self._ranks[level] = (level_rank(self.grams, level, self.max_states)
+                                  if sample is self.marginal(level)
+                                  else supported_rank(sample, self.max_states))
         return self._ranks[level]
 
     def window_for_states(self, n_states: int, top: int) -> int:

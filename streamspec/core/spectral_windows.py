@@ -28,7 +28,7 @@ import numpy as np
 
 from streamspec.core.spectral_basis import MAX_AUTO_RANK
 from streamspec.core.subspace import project_triples, top_singular
-from streamspec.core.window_rank import choose_window, supported_rank
+from streamspec.core.window_rank import choose_window, level_rank
 from streamspec.core.window_triples import WindowTriples
 from streamspec.core.windows import WindowCounts
 
@@ -52,7 +52,9 @@ def window_rank_for(grams: WindowCounts, rank: int | str) -> tuple[int, int]:
     whose Hankel supports what a longer one does; for an integer ``rank`` above what that
     window holds, the shortest longer one that holds it, up to the counts' L) and the rank,
     for ``rank`` an integer (clipped to the windows) or ``"auto"`` (the supported rank at
-    l, at least 1, at most :data:`~streamspec.core.spectral_basis.MAX_AUTO_RANK`). Up to L + 1 SVDs.
+    l, at least 1, at most :data:`~streamspec.core.spectral_basis.MAX_AUTO_RANK`). Up to L + 1 SVDs,
+    none for a window whose singular values ``grams`` already holds
+    (:func:`~streamspec.core.window_rank.level_rank`).
     """
     level = choose_window(grams, MAX_AUTO_RANK)
     counts = grams.marginal(level)
@@ -62,7 +64,7 @@ def window_rank_for(grams: WindowCounts, rank: int | str) -> tuple[int, int]:
         level += 1
         counts = grams.marginal(level)
     if rank == "auto":
-        k = supported_rank(counts, MAX_AUTO_RANK)
+        k = level_rank(grams, level, MAX_AUTO_RANK)  # why: choose_window's SVD of that window
         return level, int(min(max(k, 1), MAX_AUTO_RANK, max_window_rank(counts)))
     return level, int(max(1, min(int(rank), max_window_rank(counts))))
 

@@ -31,6 +31,9 @@ above the noise, up to ``max_rank + 1`` (O(nnz · k) per iteration for k values;
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -38,7 +41,8 @@ from streamspec.core.subspace import DENSE_SVD_MAX, top_singular
 from streamspec.core.window_triples import WindowTriples
 from streamspec.core.windows import AUTO_RANK, WindowCounts
 
-__all__ = ["supported_rank", "window_ranks", "choose_window", "window_for_states", "noise_level",
+__all__ = ["supported_rank", "level_rank", "window_ranks", "choose_window", "window_for_states",
+           "noise_level",
            "count_above_noise"]
 
 _FIRST_TOP = 16  # singular values looked at first above DENSE_SVD_MAX windows (then doubled)
@@ -47,7 +51,9 @@ _FIRST_TOP = 16  # singular values looked at first above DENSE_SVD_MAX windows (
 def supported_rank(counts: WindowCounts, max_rank: int = AUTO_RANK) -> int:
     """``r``: the singular values of the window Hankel of ``counts`` (complete grams only) above
     the spectral norm of its sampling noise (:func:`noise_level`), at most ``max_rank`` + 1
-    looked at above 1,000 windows (:func:`count_above_noise`). 0 for empty counts.
+    looked at above 1,000 windows (:func:`count_above_noise`). 0 for empty counts. The
+    singular values are kept on ``counts`` (:func:`level_rank`): asked again, with any
+    ``max_rank``, they are not recomputed.
 
     Examples
     --------
@@ -58,12 +64,93 @@ def supported_rank(counts: WindowCounts, max_rank: int = AUTO_RANK) -> int:
     >>> [supported_rank(exact_windows(ring, L).scaled(1e6)) for L in (1, 2, 3)]
     [2, 4, 4]
     """
-    full = counts.full()
-    total = full.total
-    if not total > 0:
-        return 0
-    H = sp.csr_matrix(WindowTriples.of(full).hankel())
-    return count_above_noise(H, noise_level(H, total), max_rank)
+    return level_rank(counts, counts.window, max_rank)
+
+
+def level_rank(grams: WindowCounts, level: int, max_rank: int = AUTO_RANK) -> int:
+    """:func:`supported_rank` of ``grams.marginal(level)``, each singular value computed once per
+    ``(grams, level)``: the model's window choice (:func:`choose_window`), the predictor's HMM
+    size (:func:`~streamspec.core.backoff_windows.hmm_states_for_windows`) and the EM window
+    (:func:`window_for_states`) read the same Hankels of the same counts. Why: recomputed, they
+    were ~18% of the default fit of a sticky 10-state HMM over 100 symbols at 10⁶ symbols. The
+    answer is the same number :func:`count_above_noise` gives (the same SVDs replayed from the
+    cache: the dense one, or the Lanczos ones of each k asked for). Kept on ``grams`` (a few
+    singular values per window; counts are never changed in place). Cost: as
+    :func:`supported_rank` the first time, O(max_rank) after (a larger ``max_rank`` above
+    1,000 windows may add Lanczos steps).
+
+    >>> g = WindowCounts.from_digits(2, 2, [[0, 1, 0, 1, 1], [1, 0, 1, 1, 0], [0, 0, 1, 0, 1]])
+    >>> level_rank(g, 1) == supported_rank(g.marginal(1)), len(g._ranks)
+    (True, 1)
+    """
+    level = int(level)
+    memo = grams._ranks
+    if memo is None:
+        memo = grams._ranks = _shared_memo(grams)
+    if level not in memo:
+        memo[level] = _Spectrum(grams, level)
+    return memo[level].count(max_rank, grams, level)
+
+
+_SHARED: OrderedDict[bytes, dict] = OrderedDict()  # the last few grams' spectra, by content
+_SHARED_MAX = 8
+
+
+def _shared_memo(grams: WindowCounts) -> dict:
+    """The spectra of counts equal to ``grams`` seen lately, else a new entry. Why by content: an
+    estimator's window choice and its predictor's fit each take their own copy of an
+    accumulator's grams (``windows()``, a copy each time), so the same Hankels were computed
+    twice. A 16-byte BLAKE2b digest of the codes and weights, O(nnz) (about 1% of one Hankel's
+    SVD); the last :data:`_SHARED_MAX` kept (a few singular values each)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(np.array([grams.n, grams.window, grams.nnz], dtype=np.int64).tobytes())
+    h.update(np.ascontiguousarray(grams.codes).tobytes())
+    h.update(np.ascontiguousarray(grams.weights).tobytes())
+    key = h.digest()
+    memo = _SHARED.pop(key, None)
+    memo = {} if memo is None else memo
+    _SHARED[key] = memo
+    while len(_SHARED) > _SHARED_MAX:
+        _SHARED.popitem(last=False)
+    return memo
+
+
+class _Spectrum:
+    """The singular values of one window Hankel, computed when first asked for: the dense SVD, or
+    the top k by Lanczos for each k :func:`count_above_noise` asks for. The Hankel itself is not
+    kept (rebuilt only if a larger ``max_rank`` needs more values than were computed)."""
+
+    def __init__(self, grams: WindowCounts, level: int):
+        self.size, self.level, self._dense, self._top = 0, 0.0, None, {}
+        self._H: sp.csr_matrix | None = None  # kept only until the first count
+        full = grams.marginal(level).full()
+        self.total = full.total
+        if self.total > 0:
+            H = sp.csr_matrix(WindowTriples.of(full).hankel())
+            self.size, self.level = H.shape[0], noise_level(H, self.total)
+            if self.size <= DENSE_SVD_MAX:
+                self._dense = np.linalg.svd(H.toarray(), compute_uv=False)
+            else:
+                self._H = H
+
+    def count(self, max_rank: int, grams: WindowCounts, level: int) -> int:
+        """``count_above_noise(H, level, max_rank)``, replayed on the values already computed."""
+        if not self.total > 0:
+            return 0
+        if self._dense is not None:
+            return int((self._dense > self.level).sum())
+        H, self._H = self._H, None
+        cap = min(self.size - 1, max_rank + 1)
+        k = min(_FIRST_TOP, cap)
+        while True:  # count_above_noise's doubling, each k's values computed once
+            if k not in self._top:
+                if H is None:
+                    H = sp.csr_matrix(WindowTriples.of(grams.marginal(level).full()).hankel())
+                self._top[k] = top_singular(H, k)[1]
+            above = int((self._top[k] > self.level).sum())
+            if above < k or k >= cap:
+                return above
+            k = min(2 * k, cap)
 
 
 def count_above_noise(H: sp.spmatrix, level: float, max_rank: int) -> int:
@@ -111,7 +198,7 @@ def noise_level(P: sp.spmatrix, total: float) -> float:
 def window_ranks(counts: WindowCounts, max_rank: int = AUTO_RANK) -> list[int]:
     """``[r_1, .., r_L]``: the supported rank of every window up to the counts' own. See
     :func:`supported_rank`; L SVDs."""
-    return [supported_rank(counts.marginal(level), max_rank) for level in range(1, counts.window + 1)]
+    return [level_rank(counts, level, max_rank) for level in range(1, counts.window + 1)]
 
 
 def choose_window(counts: WindowCounts, max_rank: int = AUTO_RANK) -> int:
@@ -131,7 +218,7 @@ def choose_window(counts: WindowCounts, max_rank: int = AUTO_RANK) -> int:
     """
     ranks: list[int] = []
     for level in range(1, counts.window + 1):
-        ranks.append(supported_rank(counts.marginal(level), max_rank))
+        ranks.append(level_rank(counts, level, max_rank))
         if len(ranks) > 1 and ranks[-2] >= ranks[-1]:
             return level - 1
     return counts.window
@@ -156,7 +243,7 @@ def window_for_states(counts: WindowCounts, n_states: int, max_rank: int = AUTO_
     room = [level for level in range(1, counts.window + 1) if counts.n**level >= n_states]
     best, best_rank = None, -1
     for level in room or [counts.window]:
-        r = supported_rank(counts.marginal(level), max(max_rank, n_states))
+        r = level_rank(counts, level, max(max_rank, n_states))
         if r >= n_states:
             return level
         if r > best_rank:

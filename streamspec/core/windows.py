@@ -183,7 +183,9 @@ class WindowCounts:
     True
     """
 
-    __slots__ = ("n", "window", "codes", "weights")
+    # _ranks: the window Hankels' singular values, per marginal window, computed once
+    # (:func:`streamspec.core.window_rank.level_rank`); the counts are never changed in place
+    __slots__ = ("n", "window", "codes", "weights", "_ranks")
 
     def __init__(self, n: int, window: int, codes: np.ndarray, weights: np.ndarray):
         self.n = int(n)
@@ -193,6 +195,7 @@ class WindowCounts:
                              f"symbols, got an alphabet of {self.n}")
         self.codes = np.asarray(codes, dtype=np.int64)
         self.weights = np.asarray(weights, dtype=np.float64)
+        self._ranks: dict | None = None
         if self.codes.shape != self.weights.shape or self.codes.ndim != 1:
             raise ValueError("codes and weights must be 1-D of one length")
 

@@ -86,6 +86,13 @@ def test_window_sizes_share_one_rank_svd_per_window(monkeypatch):
 
     monkeypatch.setattr(backoff_windows, "supported_rank", spy)
     monkeypatch.setattr(window_rank, "supported_rank", spy)  # HMMEstimator's, alone
+
+    class Spectrum(window_rank._Spectrum):  # an unsampled window's SVD, kept on the grams (level_rank)
+        def __init__(self, counts, level):
+            calls.append(level)
+            super().__init__(counts, level)
+
+    monkeypatch.setattr(window_rank, "_Spectrum", Spectrum)
     best = backoff_windows.choose_window_hmm(kept, held, [2, 4, 8], 3e6, 200_000, 5, 50, 0)
     assert best is not None
     assert len(calls) == len(set(calls)) and len(calls) >= 1
