@@ -55,6 +55,7 @@ from streamspec.core.hmm_filter import HMMFilter
 from streamspec.core.hmm_moments import SharedMoments
 from streamspec.core.hmm_smoothing import smoothed_hmm
 from streamspec.core.mixture import ExpertMixture, bucket_of_counts
+from streamspec.core.parsimony import parsimonious_choice
 from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.subspace import DENSE_SVD_MAX, top_singular
 from streamspec.core.trigram import KneserNeyTrigram
@@ -301,17 +302,9 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         model = fit(kept)
         trigram = KneserNeyTrigram(kept, kept_starts)
         u, v, x, w = held_out_contexts(held, held_starts, int(max_contexts), rng)
-        if grams is not None and hmm_states == "auto":  # r or 2r states, by held-out grams
-            K = _resolve_states(hmm_states, triples, grams)
-            hmm = choose_window_hmm(kept_hmm, held_grams, state_candidates(K, MAX_HMM_STATES),
-                                    EM_BUDGET, EM_MAX_TRIPLES, _MIN_EM_ITER, _MAX_EM_ITER, seed)
-            hmm_p = hmm_probas(hmm, u, v, x) if hmm is not None else None
-        else:  # over triples: "auto" sizes by held-out contexts
-            # the held-out contexts were subsampled to max_contexts draws when there were more
-            pa = held_starts.pair_arrays()[0]
-            ctx = np.unique(held.x1.astype(np.int64) * held.n + held.x2).size + np.unique(pa).size + 1
-            hmm, hmm_p = _select_hmm(kept_hmm, _candidate_states(hmm_states, kept, grams), (u, v, x, w),
-                                     seed, max_contexts if ctx > max_contexts else np.inf)
+        hmm, hmm_p = _held_out_hmm(kept, kept_hmm, held, held_grams if grams is not None else None,
+                                   held_starts, triples, grams, hmm_states, (u, v, x, w), seed,
+                                   max_contexts)
         K = hmm.n_states if hmm is not None else 0
         P = [model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
         if hmm is not None:
@@ -335,6 +328,27 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         final = (fit_hmm(counts, K, candidate_budget(EM_BUDGET / 2, 1, K), init=hmm, random_state=seed)
                  if hmm else None)
     return _attach(model, triples, starts, smoothed_hmm(final, triples.total), mixture, scores, use_model)
+
+
+def _held_out_hmm(kept: Triples, kept_hmm, held: Triples, held_grams: WindowCounts | None,
+                  held_starts: StreamStarts, triples: Triples, grams: WindowCounts | None,
+                  hmm_states, held_out: tuple, seed: int, max_contexts: int):
+    """The HMM component chosen on the held-out part and its probabilities of the held-out
+    contexts ``held_out = (u, v, x, w)``: over windows by the held-out grams, over triples by
+    the held-out contexts (:func:`_select_hmm`). Cost: the EM budget of the sizes tried."""
+    u, v, x, w = held_out
+    if grams is not None and hmm_states == "auto":  # r or 2r states, by held-out grams
+        K = _resolve_states(hmm_states, triples, grams)
+        hmm = choose_window_hmm(kept_hmm, held_grams, state_candidates(K, MAX_HMM_STATES),
+                                EM_BUDGET, EM_MAX_TRIPLES, _MIN_EM_ITER, _MAX_EM_ITER, seed)
+        hmm_p = hmm_probas(hmm, u, v, x) if hmm is not None else None
+    else:  # over triples: "auto" sizes by held-out contexts
+        # the held-out contexts were subsampled to max_contexts draws when there were more
+        pa = held_starts.pair_arrays()[0]
+        ctx = np.unique(held.x1.astype(np.int64) * held.n + held.x2).size + np.unique(pa).size + 1
+        hmm, hmm_p = _select_hmm(kept_hmm, _candidate_states(hmm_states, kept, grams), (u, v, x, w),
+                                 seed, max_contexts if ctx > max_contexts else np.inf)
+    return hmm, hmm_p
 
 
 def _on_grams(fit_grams: Callable, triples: Triples, grams: WindowCounts, parts: dict | None = None
@@ -447,36 +461,6 @@ def _select_hmm(kept: Triples, candidates: list[int], held: tuple, seed: int, dr
         return None, None
     logp = np.stack([np.log(np.maximum(p, 1e-12)) for _, p in fitted])
     return fitted[parsimonious_choice(logp, w, draws)]
-
-
-def parsimonious_choice(logp: np.ndarray, w: np.ndarray, draws: float = np.inf) -> int:
-    """Of candidates ordered from the cheapest, the first whose held-out loss is within one
-    standard error of the least (the one-standard-error rule of Breiman et al. 1984): ``logp``
-    (candidates × contexts) the log-probabilities each gives the held-out symbols, ``w`` the
-    contexts' counts. The standard error is that of the paired difference of the two sums,
-    ``Σw · sd / √N`` with ``d`` the per-symbol difference, ``sd`` its weighted standard
-    deviation and N the independent draws: every counted symbol (``N = Σw``), or the
-    ``draws`` contexts when they were subsampled (fewer: a larger error). Why: a difference
-    below it is noise of the held-out split, and the smaller HMM is cheaper to fit on all the
-    counts and to filter with (the river stream's 4, 8, 16 states scored 6.7095, 7.0660, 6.7083
-    nats: 16 by 0.0012). O(c · m) for c candidates and m contexts.
-
-    >>> lp = np.log([[0.5, 0.5, 0.5, 0.5], [0.55, 0.46, 0.55, 0.46]])   # the second 0.6% better
-    >>> parsimonious_choice(lp, np.ones(4)), parsimonious_choice(lp, np.full(4, 1e4))   # 4 or 4·10⁴
-    (0, 1)
-    """
-    w = np.asarray(w, dtype=np.float64)
-    loss = -(logp * w).sum(axis=1)
-    best = int(np.argmin(loss))
-    total = float(w.sum())
-    n = min(total, float(draws))
-    for c in range(best):
-        d = logp[best] - logp[c]
-        mean = float((w * d).sum()) / total
-        se = total * float(np.sqrt((w * (d - mean) ** 2).sum() / total)) / np.sqrt(n)
-        if loss[c] - loss[best] <= se:
-            return c
-    return best
 
 
 def _resolve_states(hmm_states, triples: Triples, grams: WindowCounts | None = None) -> int | None:
