@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.trigram import START, UNKNOWN, KneserNeyTrigram, modified_discounts
-from streamspec.core.triples import Triples
+from tests.core.trigram_data import counts_of
 
 S = "<s>"
 
@@ -89,16 +88,6 @@ class BruteTrigram:
         return direct / tot + lost / tot * lower
 
 
-def _counts(n: int, sequences) -> tuple[Triples, StreamStarts]:
-    x1, x2, x3 = [], [], []
-    for seq in sequences:
-        for t in range(2, len(seq)):
-            x1.append(seq[t - 2])
-            x2.append(seq[t - 1])
-            x3.append(seq[t])
-    return Triples.from_arrays(n, x1, x2, x3), StreamStarts.from_sequences(n, sequences)
-
-
 def _code(x):
     return {S: START, None: UNKNOWN}.get(x, x)
 
@@ -111,7 +100,7 @@ sequences_st = st.integers(2, 6).flatmap(lambda n: st.tuples(
 @given(sequences_st)
 def test_every_probability_matches_the_brute_force_formulas_and_rows_sum_to_one(case):
     n, seqs = case
-    kn = KneserNeyTrigram(*_counts(n, seqs))
+    kn = KneserNeyTrigram(*counts_of(n, seqs))
     ref = BruteTrigram(n, seqs)
     contexts = [(S, S), (None, None)] + [(S, v) for v in range(n)] + [(None, v) for v in range(n)] + [
         (u, v) for u in range(n) for v in range(n)]
@@ -130,7 +119,7 @@ def test_the_empty_history_is_the_start_distribution_when_many_streams_start():
     rng = np.random.default_rng(0)
     # sessions start with 0 (90%) or 1, then wander uniformly over 6 symbols
     seqs = [[0 if rng.random() < 0.9 else 1] + rng.integers(0, 6, 8).tolist() for _ in range(500)]
-    kn = KneserNeyTrigram(*_counts(6, seqs))
+    kn = KneserNeyTrigram(*counts_of(6, seqs))
     p = kn.predict(START, START)
     assert p[0] > 0.85 and p[1] > 0.05 and p[2:].max() < 0.01
     # the unigram (what an unknown history gets) is near-uniform here
@@ -139,7 +128,7 @@ def test_the_empty_history_is_the_start_distribution_when_many_streams_start():
 
 def test_one_long_stream_gives_its_empty_history_the_unigram_not_its_first_symbol():
     text = np.array([0] + [1, 2, 2, 2] * 200)  # starts with the rare symbol 0
-    kn = KneserNeyTrigram(*_counts(3, [text]))
+    kn = KneserNeyTrigram(*counts_of(3, [text]))
     p = kn.predict(START, START)
     np.testing.assert_allclose(p, kn.unigram(), atol=1e-12)
     assert p[2] > 0.7 and p[0] < 0.01
@@ -148,13 +137,13 @@ def test_one_long_stream_gives_its_empty_history_the_unigram_not_its_first_symbo
 def test_it_is_a_trigram_not_a_bigram():
     # after "0 1" always 2, after "2 1" always 0: a bigram cannot tell them apart
     seq = [0, 1, 2, 1, 0, 1, 2, 1] * 100
-    kn = KneserNeyTrigram(*_counts(3, [seq]))
+    kn = KneserNeyTrigram(*counts_of(3, [seq]))
     assert kn.predict(0, 1)[2] > 0.95 and kn.predict(2, 1)[0] > 0.95
     assert abs(kn.predict(UNKNOWN, 1)[0] - kn.predict(UNKNOWN, 1)[2]) < 0.05
 
 
 def test_fractional_counts_give_proper_distributions():
-    t, s = _counts(4, [[0, 1, 2, 3, 0, 1, 2, 2, 1]])
+    t, s = counts_of(4, [[0, 1, 2, 3, 0, 1, 2, 2, 1]])
     kn = KneserNeyTrigram(t.scaled(0.37), s.scaled(0.37))
     rows = kn.predict_many([0, 1, START, UNKNOWN], [1, 2, 0, 3])
     np.testing.assert_allclose(rows.sum(axis=1), 1.0, atol=1e-12)
@@ -168,7 +157,7 @@ def test_fractional_counts_follow_the_brute_force_formulas(scale):
     # inserted among the triples' contexts
     rng = np.random.default_rng(int(scale * 100))
     seqs = [rng.integers(0, 12, size=rng.integers(1, 30)).tolist() for _ in range(40)]
-    t, s = _counts(12, seqs)
+    t, s = counts_of(12, seqs)
     kn = KneserNeyTrigram(t.scaled(scale), s.scaled(scale))
     ref = BruteTrigram(12, seqs, scale)
     contexts = [(S, S), (None, 3)] + [(S, v) for v in range(12)] + [
@@ -182,7 +171,7 @@ def test_fractional_counts_follow_the_brute_force_formulas(scale):
 
 
 def test_bad_contexts_are_refused_by_name():
-    kn = KneserNeyTrigram(*_counts(3, [[0, 1, 2, 0]]))
+    kn = KneserNeyTrigram(*counts_of(3, [[0, 1, 2, 0]]))
     with pytest.raises(ValueError, match="context symbols must be in -2..2"):
         kn.proba_of([3], [0], [1])
     with pytest.raises(ValueError, match="predicted symbols"):
@@ -200,7 +189,7 @@ def test_modified_discounts_follow_chen_and_goodman():
 @given(sequences_st)
 def test_one_context_at_a_time_equals_the_vectorised_probabilities(case):
     n, seqs = case
-    kn = KneserNeyTrigram(*_counts(n, seqs))
+    kn = KneserNeyTrigram(*counts_of(n, seqs))
     for u in range(-2, n):
         for v in range(-2, n):
             ctx = kn.context1(u, v)

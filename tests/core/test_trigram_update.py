@@ -6,20 +6,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.trigram import START, UNKNOWN, KneserNeyTrigram
 from streamspec.core.triples import Triples
 from streamspec.core.triples_change import triples_change
-
-
-def _counts(n: int, sequences) -> tuple[Triples, StreamStarts]:
-    x1, x2, x3 = [], [], []
-    for seq in sequences:
-        for t in range(2, len(seq)):
-            x1.append(seq[t - 2])
-            x2.append(seq[t - 1])
-            x3.append(seq[t])
-    return Triples.from_arrays(n, x1, x2, x3), StreamStarts.from_sequences(n, sequences)
+from tests.core.trigram_data import counts_of
 
 
 def _rows(kn: KneserNeyTrigram) -> np.ndarray:
@@ -55,12 +45,12 @@ rounds_st = st.tuples(
 def test_merged_trigram_equals_the_cold_build_over_merges_forgetting_pruning_and_growth(case):
     n, rounds, first, seed = case
     rng = np.random.default_rng(seed)
-    t, s = _counts(n, [[x % n for x in seq] for seq in first])
+    t, s = counts_of(n, [[x % n for x in seq] for seq in first])
     kn = KneserNeyTrigram(t, s)
     for grow, f, prune, seqs in rounds:
         before = _rows(kn)
         m = n + grow
-        t_new, s_new = _counts(m, [[x % m for x in seq] for seq in seqs])
+        t_new, s_new = counts_of(m, [[x % m for x in seq] for seq in seqs])
         old = _pruned(t, rng) if prune else t
         old = Triples(m, old.codes, old.weights * f)
         t, s, n = old + t_new, s.scaled(f).with_alphabet(m) + s_new, m
@@ -85,9 +75,9 @@ def test_merge_does_not_sort_the_triples(monkeypatch):
     rng = np.random.default_rng(0)
     n = 40
     seqs = [rng.integers(0, n, 3000).tolist()]
-    t, s = _counts(n, seqs)
+    t, s = counts_of(n, seqs)
     kn = KneserNeyTrigram(t, s)
-    t2, s2 = _counts(n, [rng.integers(0, n, 30).tolist()])
+    t2, s2 = counts_of(n, [rng.integers(0, n, 30).tolist()])
     t, s = t + t2, s + s2
     sizes = []
     real = np.argsort
@@ -106,10 +96,10 @@ def test_merge_does_not_sort_the_triples(monkeypatch):
 
 
 def test_a_pickled_trigram_without_its_counts_is_rebuilt_cold():
-    t, s = _counts(3, [[0, 1, 2, 0, 1, 2, 1]])
+    t, s = counts_of(3, [[0, 1, 2, 0, 1, 2, 1]])
     kn = KneserNeyTrigram(t, s)
     del kn._top_counts  # a trigram from before the merge existed
-    t2, s2 = _counts(3, [[2, 1, 0, 2]])
+    t2, s2 = counts_of(3, [[2, 1, 0, 2]])
     up = KneserNeyTrigram.updated(kn, t + t2, s + s2)
     np.testing.assert_allclose(_rows(up), _rows(KneserNeyTrigram(t + t2, s + s2)), rtol=1e-12)
 

@@ -289,40 +289,11 @@ def sparse_automaton(K: int, n: int, seed: int) -> HMM:
     return HMM(T, O, pi)
 
 
-def test_em_over_the_moments_own_window_grows_then_prunes_the_states():
-    # 25 states over 20 symbols, windows of 2: the moments' window is the counts' own, and the
-    # Hankel supports far fewer than 25 dimensions; EM from those moments stops in a local optimum
-    K, n = 25, 20
-    truth = sparse_automaton(K, n, seed=0)
-    acc = MomentAccumulator(n_symbols=n, window=2)
-    for s in truth.sample_many(1000, 50, random_state=10):
-        acc.learn_many(s)
-        acc.end()
-    test = truth.sample_many(200, 50, random_state=20)
-
-    def loss(model):
-        return -sum(model.score(s) for s in test) / test.size
-
-    est = HMMEstimator(n_states=K, random_state=0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        grown = est.fit(acc)
-        # n_iter given: the moments of 25 states as the start, as before
-        plain = HMMEstimator(n_states=K, random_state=0, n_iter=300).fit(acc)
-    assert est.start_ == "moments, 32 states pruned to 25" and grown.n_states == K
-    assert est.window_ == 2 and est.n_iter_ == 30
-    best = loss(HiddenMarkovModel.from_hmm(truth))
-    # measured: truth 1.6957, grown 1.7071 (+0.67%), from the moments of 25 states 1.7638 (+4.0%)
-    assert loss(grown) < 1.015 * best
-    assert loss(grown) < loss(plain) - 0.03
-
-
-@pytest.mark.parametrize("seed", [0, 5])
-def test_em_over_windows_from_the_triples_moments_takes_the_grown_start(seed):
-    # 10 states over 20 symbols, windows of 2: the triples support the 10 states (the moments'
-    # level is 1), but EM over the windows from the triples' moments stopped far off (+2.2% and
-    # +4.3% on these automata); the moments of the window itself, grown and pruned, do not
-    K, n = 10, 20
+def grown_and_plain(K: int, n: int, seed: int):
+    """HMMEstimator's default fit (its ``start_``, the fitted HMM) and the fit from the moments of
+    K states (``n_iter`` given: the start before the grown one) of 1,000 sequences of 50 symbols
+    of ``sparse_automaton(K, n, seed)`` counted in windows of 2, and the held-out loss function
+    (200 fresh sequences) with the truth's loss."""
     truth = sparse_automaton(K, n, seed=seed)
     acc = MomentAccumulator(n_symbols=n, window=2)
     for s in truth.sample_many(1000, 50, random_state=10):
@@ -337,9 +308,28 @@ def test_em_over_windows_from_the_triples_moments_takes_the_grown_start(seed):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         grown = est.fit(acc)
-        plain = HMMEstimator(n_states=K, random_state=0, n_iter=300).fit(acc)  # the old start
+        plain = HMMEstimator(n_states=K, random_state=0, n_iter=300).fit(acc)
+    return est, grown, plain, loss, loss(HiddenMarkovModel.from_hmm(truth))
+
+
+def test_em_over_the_moments_own_window_grows_then_prunes_the_states():
+    # 25 states over 20 symbols, windows of 2: the moments' window is the counts' own, and the
+    # Hankel supports far fewer than 25 dimensions; EM from those moments stops in a local optimum
+    est, grown, plain, loss, best = grown_and_plain(25, 20, seed=0)
+    assert est.start_ == "moments, 32 states pruned to 25" and grown.n_states == 25
+    assert est.window_ == 2 and est.n_iter_ == 30
+    # measured: truth 1.6957, grown 1.7071 (+0.67%), from the moments of 25 states 1.7638 (+4.0%)
+    assert loss(grown) < 1.015 * best
+    assert loss(grown) < loss(plain) - 0.03
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_em_over_windows_from_the_triples_moments_takes_the_grown_start(seed):
+    # 10 states over 20 symbols, windows of 2: the triples support the 10 states (the moments'
+    # level is 1), but EM over the windows from the triples' moments stopped far off (+2.2% and
+    # +4.3% on these automata); the moments of the window itself, grown and pruned, do not
+    est, grown, plain, loss, best = grown_and_plain(10, 20, seed=seed)
     assert est.start_ == "moments, 13 states pruned to 10" and est.window_ == 2
-    best = loss(HiddenMarkovModel.from_hmm(truth))
     # measured: +0.04% / +0.06% against the truth grown, +2.24% / +4.34% from the triples' moments
     assert loss(grown) < 1.005 * best
     assert loss(grown) < loss(plain) - 0.015 * best
