@@ -167,7 +167,7 @@ class SpectralEstimator(Estimator):
     >>> model.predict_proba_next([0, 1, 0]).round(3).tolist()
     [0.0, 1.0]
     >>> SpectralEstimator(rank=2).fit(acc).predict_proba_next([0, 1, 0]).round(2).tolist()
-    [0.0, 1.0]
+    [0.01, 0.99]
 
     References
     ----------

@@ -256,7 +256,7 @@ class OnlinePredictor(BatchObservation):
     >>> online = OnlinePredictor(window=2)
     >>> online.set_model(SpectralEstimator(rank=3).fit(acc))
     >>> [round(online.observe("s", x), 2) for x in (0, 1, 2)]
-    [0.33, 0.67, 1.0]
+    [0.33, 0.77, 1.0]
     >>> int(online.row("s").argmax())
     0
     """
