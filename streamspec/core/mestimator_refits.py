@@ -124,7 +124,7 @@ class StatefulFits:
             else:
                 marginal = None
         if windows is None:
-            windows = self._window_fit_of(data)
+            windows = self._window_fit_of(grams)
             if windows is None:
                 return None
         model = self._fit_windows(data, init, *windows,
@@ -138,15 +138,11 @@ class StatefulFits:
             self.state_ = new_state
         return model, new_state
 
-    def _window_fit_of(self, data) -> tuple[WindowCounts, int, int] | None:
-        """``(grams, l, k)`` when the fit runs over windows of l ≥ 2 symbols (window counts, the
-        projected formulation, ``count_window`` not 1), else None. Up to L + 1 SVDs of window
-        Hankels (:func:`~streamspec.core.spectral_windows.window_rank_for`)."""
-        if self.count_window == 1 or self._resolved_formulation() != "projected":
-            return None
-        grams = long_windows_of(data)
-        if grams is None:
-            return None
+    def _window_fit_of(self, grams: WindowCounts) -> tuple[WindowCounts, int, int] | None:
+        """``(grams, l, k)`` when the fit over ``grams`` (windows of L ≥ 2, the projected
+        formulation: :meth:`_fit` checked both) runs over windows of l ≥ 2 symbols, else None.
+        Up to L + 1 SVDs of window Hankels (:func:`~streamspec.core.spectral_windows.window_rank_for`),
+        on the same grams the plan and the state read (no second copy of the counts)."""
         if self.count_window == "auto":
             level, k = window_rank_for(grams, self.rank)
         elif self.count_window > grams.window:

@@ -275,7 +275,8 @@ class SpectralEstimator(Estimator):
                             backoff=self.backoff, random_state=self.random_state,
                             starts=starts_of(data, triples.n) if self.backoff else None,
                             hmm_states=self.hmm_states, previous=previous,
-                            grams=long_windows_of(data) if self.backoff else None)
+                            grams=(grams if grams is not None else long_windows_of(data))
+                            if self.backoff else None)  # why: the window choice's copy, its ranks kept
         for name in ("refit_", "state_", "basis_"):  # θ_M's own attributes (losses, W) are not its
             if name in fit.fitted:
                 setattr(self, name, fit.fitted[name])

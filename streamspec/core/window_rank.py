@@ -139,18 +139,18 @@ class _Spectrum:
             return 0
         if self._dense is not None:
             return int((self._dense > self.level).sum())
-        H, self._H = self._H, None
-        cap = min(self.size - 1, max_rank + 1)
-        k = min(_FIRST_TOP, cap)
-        while True:  # count_above_noise's doubling, each k's values computed once
+
+        def top(k: int) -> np.ndarray:  # each k's values computed once, the Hankel rebuilt if gone
             if k not in self._top:
-                if H is None:
-                    H = sp.csr_matrix(WindowTriples.of(grams.marginal(level).full()).hankel())
-                self._top[k] = top_singular(H, k)[1]
-            above = int((self._top[k] > self.level).sum())
-            if above < k or k >= cap:
-                return above
-            k = min(2 * k, cap)
+                if self._H is None:
+                    self._H = sp.csr_matrix(WindowTriples.of(grams.marginal(level).full()).hankel())
+                self._top[k] = top_singular(self._H, k)[1]
+            return self._top[k]
+
+        try:
+            return _doubling_count(top, self.size, self.level, max_rank)
+        finally:
+            self._H = None  # why: the Hankel is O(nnz); the values are all that is kept
 
 
 def count_above_noise(H: sp.spmatrix, level: float, max_rank: int) -> int:
@@ -168,11 +168,16 @@ def count_above_noise(H: sp.spmatrix, level: float, max_rank: int) -> int:
     if size <= DENSE_SVD_MAX:
         sv = np.linalg.svd(H.toarray(), compute_uv=False)
         return int((sv > level).sum())
+    return _doubling_count(lambda k: top_singular(H, k)[1], size, level, max_rank)
+
+
+def _doubling_count(top, size: int, level: float, max_rank: int) -> int:
+    """The values of ``top(k)`` (the top k singular values of a ``size``-row Hankel) above
+    ``level``, k = 16 first and doubled while all of them are above it, up to ``max_rank + 1``."""
     cap = min(size - 1, max_rank + 1)
     k = min(_FIRST_TOP, cap)
     while True:
-        sv = top_singular(H, k)[1]
-        above = int((sv > level).sum())
+        above = int((top(k) > level).sum())
         if above < k or k >= cap:
             return above
         k = min(2 * k, cap)
