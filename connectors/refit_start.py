@@ -38,11 +38,13 @@ __all__ = ["RefitStart", "StartBackoff"]
 
 @dataclass(frozen=True)
 class StartBackoff:
-    """The parts of a previous backoff a refit keeps: its HMM, weights and choice of parts."""
+    """The parts of a previous backoff a refit keeps: its HMM, weights and choice of parts,
+    and the counts its HMM size was chosen at (``Backoff.states_chosen_at``)."""
 
     hmm: HMMFilter | None
     mixture: ExpertMixture
     use_model: bool
+    states_chosen_at: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -65,5 +67,6 @@ class RefitStart:
         start = None
         if backoff is not None:
             weights = mixture if mixture is not None else backoff.mixture
-            start = StartBackoff(backoff.hmm, weights.copy(), bool(backoff.use_model))
+            start = StartBackoff(backoff.hmm, weights.copy(), bool(backoff.use_model),
+                                 float(getattr(backoff, "states_chosen_at", float("nan"))))
         return cls(factors_of(model), start)

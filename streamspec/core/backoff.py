@@ -97,6 +97,12 @@ class Backoff:
         The share of the distinct triples that changed since the HMM's EM, summed over the
         refits that kept it (NaN: unknown, e.g. after a checkpoint; a refit then runs EM).
         Not saved in checkpoints.
+    states_chosen_at
+        The counted triples (their total weight) when the HMM's number of states was
+        chosen on held-out counts (NaN: unknown, e.g. after a checkpoint; the next refit
+        then counts from its own total). A refit chooses it again once the counts have
+        grown :data:`~streamspec.core.backoff_fit.STATES_REGROWTH` times. Not saved in
+        checkpoints.
 
     Memory: the trigram's O(nnz + n), the HMM's O(n · K), the mixture's O(E).
 
@@ -114,9 +120,11 @@ class Backoff:
 
     def __init__(self, trigram: KneserNeyTrigram, mixture: ExpertMixture,
                  hmm: HMMFilter | None = None, held_out: dict[str, float] | None = None,
-                 use_model: bool = True, hmm_changed: float = float("nan")):
+                 use_model: bool = True, hmm_changed: float = float("nan"),
+                 states_chosen_at: float = float("nan")):
         self.trigram = trigram
         self.hmm_changed = float(hmm_changed)
+        self.states_chosen_at = float(states_chosen_at)
         self.hmm = hmm
         self.mixture = mixture
         self.held_out = dict(held_out or {})

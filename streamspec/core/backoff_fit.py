@@ -21,7 +21,8 @@ A refit from a previous model (``previous``) fits the model once, rebuilds the t
 keeps the weights, and keeps the HMM itself while less than :data:`HMM_REFIT_SHARE` of
 the distinct triples changed since its EM (summed over the refits that kept it); past
 that, EM warm-starts from it with a budget proportional to that share (docs/math.md
-section 10).
+section 10). With ``"auto"`` states, once the counts have grown :data:`STATES_REGROWTH`
+times since the size was chosen, the refit chooses it again as step 2 does.
 
 The held-out contexts are two symbols long, so they undervalue what the HMM remembers
 from further back; the weights keep learning from every symbol a stream or a scored
@@ -48,6 +49,7 @@ from streamspec.core.backoff_windows import (
     sample_threshold,
     state_candidates,
 )
+from streamspec.core.count_split import CountSplit, split_counts
 from streamspec.core.held_out import held_out_contexts, held_out_scores, hmm_probas, model_probas
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_estimator import HMMEstimator
@@ -65,7 +67,7 @@ from streamspec.core.windows import WindowCounts
 
 __all__ = ["fit_with_backoff", "fit_hmm", "hmm_states_for", "noise_level", "em_sample", "SharedFit",
            "EM_BUDGET", "STATE_CANDIDATES", "EM_MAX_TRIPLES", "MAX_HMM_STATES", "MIN_MODEL_GAIN",
-           "HMM_REFIT_SHARE", "MOMENT_MAX_TRIPLES", "MIN_COUNTS_PER_PARAMETER"]
+           "HMM_REFIT_SHARE", "STATES_REGROWTH", "MOMENT_MAX_TRIPLES", "MIN_COUNTS_PER_PARAMETER"]
 
 EM_BUDGET = 3e8  # EM work of the HMM's first fit: triples × (states² + 30) × iterations (~3 s)
 MIN_MODEL_GAIN = 1e-3  # held-out nats per symbol the model must add to be a component
@@ -82,37 +84,8 @@ STATE_CANDIDATES = (4, 8, 16, 32, 64)
 # (20 states over 20 symbols, 3,787 chorale notes) its held-out-chosen HMM lost 0.19% (overfit)
 MIN_COUNTS_PER_PARAMETER = 20
 HMM_REFIT_SHARE = 0.05  # a refit keeps the HMM until this share of the triples changed since its EM
+STATES_REGROWTH = 2.0  # a refit chooses the "auto" HMM size again once the counts grew this much
 _MIN_EM_ITER, _MAX_EM_ITER = 5, 200
-
-
-def _thin(w: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
-    """The held-out part of each weight: binomial thinning of integer counts; a fractional
-    weight w is cut into ``ceil(w)`` equal units thinned alike. O(m)."""
-    if np.array_equal(w, np.round(w)):
-        return rng.binomial(w.astype(np.int64), fraction).astype(np.float64)
-    units = np.maximum(np.ceil(w), 1.0)
-    return rng.binomial(units.astype(np.int64), fraction) * (w / units)
-
-
-def _split_triples(t: Triples, fraction: float, rng) -> tuple[Triples, Triples]:
-    held = _thin(t.weights, fraction, rng)
-    kept = t.weights - held
-    a, b = kept > 0, held > 0
-    return Triples(t.n, t.codes[a], kept[a]), Triples(t.n, t.codes[b], held[b])
-
-
-def _split_grams(g: WindowCounts, fraction: float, rng) -> tuple[WindowCounts, WindowCounts]:
-    held = _thin(g.weights, fraction, rng)
-    kept = g.weights - held
-    a, b = kept > 0, held > 0
-    return (WindowCounts(g.n, g.window, g.codes[a], kept[a]),
-            WindowCounts(g.n, g.window, g.codes[b], held[b]))
-
-
-def _split_starts(s: StreamStarts, fraction: float, rng) -> tuple[StreamStarts, StreamStarts]:
-    hf, hp = _thin(s.first_weights, fraction, rng), _thin(s.pair_weights, fraction, rng)
-    kept = StreamStarts(s.n, s.first_codes, s.first_weights - hf, s.pair_codes, s.pair_weights - hp)
-    return kept, StreamStarts(s.n, s.first_codes, hf, s.pair_codes, hp)
 
 
 def hmm_states_for(triples: Triples) -> int:
@@ -234,12 +207,15 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     hmm_states
         States of the HMM component: ``"auto"`` (the best on the held-out counts of
         :func:`hmm_states_for` the counts and :data:`STATE_CANDIDATES`; a refit keeps the
-        previous number), an integer (at most the alphabet size), or ``None`` for no HMM.
+        previous number until the counts have grown :data:`STATES_REGROWTH` times since it
+        was chosen, then chooses again the same way), an integer (at most the alphabet
+        size), or ``None`` for no HMM.
     previous
         A previous model with a backoff (a refit): nothing is held out; the model, the
         trigram and the HMM (warm-started from the previous one, a quarter of the budget)
         are fitted on all the counts, and the previous weights are kept: they were learned
-        from the stream. Time: one fit of the model, a quarter of the EM budget.
+        from the stream. Time: one fit of the model, a quarter of the EM budget (the HMM
+        part of a first fit where the "auto" size is chosen again).
     grams
         Counts of windows of L ≥ 2 symbols whose triples are ``triples`` (an accumulator's
         :meth:`~streamspec.MomentAccumulator.windows`), or ``None``. With them the grams
@@ -288,23 +264,16 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     if getattr(previous, "backoff", None) is not None:
         return _refit(fit, triples, starts, previous.backoff, hmm_states, seed, grams, changed, change)
     rng = np.random.default_rng(random_state)
-    if grams is None:
-        kept, held = _split_triples(triples, holdout, rng)
-        kept_hmm = kept
-    else:  # the grams split, the triples of each part its marginal
-        kept_hmm, held_grams = _split_grams(grams, holdout, rng)
-        kept, held = kept_hmm.triples(), held_grams.triples()
-        if fit_grams is not None:
-            fit = _on_grams(fit_grams, triples, grams, {id(kept): kept_hmm})
-    kept_starts, held_starts = _split_starts(starts, holdout, rng)
+    split = split_counts(triples, starts, grams, holdout, rng)
+    kept, held = split.kept, split.held
+    if grams is not None and fit_grams is not None:
+        fit = _on_grams(fit_grams, triples, grams, {id(kept): split.kept_hmm})
     mixture, hmm, K, scores, use_model = None, None, None, {}, True
     if kept.total > 0 and held.total > 0:
         model = fit(kept)
-        trigram = KneserNeyTrigram(kept, kept_starts)
-        u, v, x, w = held_out_contexts(held, held_starts, int(max_contexts), rng)
-        hmm, hmm_p = _held_out_hmm(kept, kept_hmm, held, held_grams if grams is not None else None,
-                                   held_starts, triples, grams, hmm_states, (u, v, x, w), seed,
-                                   max_contexts)
+        trigram = KneserNeyTrigram(kept, split.kept_starts)
+        u, v, x, w = held_out_contexts(held, split.held_starts, int(max_contexts), rng)
+        hmm, hmm_p = _held_out_hmm(split, triples, grams, hmm_states, (u, v, x, w), seed, max_contexts)
         K = hmm.n_states if hmm is not None else 0
         P = [model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
         if hmm is not None:
@@ -318,7 +287,7 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
             P = P[:, 1:]
             scores["mixture"] = scores["mixture_without_model"]
         mixture = ExpertMixture.from_held_out(P.shape[1], buckets, P, w)
-        del model, trigram, kept, held, kept_hmm  # why: freed before the fits on all the counts
+        del model, trigram, kept, held, split  # why: freed before the fits on all the counts
     model = fit(triples)
     counts = triples if grams is None else grams
     if K is None:  # too few counts to hold any out: the HMM from all of them, uniform weights
@@ -327,24 +296,25 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     else:
         final = (fit_hmm(counts, K, candidate_budget(EM_BUDGET / 2, 1, K), init=hmm, random_state=seed)
                  if hmm else None)
-    return _attach(model, triples, starts, smoothed_hmm(final, triples.total), mixture, scores, use_model)
+    return _attach(model, triples, starts, smoothed_hmm(final, triples.total), mixture, scores, use_model,
+                   states_chosen_at=triples.total if hmm_states == "auto" else float("nan"))
 
 
-def _held_out_hmm(kept: Triples, kept_hmm, held: Triples, held_grams: WindowCounts | None,
-                  held_starts: StreamStarts, triples: Triples, grams: WindowCounts | None,
+def _held_out_hmm(split: CountSplit, triples: Triples, grams: WindowCounts | None,
                   hmm_states, held_out: tuple, seed: int, max_contexts: int):
     """The HMM component chosen on the held-out part and its probabilities of the held-out
     contexts ``held_out = (u, v, x, w)``: over windows by the held-out grams, over triples by
     the held-out contexts (:func:`_select_hmm`). Cost: the EM budget of the sizes tried."""
     u, v, x, w = held_out
+    kept, kept_hmm, held = split.kept, split.kept_hmm, split.held
     if grams is not None and hmm_states == "auto":  # r or 2r states, by held-out grams
         K = _resolve_states(hmm_states, triples, grams)
-        hmm = choose_window_hmm(kept_hmm, held_grams, state_candidates(K, MAX_HMM_STATES),
+        hmm = choose_window_hmm(kept_hmm, split.held_grams, state_candidates(K, MAX_HMM_STATES),
                                 EM_BUDGET, EM_MAX_TRIPLES, _MIN_EM_ITER, _MAX_EM_ITER, seed)
         hmm_p = hmm_probas(hmm, u, v, x) if hmm is not None else None
     else:  # over triples: "auto" sizes by held-out contexts
         # the held-out contexts were subsampled to max_contexts draws when there were more
-        pa = held_starts.pair_arrays()[0]
+        pa = split.held_starts.pair_arrays()[0]
         ctx = np.unique(held.x1.astype(np.int64) * held.n + held.x2).size + np.unique(pa).size + 1
         hmm, hmm_p = _select_hmm(kept_hmm, _candidate_states(hmm_states, kept, grams), (u, v, x, w),
                                  seed, max_contexts if ctx > max_contexts else np.inf)
@@ -377,13 +347,25 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_s
     # a backoff-like previous (a refit's start sent to a worker) may not say: then EM runs
     stale = getattr(previous, "hmm_changed", float("nan")) + (
         float("nan") if changed is None else float(changed))
+    chosen_at = float(getattr(previous, "states_chosen_at", float("nan")))
+    chosen_at = triples.total if chosen_at != chosen_at else chosen_at  # unknown: count from here
+    kept = dict(mixture=previous.mixture, use_model=previous.use_model, trigram=trigram)
+    if (hmm_states == "auto" and old is not None and triples.total >= STATES_REGROWTH * chosen_at
+            and triples.total > 0):
+        # why: more counts support more states (a first fit of 10⁴ symbols chose 4 where 8 and
+        # 16 predict a 40,000-event stream better); at each doubling, so the cost is a geometric
+        # series: at most about twice that of one choice over the whole stream
+        hmm = _rechosen_hmm(triples, starts, grams, seed)
+        if hmm is not None:
+            return _attach(model, triples, starts, hmm, **kept, hmm_changed=0.0,
+                           states_chosen_at=triples.total)
+    kept["states_chosen_at"] = chosen_at
     if (old is not None and stale <= HMM_REFIT_SHARE and old.n_symbols == triples.n
             and (hmm_states == "auto" or hmm_states == old.n_states)):
         # why: EM on a few percent more triples moves the HMM little; its E-steps would cost
         # most of the refit
-        return _attach(model, triples, starts, old, previous.mixture, use_model=previous.use_model,
-                       hmm_changed=stale, trigram=trigram)
-    # "auto": the number of states chosen on held-out counts at the first fit is kept
+        return _attach(model, triples, starts, old, **kept, hmm_changed=stale)
+    # "auto": the number of states chosen on held-out counts is kept until the counts regrow
     K = (old.n_states if hmm_states == "auto" and old is not None
          else _resolve_states(hmm_states, triples, grams))
     init = (HiddenMarkovModel(old.startprob_, old.transmat_, old.emissionprob_)
@@ -396,12 +378,32 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_s
         budget = EM_BUDGET / 4 if init is not None else EM_BUDGET
         hmm = fit_hmm(counts, K, candidate_budget(budget, 1, K), init=init, random_state=seed) if K else None
     hmm = smoothed_hmm(hmm, triples.total) if triples.total > 0 else hmm
-    return _attach(model, triples, starts, hmm, previous.mixture, use_model=previous.use_model,
-                   hmm_changed=0.0, trigram=trigram)
+    return _attach(model, triples, starts, hmm, **kept, hmm_changed=0.0)
+
+
+def _rechosen_hmm(triples: Triples, starts: StreamStarts, grams: WindowCounts | None, seed: int,
+                  holdout: float = 0.1, max_contexts: int = 2000):
+    """The HMM of ``"auto"`` states chosen again, as a first fit chooses it: the sizes fitted on
+    most of the counts and scored on the rest (:func:`_held_out_hmm`), the chosen one then
+    warm-started on all of them with half the budget, smoothed. ``None`` when none could be
+    fitted. Cost: the HMM part of a first fit (about 1.5 EM budgets, the sizes' moment starts)."""
+    rng = np.random.default_rng(seed)
+    split = split_counts(triples, starts, grams, holdout, rng)
+    if split.kept.total <= 0 or split.held.total <= 0:
+        return None
+    held = held_out_contexts(split.held, split.held_starts, int(max_contexts), rng)
+    hmm, _ = _held_out_hmm(split, triples, grams, "auto", held, seed, max_contexts)
+    if hmm is None:
+        return None
+    counts = triples if grams is None else grams
+    final = fit_hmm(counts, hmm.n_states, candidate_budget(EM_BUDGET / 2, 1, hmm.n_states),
+                    init=hmm, random_state=seed)
+    return smoothed_hmm(final, triples.total)
 
 
 def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=None,
-            use_model: bool = True, hmm_changed: float = 0.0, trigram: KneserNeyTrigram | None = None):
+            use_model: bool = True, hmm_changed: float = 0.0, trigram: KneserNeyTrigram | None = None,
+            states_chosen_at: float = float("nan")):
     """The model with its backoff: the weights ``mixture`` (a copy) if they fit the parts;
     ``hmm_changed``: the share of the triples changed since the HMM's EM; ``trigram``: that of
     ``triples`` and ``starts`` if already built."""
@@ -411,8 +413,8 @@ def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=
     if hmm is not None:  # why: the backoff keeps the filter's arrays, indexed like the model
         hmm = HMMFilter.of(hmm)
     trigram = KneserNeyTrigram(triples, starts) if trigram is None else trigram
-    return model.with_backoff(Backoff(trigram, mixture, hmm, held_out=scores,
-                                      use_model=use_model, hmm_changed=hmm_changed))
+    return model.with_backoff(Backoff(trigram, mixture, hmm, held_out=scores, use_model=use_model,
+                                      hmm_changed=hmm_changed, states_chosen_at=states_chosen_at))
 
 
 def _candidate_states(hmm_states, triples: Triples, grams: WindowCounts | None = None) -> list[int]:

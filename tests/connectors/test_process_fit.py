@@ -64,6 +64,20 @@ def test_a_refit_from_the_last_model_is_the_warm_refit_from_the_workers_state():
     np.testing.assert_allclose(from_factors.B, reference.B, rtol=1e-9, atol=1e-12)
 
 
+
+def test_a_refit_start_carries_the_counts_the_hmm_size_was_chosen_at():
+    """A worker's refit reads a :class:`RefitStart`; it must choose the HMM size again at the
+    same point as a refit from the model itself (once the counts have doubled), so the start
+    says when the size was chosen. Without it the refit would count from its own counts."""
+    before, after = _counts(3000, 300)
+    first = MEstimator(rank=3).fit(before)
+    chosen_at = first.backoff.states_chosen_at
+    assert chosen_at == before.triples().total
+    start = RefitStart.of(first)
+    assert start.backoff.states_chosen_at == chosen_at
+    refit = MEstimator(rank=3).fit(after, init=start)
+    assert refit.backoff.states_chosen_at == chosen_at < after.triples().total
+
 def test_the_warm_refit_keeps_the_weights_learned_since():
     before, after = _counts(3000, 30)
     first = ProcessMEstimator(rank=3).fit(before)

@@ -103,3 +103,28 @@ def test_over_windows_auto_tries_four_times_the_supported_rank_up_to_64():
     assert state_candidates(12, backoff_fit.MAX_HMM_STATES) == [12, 24, 48]
     assert state_candidates(40, backoff_fit.MAX_HMM_STATES) == [40, 64]
     assert state_candidates(1, backoff_fit.MAX_HMM_STATES) == [2, 4]
+
+
+def test_a_refit_chooses_the_hmm_size_again_once_the_counts_have_doubled():
+    """A sticky 8-state HMM over 40 symbols: 2,000 symbols support 4 states; a refit on 1.5
+    times the counts keeps them (and the counts they were chosen at), one on 20 times the
+    counts chooses again, exactly as a first fit of those counts does (8 states, the same
+    HMM). Fails if refits keep the first size forever, or choose at every refit."""
+    rng = np.random.default_rng(3)
+    m, n = 8, 40
+    T = np.full((m, m), 0.1 / (m - 1)) + np.eye(m) * (0.9 - 0.1 / (m - 1))
+    x = HMM(T, rng.dirichlet(np.full(n, 0.5), size=m).T).sample(40_000, random_state=1)
+    fit = SpectralEstimator(rank=2, backoff=None).fit
+    first = fit_with_backoff(fit, triples_of(x[:2_000], n), hmm_states="auto")
+    assert first.backoff.hmm.n_states == 4 and first.backoff.states_chosen_at == 1_998
+    kept = fit_with_backoff(fit, triples_of(x[:3_000], n), hmm_states="auto", previous=first)
+    assert kept.backoff.hmm.n_states == 4 and kept.backoff.states_chosen_at == 1_998
+    regrown = fit_with_backoff(fit, triples_of(x, n), hmm_states="auto", previous=kept)
+    cold = fit_with_backoff(fit, triples_of(x, n), hmm_states="auto")
+    assert regrown.backoff.hmm.n_states == cold.backoff.hmm.n_states == 8
+    np.testing.assert_array_equal(regrown.backoff.hmm.emissionprob_, cold.backoff.hmm.emissionprob_)
+    assert regrown.backoff.states_chosen_at == 39_998
+    assert regrown.backoff.mixture.n_components == kept.backoff.mixture.n_components
+    fixed = fit_with_backoff(fit, triples_of(x, n), hmm_states=4, previous=kept)  # not "auto"
+    assert fixed.backoff.hmm.n_states == 4
+

@@ -10,7 +10,7 @@ import pytest
 
 from streamspec import HMM, MEstimator, SpectralEstimator
 from streamspec.core import projected
-from streamspec.core.backoff_fit import _split_triples
+from streamspec.core.count_split import split_triples as _split_triples
 from streamspec.core.pair_index import PairIndex
 from streamspec.core.projected import ProjectedFit, _refined_basis
 from streamspec.core.projected_state import ProjectedSettings
