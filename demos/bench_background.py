@@ -5,7 +5,7 @@ Every stream runs ``y_pred = model.predict_one(x); model.learn_one(x, y)`` throu
 defaults otherwise), one after the other in one process, BLAS pinned to one thread. Per
 stream and mode: next-symbol accuracy, prequential log loss (``model.online.log_loss``,
 nats per scored symbol), events per wall-clock second and per CPU second of the process
-(all its threads: the background fits count), and the fits (catch-ups counted apart).
+(all its threads: the background fits count), and the fits and their seconds.
 Then the differences background − inline per stream: issue 21 asks accuracy ≥ inline.
 
 Streams: ``clusters`` is ``demos/bench_river.cluster_sessions`` (1,000 keys over 2,000
@@ -48,11 +48,6 @@ def stream(kind: str, n_events: int, seed: int) -> tuple[list, str]:
     return data[:n_events], "session"
 
 
-def _caught(record) -> bool:
-    """Whether a fit record is a catch-up (records of older checkouts have no such field)."""
-    return bool(getattr(record, "catch_up", False))
-
-
 def run(data: list, key: str, every: int, background: bool) -> dict:
     """One pass of predict_one + learn_one; the figures of the row. O(events + fits)."""
     model = SpectralHMM(key=key, refit_every=every, background=background)
@@ -66,9 +61,7 @@ def run(data: list, key: str, every: int, background: bool) -> dict:
     recs = list(model.refitter.records)
     return {"accuracy": hits / len(data), "log_loss": model.online.log_loss,
             "rate": len(data) / wall, "cpu_rate": len(data) / cpu,
-            "fits": sum(not _caught(r) for r in recs), "catch_ups": sum(map(_caught, recs)),
-            "fit_seconds": sum(r.seconds for r in recs if not _caught(r)),
-            "catch_up_seconds": sum(r.seconds for r in recs if _caught(r)),
+            "fits": len(recs), "fit_seconds": sum(r.seconds for r in recs),
             "hmm_states": None if model.hmm is None else model.hmm.n_states, "rank": model.rank_}
 
 
@@ -94,11 +87,9 @@ def main(argv: list[str] | None = None) -> None:
         rows = {}
         for mode in ("inline", "background"):
             r = rows[mode] = run(data, key, args.every, mode == "background")
-            extra = (f" + {r['catch_ups']} catch-ups, {r['catch_up_seconds']:.1f} s"
-                     if r["catch_ups"] else "")
             print(f"{seed:4d} {mode:10s} {r['accuracy']:9.4f} {r['log_loss']:9.5f} "
                   f"{r['rate']:9,.0f} {r['cpu_rate']:9,.0f}  {r['fits']} fits, "
-                  f"{r['fit_seconds']:.1f} s{extra}; rank {r['rank']}, HMM {r['hmm_states']} "
+                  f"{r['fit_seconds']:.1f} s; rank {r['rank']}, HMM {r['hmm_states']} "
                   "states", flush=True)
         a, b = rows["background"], rows["inline"]
         diffs.append((seed, a["accuracy"] - b["accuracy"], a["log_loss"] - b["log_loss"],

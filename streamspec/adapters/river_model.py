@@ -11,14 +11,14 @@ from river import base
 
 from streamspec.adapters.lazy_proba import LazyProba
 from streamspec.adapters.online_estimator import check_estimator, online_estimator
-from streamspec.adapters.refit_schedule import LEAD_FRACTION, RefitSchedule
+from streamspec.adapters.refit_schedule import RefitSchedule
 from streamspec.core import defaults
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.streaming.accumulator import MomentAccumulator
 from streamspec.streaming.online_predictor import OnlinePredictor
 from streamspec.streaming.refitter import Refitter
 
-__all__ = ["SpectralHMM", "PREDICTORS", "LEAD_FRACTION"]
+__all__ = ["SpectralHMM", "PREDICTORS"]
 
 _BUILD_LOCK = threading.Lock()  # the first calls from several threads build the state once
 PREDICTORS = ("mixture", "hmm")
@@ -63,10 +63,9 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         clock, and with inline's models: each fit runs on the counts of exactly the symbols
         an inline refit sees, from the same previous model, and is waited for, so the
         predictions are inline's on every run (the worker thread only keeps the fit off
-        the caller's stack; see :data:`LEAD_FRACTION` for fits started early, whose work a
-        refit at the due symbol then redoes). With
-        ``refit_interval`` alone (already a clock), or after :meth:`refit` with
-        ``wait=False``, a finished model is swapped in at the next symbol.
+        the caller's stack; :mod:`~streamspec.adapters.refit_schedule` says why fits do
+        not start early). With ``refit_interval`` alone (already a clock), or after
+        :meth:`refit` with ``wait=False``, a finished model is swapped in at the next symbol.
     key
         Name of the feature holding the stream identifier. ``None`` (default), or an ``x``
         without that field: the default stream.
@@ -220,8 +219,7 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         est = online_estimator(self.estimator, rank=self.rank, window=self.window,
                                min_proba=self.min_proba, n_states=self.n_states)
         self._refitter = Refitter(est, refit_every=self.refit_every, refit_interval=self.refit_interval,
-                                  sweeps=self.sweeps, background=self.background,
-                                  inline_catch_ups=bool(self._lead()))
+                                  sweeps=self.sweeps, background=self.background)
         self._online = OnlinePredictor(window=self.window)
         self._lock = threading.Lock()
         self._labels: list[Hashable] = []
@@ -230,17 +228,13 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         self._best = 0
         self._n = 0  # symbols learned
         self._fit_at = self._first_fit_at()  # the next scheduled fit (None: no schedule)
-        self._swap_at: int | None = None  # when the running scheduled fit's model is swapped in
         self._countdown = self._next_countdown()
         self._unreported = 0
         self._built = True
 
     def _sync(self):
         """The online predictor following the refitter's current model (swapped in here, by
-        the learner's thread, under its lock, once a fit has finished, and on the schedule of
-        background fits only when it is due). O(1)."""
-        if self._swap_at is not None:
-            return self._online.model
+        the learner's thread, under its lock, once a fit has finished). O(1)."""
         model = self._refitter._current.model
         if model is not None and model is not self._online.model:
             self._online.set_model(model)
@@ -335,8 +329,6 @@ class SpectralHMM(RefitSchedule, base.Classifier):
             self._unreported = 0
             attempts = self._refitter.n_fits + self._refitter.n_failures
             started = self._refitter.fit_now(self._acc)
-            if wait:
-                self._swap_at = None  # a scheduled fit still running is waited for below too
             self._countdown = self._next_countdown()
         if wait:
             self._refitter.wait()
@@ -494,4 +486,7 @@ class SpectralHMM(RefitSchedule, base.Classifier):
             if "_label_index" not in state:  # pickled before predict_proba_one's lazy dict
                 self._label_index = {label: i for i, label in enumerate(self._labels)}
             if "_n" not in state:  # pickled before fits were scheduled by symbols
-                self._n, self._fit_at, self._swap_at = 0, None, None
+                self._n, self._fit_at = 0, None
+            # pickled while scheduled fits could start early: a finished model is swapped in
+            # at the next symbol, as every scheduled one now
+            self.__dict__.pop("_swap_at", None)

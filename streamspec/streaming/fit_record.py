@@ -50,10 +50,6 @@ class FitRecord:
         CPU time of the fit: the fitting thread's, plus that of a worker process the
         estimator fitted in (its ``worker_cpu_seconds_``). Below ``seconds`` when other
         work had the cores; what a duty cycle on refits should count.
-    catch_up
-        Whether it was a catch-up (:meth:`Refitter.catch_up`): the inline refit, in the
-        caller's thread on the live counts, that replaces a background fit's model fitted on
-        an older snapshot.
 
     """
 
@@ -69,7 +65,6 @@ class FitRecord:
     error: str | None = None
     path: str = "cold"
     cpu_seconds: float = float("nan")
-    catch_up: bool = False
 
     @property
     def loss(self) -> float:

@@ -78,11 +78,6 @@ class Refitter:
         :attr:`prepared` (e.g. tables of predictions).
     max_records
         How many :class:`FitRecord` to keep (older ones are dropped; counters are not).
-    inline_catch_ups
-        Background: keep the model and state each fit starts from until the next fit
-        starts, so that :meth:`catch_up` refits from them, as an inline refitter does (one
-        more model and warm state in memory, as large as the counts). ``False`` (default):
-        not kept, and :meth:`catch_up` refits warm from the background fit's own state.
 
     Attributes
     ----------
@@ -135,7 +130,6 @@ class Refitter:
         background: bool = False,
         prepare: Callable[[Any], Any] | None = None,
         max_records: int = 100,
-        inline_catch_ups: bool = False,
     ):
         if not callable(getattr(estimator, "fit", None)):
             raise TypeError(f"estimator must have a fit method, got {estimator!r}")
@@ -168,7 +162,6 @@ class Refitter:
         self.background = bool(background)
         self.prepare = prepare
         self.max_records = max_records
-        self.inline_catch_ups = bool(inline_catch_ups)
         self._init_runtime()
         self._current = _Current()
         self._seen = 0
@@ -185,7 +178,6 @@ class Refitter:
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()  # guards the bookkeeping written by the worker
         self._thread: threading.Thread | None = None
-        self._base: _Current | None = None  # current when the last background fit started
 
     # ------------------------------------------------------------------ state
 
@@ -291,8 +283,6 @@ class Refitter:
             self._fit(accumulator, prev, self._seen)
             return True
         snapshot = accumulator.copy()
-        # the model an inline refit here would start from: a catch-up refits from it (catch_up)
-        self._base = self._current if getattr(self, "inline_catch_ups", False) else None
         self._thread = threading.Thread(
             target=self._fit,
             args=(snapshot, prev, self._seen),
@@ -300,31 +290,6 @@ class Refitter:
             daemon=True,
         )
         self._thread.start()
-        return True
-
-    def catch_up(self, accumulator) -> bool:
-        """Refit now, in the calling thread, on the live ``accumulator``: the refit an inline
-        refitter runs here, after a background fit that ran on a snapshot.
-
-        The model swapped in must be the one an inline refit here fits, so this is that refit:
-        the same call (:func:`~streamspec.streaming.refits.fit_once`) on the same counts from
-        the same previous model and state, those current when the background fit started
-        (kept with ``inline_catch_ups=True``; else, or without a model before the background
-        fit, this is a warm refit from the background fit's state, not inline's). It
-        takes the same decisions (``rank="auto"`` rechosen or kept, warm or cold by the same
-        plan, the HMM kept or refitted) and gives the same model (tested: the same
-        predictions). The background fit's model is replaced. The triggers are left as they
-        are: it is not a new refit. Recorded as a fit (``FitRecord.catch_up``); a failure
-        keeps the current model, as any fit. Returns ``False`` without fitting when a
-        background fit is running, the refitter is closed, or there is no model to catch up or
-        no triple. Costs one inline refit (the background fit's work is not reused).
-        """
-        if self._closed or self.busy or self._current.model is None:
-            return False
-        if not accumulator.n_triples > 0:
-            return False
-        start = _inline_start(getattr(self, "_base", None), self._current)
-        self._fit(accumulator, self._current.model, self._seen, catch_up=True, start=start)
         return True
 
     def adopt(self, model, n_seen: int = 0, n_triples: float = 0.0) -> None:
@@ -354,14 +319,12 @@ class Refitter:
 
     # ------------------------------------------------------------------ fitting
 
-    def _fit(self, data, prev, n_seen: int, catch_up: bool = False,
-             start: tuple[Any, Any] | None = None) -> None:
+    def _fit(self, data, prev, n_seen: int) -> None:
         t0, cpu0 = time.perf_counter(), time.thread_time()
         est, warm, model, prepared, error, state, path = None, False, None, None, None, None, "cold"
         try:
             cur = self._current
-            start_model, start_state = (cur.model, cur.state) if start is None else start
-            est, model, state, warm, path = fit_once(self.estimator, data, start_model, start_state,
+            est, model, state, warm, path = fit_once(self.estimator, data, cur.model, cur.state,
                                                      self.sweeps)
             if self.prepare is not None:
                 prepared = self.prepare(model)
@@ -395,7 +358,6 @@ class Refitter:
                 error=error,
                 path=path,
                 cpu_seconds=cpu,
-                catch_up=catch_up,
             )
             self.records.append(record)
             self.last_fit_seconds = seconds
@@ -413,13 +375,13 @@ class Refitter:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         del state["_lock"], state["_thread"]
-        state.pop("_base", None)  # why: a model and a state as large as the counts, for one catch-up
         # why: the warm state is as large as the counts; a copy refits from the model instead
         cur = state["_current"]
         state["_current"] = _Current(cur.model, cur.prepared, cur.n_seen, cur.n_triples)
         return state
 
     def __setstate__(self, state: dict) -> None:
+        state.pop("inline_catch_ups", None)  # pickled while background fits could start early
         self.__dict__.update(state)
         self._init_runtime()
 
@@ -430,19 +392,6 @@ class Refitter:
             f"refit_interval={self.refit_interval}, sweeps={self.sweeps}, {mode}; "
             f"{self.n_fits} fits, {self.n_failures} failures)"
         )
-
-
-def _inline_start(base: _Current | None, fitted: _Current) -> tuple[Any, Any] | None:
-    """``(model, state)`` a catch-up refits from: those of ``base``, the fit current when the
-    background fit started (what an inline refit here starts from); ``None`` (the background
-    fit's own) without a base model. O(1)."""
-    if base is None or base.model is None or base.model is fitted.model:
-        return None
-    # why not the background fit's state, warm: that refit takes other decisions than the
-    # inline one (the rank rechosen on the snapshot's counts, warm where inline goes cold) and
-    # gave another model, 18 hits of 40,000 worse on one stream; its HMM as EM's start (all
-    # else inline's) predicted worse still (docs/benchmarks.md, "Background refits")
-    return base.model, base.state
 
 
 # settings of an estimator checked when a Refitter is built (the same rules everywhere)

@@ -502,19 +502,11 @@ def test_predict_one_without_the_whole_row_is_still_the_argmax(monkeypatch):
 # ---------------------------------------------------------------------- background schedule
 
 
-@pytest.fixture
-def lead_of_a_tenth(monkeypatch) -> int:
-    """The schedule with fits started a tenth of ``refit_every`` early (not the default)."""
-    import streamspec.adapters.refit_schedule as schedule
-
-    monkeypatch.setattr(schedule, "LEAD_FRACTION", 10)
-    return 10
-
-
-def test_background_first_fit_is_due_now_and_later_fits_start_a_lead_early(hmm_letters,
-                                                                          lead_of_a_tenth):
+def test_background_fits_start_when_due_and_are_waited_for(hmm_letters):
+    """The schedule by symbols: no background fit before it is due; each one starts at its
+    due symbol, on the counts of exactly the symbols learned, and the learner waits for it,
+    so its model is in use from the next symbol on, as inline's (none starts early)."""
     model = SpectralHMM(rank=2, refit_every=100, background=True)
-    lead = 100 // lead_of_a_tenth
     for y in hmm_letters[:99]:
         model.learn_one({}, y)
     assert model.refitter.n_fits == 0 and not model.refitter.busy  # no fit before it is due
@@ -523,69 +515,29 @@ def test_background_first_fit_is_due_now_and_later_fits_start_a_lead_early(hmm_l
     model.learn_one({}, hmm_letters[99])
     # the first fit: on the counts of exactly 100 symbols, as inline, waited for at once
     assert model.refitter.n_fits == 1 and model.refitter.fitted_on_symbols == 100
+    assert not model.refitter.busy
     first = model.predict_proba_one({})
     assert model.online.model is model.refitter.model
     for y in hmm_letters[100:199]:
         model.learn_one({}, y)
-    assert model.refitter.wait(60)  # the next fit started lead symbols early has finished...
-    assert model.refitter.n_fits == 2 and model.refitter.fitted_on_symbols == 200 - lead
-    assert model.online.model is not model.refitter.model  # ...but is not used before it is due
+    assert model.refitter.n_fits == 1 and not model.refitter.busy  # nothing started early
     model.learn_one({}, hmm_letters[199])
+    # the second fit: on the counts of all 200 symbols, finished before the next symbol
+    assert model.refitter.n_fits == 2 and model.refitter.fitted_on_symbols == 200
+    assert not model.refitter.busy
     assert model.predict_proba_one({}) != first
-    assert model.online.model is model.refitter.model  # swapped in at symbol 200, as inline...
-    # ...once caught up with the lead's symbols: inline's refit on the counts of all 200
-    assert model.refitter.fitted_on_symbols == 200 and model.refitter.records[-1].catch_up
-    assert [r.catch_up for r in model.refitter.records] == [False, False, True]
-
-
-def test_background_first_model_is_the_inline_one_and_keeps_its_sizes(lead_of_a_tenth):
-    """The first fit chooses the sizes later refits keep (the HMM's states, the rank); fitted
-    on the counts a lead before it was due, it chose smaller ones and the whole stream
-    predicted worse (docs/benchmarks.md, "Background refits"). Now the background learner's
-    first model is the inline one, and with fits started a lead early each later model is
-    inline's refit at its swap (Refitter.catch_up from the model inline refits from, on
-    every count): the same predictions all along, the same sizes."""
-    every = 1_000
-    data = sessions(200, 3 * every, seed=5)
-
-    def make(**kw):
-        return SpectralHMM(key="session", refit_every=every, **kw)
-
-    inline, bg = make(), make(background=True)
-    for t, (x, y) in enumerate(data):
-        p_inline, p_bg = inline.predict_proba_one(x), bg.predict_proba_one(x)
-        assert p_bg == pytest.approx(p_inline, rel=1e-12, abs=1e-15), t
-        inline.learn_one(x, y)
-        bg.learn_one(x, y)
-        if t + 1 == 2 * every:  # the second swap: a model caught up with every count, as inline
-            a, b = bg.online.model, inline.online.model
-            assert a is not None and a is not b and a.n_symbols == b.n_symbols
-            u, v = np.meshgrid(np.arange(-1, a.n_symbols), np.arange(-1, a.n_symbols))
-            np.testing.assert_allclose(a.backoff.trigram.predict_many(u.ravel(), v.ravel()),
-                                       b.backoff.trigram.predict_many(u.ravel(), v.ravel()),
-                                       rtol=1e-13, atol=1e-15)
-    bg.refitter.close()
-    records = list(bg.refitter.records)
-    lead = every // lead_of_a_tenth
-    assert [(r.n_seen, r.catch_up) for r in records] == [
-        (every, False), (2 * every - lead, False), (2 * every, True), (3 * every - lead, False),
-        (3 * every, True)]
-    assert records[0].rank == inline.refitter.records[0].rank
-    # each catch-up took inline's path (warm, cold, a rank rechosen) to inline's rank
-    caught = [r for r in records if r.catch_up]
-    assert [(r.path, r.rank) for r in caught] == [(r.path, r.rank)
-                                                 for r in list(inline.refitter.records)[1:]]
-    assert bg.hmm.n_states == inline.hmm.n_states
-    assert bg.online.log_loss == pytest.approx(inline.online.log_loss, rel=1e-12)
+    assert model.online.model is model.refitter.model
+    assert [r.n_seen for r in model.refitter.records] == [100, 200]
 
 
 @pytest.mark.parametrize("estimator", ["spectral", "m"])
 def test_background_schedule_predicts_as_inline_on_keyed_streams(estimator):
-    """The default schedule (no lead): each background fit runs on the counts of its due
-    symbol from the model inline refits from and is waited for, so every prediction, the
-    fits' symbols, paths and ranks, and the prequential log loss are inline's (issue 21:
+    """The schedule: each background fit runs on the counts of its due symbol from the model
+    inline refits from and is waited for, so on a stream with four refits every prediction,
+    each refit's model (its trigram), the fits' symbols, paths and ranks, the sizes the
+    first fit chose (rank, HMM states) and the prequential log loss are inline's (issue 21:
     background accuracy ≥ inline; here equal). A wrong start (the background fit's own
-    model) or a fit a lead early changes the log loss beyond the tolerance on this stream."""
+    model) or a fit on older counts changes the log loss beyond the tolerance here."""
     every = 700
     data = sessions(150, 4 * every + 50, seed=11)
 
@@ -599,10 +551,18 @@ def test_background_schedule_predicts_as_inline_on_keyed_streams(estimator):
         assert p_bg == pytest.approx(p_inline, rel=1e-12, abs=1e-15), t
         inline.learn_one(x, y)
         bg.learn_one(x, y)
+        if (t + 1) % every == 0:  # a refit, fitted apart in each learner: the same counts
+            a, b = bg.refitter.model, inline.refitter.model
+            assert a is not None and a is not b and a.n_symbols == b.n_symbols
+            u, v = np.meshgrid(np.arange(-1, a.n_symbols), np.arange(-1, a.n_symbols))
+            np.testing.assert_allclose(a.backoff.trigram.predict_many(u.ravel(), v.ravel()),
+                                       b.backoff.trigram.predict_many(u.ravel(), v.ravel()),
+                                       rtol=1e-13, atol=1e-15)
     bg.refitter.close()
-    got = [(r.n_seen, r.path, r.rank, r.catch_up) for r in bg.refitter.records]
-    assert got == [(r.n_seen, r.path, r.rank, False) for r in inline.refitter.records]
+    got = [(r.n_seen, r.path, r.rank) for r in bg.refitter.records]
+    assert got == [(r.n_seen, r.path, r.rank) for r in inline.refitter.records]
     assert [g[0] for g in got] == [every * i for i in range(1, 5)]
+    assert bg.hmm.n_states == inline.hmm.n_states
     assert bg.online.log_loss == pytest.approx(inline.online.log_loss, rel=1e-12)
 
 

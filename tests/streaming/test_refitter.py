@@ -229,6 +229,7 @@ def test_background_fit_uses_a_snapshot_and_swaps_when_done():
         feed(r, acc, "abcd" * 12 + "ab")  # 50 symbols: the fit starts and blocks on the gate
         assert r.busy and r.model is None
         feed(r, acc, "cd" * 100)  # learning goes on; triggers coalesce while the fit runs
+        assert not r.fit_now(acc)  # never two fits at once, nor a forced one beside it
         assert r.model is None and r.n_fits == 0 and len(r.records) == 0
         gate.set()
         assert r.wait(30)
@@ -350,69 +351,3 @@ def test_refits_over_windows_keep_a_rank_above_the_alphabet(estimator):
     assert r.last_error is None and r.n_fits == 3
     assert [rec.rank for rec in r.records] == [4, 4, 4]
     assert r.model.rank == 4
-
-
-def test_catch_up_refits_a_background_model_on_the_counts_since_its_snapshot(hmm_symbols):
-    acc = MomentAccumulator(window=1)
-    r = Refitter(SpectralEstimator(rank=2), refit_every=4_000, background=True)
-    assert not r.catch_up(acc)  # no model yet
-    feed(r, acc, hmm_symbols[:4_000].tolist())  # the fit starts on a snapshot of 4,000 symbols
-    feed(r, acc, hmm_symbols[4_000:5_000].tolist())  # learned meanwhile
-    assert r.wait(60) and r.n_fits == 1 and r.fitted_on_symbols == 4_000
-    snapshot_model = r.model
-    assert r.catch_up(acc)
-    rec = r.records[-1]
-    assert rec.catch_up and rec.error is None and rec.n_seen == 5_000 and rec.warm
-    assert not r.records[0].catch_up
-    assert r.n_fits == 2 and r.fitted_on_symbols == 5_000 and r.model is not snapshot_model
-    # the caught-up model has every count: its trigram is a fit's on the live counts
-    fresh = SpectralEstimator(rank=2).fit(acc)
-    u, v = np.meshgrid(np.arange(-1, 8), np.arange(-1, 8))
-    np.testing.assert_allclose(r.model.backoff.trigram.predict_many(u.ravel(), v.ravel()),
-                               fresh.backoff.trigram.predict_many(u.ravel(), v.ravel()),
-                               rtol=1e-13, atol=1e-15)
-    assert r.until_due() == 3_000  # not a new refit: the trigger still counts from the snapshot
-
-
-def test_catch_up_after_a_model_is_the_inline_refit(hmm_symbols):
-    """With a model before the background fit, a catch-up is inline's refit: from the model
-    inline refits from (not the background fit's), on every count, so the same path, rank and
-    predictions; a warm catch-up from the early fit's state gives another model."""
-    symbols = hmm_symbols[:8_000].tolist()
-    inline_acc, acc = MomentAccumulator(window=1), MomentAccumulator(window=1)
-    inline = Refitter(SpectralEstimator(), refit_every=4_000)
-    feed(inline, inline_acc, symbols)
-    assert inline.n_fits == 2 and inline.fitted_on_symbols == 8_000
-    r = Refitter(SpectralEstimator(), refit_every=4_000, background=True, inline_catch_ups=True)
-    feed(r, acc, symbols[:4_000])
-    assert r.wait(60) and r.n_fits == 1
-    feed(r, acc, symbols[4_000:7_000])
-    assert r.fit_now(acc) and r.wait(60)  # a fit started 1,000 symbols early
-    early = r.model
-    feed(r, acc, symbols[7_000:])
-    assert r.catch_up(acc) and r.model is not early
-    got, want = r.records[-1], inline.records[-1]
-    assert got.catch_up and (got.path, got.rank, got.n_triples) == (want.path, want.rank, want.n_triples)
-    contexts = [hmm_symbols[i:i + 6].tolist() for i in range(0, 600, 37)]
-    for ctx in contexts:
-        np.testing.assert_allclose(r.model.predict_proba_next(ctx),
-                                   inline.model.predict_proba_next(ctx), rtol=1e-10, atol=1e-13)
-    # the early fit's model differs from inline's by more than that tolerance
-    assert max(np.abs(early.predict_proba_next(ctx) - inline.model.predict_proba_next(ctx)).max()
-               for ctx in contexts) > 1e-6
-
-
-def test_catch_up_never_runs_beside_a_background_fit():
-    gate = threading.Event()
-    acc = MomentAccumulator(window=1)
-    r = Refitter(GatedEstimator(rank=2, gate=gate), refit_every=50, background=True)
-    try:
-        feed(r, acc, "abcd" * 12 + "ab")  # the fit starts and blocks on the gate
-        r.adopt(SpectralEstimator(rank=2).fit(acc))  # a model to catch up, meanwhile
-        assert r.busy and not r.catch_up(acc)  # never two fits at once
-        assert len(r.records) == 0
-    finally:
-        gate.set()
-        r.close()
-    assert r.n_fits == 1 and not r.catch_up(acc)  # closed
-    assert len(r.records) == 1
