@@ -278,14 +278,13 @@ class Refitter:
             return False
         self._since = 0
         self._last_trigger = time.monotonic()
-        prev = self._current.model
         if not self.background:
-            self._fit(accumulator, prev, self._seen)
+            self._fit(accumulator, self._seen)
             return True
         snapshot = accumulator.copy()
         self._thread = threading.Thread(
             target=self._fit,
-            args=(snapshot, prev, self._seen),
+            args=(snapshot, self._seen),
             name="streamspec-refit",
             daemon=True,
         )
@@ -319,7 +318,7 @@ class Refitter:
 
     # ------------------------------------------------------------------ fitting
 
-    def _fit(self, data, prev, n_seen: int) -> None:
+    def _fit(self, data, n_seen: int) -> None:
         t0, cpu0 = time.perf_counter(), time.thread_time()
         est, warm, model, prepared, error, state, path = None, False, None, None, None, None, "cold"
         try:
