@@ -59,25 +59,35 @@ def model_probas(model, u, v, x) -> np.ndarray:
     return out
 
 
-def hmm_probas(hmm: HiddenMarkovModel, u, v, x) -> np.ndarray:
+def hmm_probas(hmm: HiddenMarkovModel, u, v, x, inside: np.ndarray | None = None) -> np.ndarray:
     """The HMM filter's probability of ``x`` after each context: ``Pr(x | u, v)`` with the
-    state before ``u`` drawn from the stationary distribution where the context is inside a
-    stream (``u ≥ 0``: a triple is counted wherever it occurs), from ``startprob_`` at a
-    stream's start (``u`` or both ``u`` and ``v`` the start marker). Why: from ``startprob_``
-    everywhere the HMM scored 1.780 nats on held-out triples of an automaton whose stream
-    starts sit on two of its states, against 1.535 from the stationary distribution (the
-    trigram 1.533), and its starting weight in the mixture was too small. O(m · K² + K³).
+    state before ``u`` drawn from ``inside`` where the context is inside a stream (``u ≥ 0``)
+    and from ``startprob_`` at a stream's start (``u``, or ``u`` and ``v``, the start marker).
+
+    ``inside``: the distribution of the hidden state where a triple may begin, anywhere in a
+    stream. ``None``: ``startprob_``, right for an HMM fitted on triples (EM treats every
+    triple as a sequence, so its ``startprob_`` is the law of a triple's first state). An
+    HMM fitted over windows has a ``startprob_`` of stream starts; pass its stationary
+    distribution (:meth:`~streamspec.core.hidden_markov_model.HiddenMarkovModel.stationary`).
+    Why: from ``startprob_`` the window HMM of a 10-state automaton over 8 symbols, whose
+    streams start on two of its states, scored 1.780 nats on held-out triples, against
+    1.535 from the stationary distribution (the trigram 1.533), and its starting weight in
+    the mixture was too small. O(m · K²).
+
+    Streams start in state 0; a context "b b" inside a stream is likelier to come from state 1:
 
     >>> from streamspec.core.hidden_markov_model import HiddenMarkovModel
-    >>> hmm = HiddenMarkovModel([1.0, 0.0], [[0.5, 0.5], [0.5, 0.5]], [[1.0, 0.0], [0.0, 1.0]])
-    >>> hmm_probas(hmm, np.array([-1, 1]), np.array([-1, 1]), np.array([0, 0])).tolist()
-    [1.0, 0.5]
+    >>> hmm = HiddenMarkovModel([1.0, 0.0], [[0.9, 0.1], [0.1, 0.9]], [[0.8, 0.2], [0.2, 0.8]])
+    >>> u, v, x = np.array([-1, 1]), np.array([-1, 1]), np.array([0, 0])   # "<s> <s> a", "b b a"
+    >>> hmm_probas(hmm, u, v, x).round(4).tolist()
+    [0.8, 0.5923]
+    >>> hmm_probas(hmm, u, v, x, hmm.stationary()).round(4).tolist()
+    [0.8, 0.2988]
     """
     E, T = hmm.emissionprob_, hmm.transmat_
     a = np.broadcast_to(hmm.startprob_, (x.size, hmm.n_states)).copy()
-    inside = np.asarray(u) >= 0
-    if inside.any():
-        a[inside] = hmm.stationary()
+    if inside is not None:
+        a[np.asarray(u) >= 0] = inside
     for sym in (u, v):
         at = sym >= 0
         post = a[at] * E[:, sym[at]].T
