@@ -183,8 +183,10 @@ class WindowCounts:
     True
     """
 
-    # _ranks: the window Hankels' singular values, per marginal window, computed once
-    # (:func:`streamspec.core.window_rank.level_rank`); the counts are never changed in place
+    # _ranks: the window Hankels' singular values, per marginal window, computed once for this
+    # object (:func:`streamspec.core.window_rank.level_rank`). Why on the object: a fit reads its
+    # counts once and passes them down, so the object is the fit's; the counts are never
+    # changed in place (an accumulator's windows() even hands out read-only arrays)
     __slots__ = ("n", "window", "codes", "weights", "_ranks")
 
     def __init__(self, n: int, window: int, codes: np.ndarray, weights: np.ndarray):
