@@ -69,6 +69,18 @@ class CountBuffer:
         del start_w[n_start_w:]
         self._start_log, self._start_w, self._starts = start_log, start_w, starts
 
+    def __getstate__(self) -> dict:
+        # why without the last windows(): it is rebuilt in O(1) from the counts (O(nnz) under
+        # forgetting), and its memo of singular values belongs to the fits of this process
+        return {**self.__dict__, "_windows_view": None}
+
+    def __setstate__(self, state: dict) -> None:
+        if "_dense_m" in state:  # pickled when the dense buffer's alphabet size had its own slot
+            m = state.pop("_dense_m")
+            state["_dense"] = None if state["_dense"] is None else (state["_dense"], m)
+        state.setdefault("_windows_view", None)  # pickled before windows() kept its snapshot
+        self.__dict__.update(state)
+
     def memory_bytes(self) -> int:
         """Estimated bytes held: counts, buffers, alphabet and per-stream state.
 

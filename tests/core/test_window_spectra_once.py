@@ -9,6 +9,7 @@ them, and fits on other counts (or on equal counts of another accumulator) never
 from __future__ import annotations
 
 import hashlib
+import pickle
 from collections import Counter
 
 import numpy as np
@@ -144,3 +145,25 @@ def test_the_accumulator_gives_one_snapshot_while_its_counts_are_unchanged():
     after = grown.windows()
     assert after is not before and after.window < before.window
     assert h2.total == h2_total
+
+
+def test_a_pickled_accumulator_leaves_its_snapshot_and_loads_older_pickles():
+    acc = MomentAccumulator(n_symbols=3, window=1)
+    for x in np.random.default_rng(0).integers(0, 3, 20_000).tolist():
+        acc.learn_one(x, key="k")  # buffered in the dense array (small alphabet)
+    assert acc._dense is not None
+    # a pickle of before: the dense buffer's alphabet size in its own attribute, no snapshot
+    state = pickle.loads(pickle.dumps(acc.__dict__))
+    state.pop("_windows_view")
+    state["_dense"], state["_dense_m"] = state["_dense"][0], state["_dense"][1]
+    older = MomentAccumulator.__new__(MomentAccumulator)
+    older.__setstate__(state)
+    grams = acc.windows()
+    assert window_rank.level_rank(grams, 1) >= 0 and grams._ranks is not None
+    copy = pickle.loads(pickle.dumps(acc))
+    assert copy._windows_view is None and copy.windows() == grams and copy.windows()._ranks is None
+    assert older.windows() == grams
+    for a in (acc, older):
+        for x in [1, 2, 0, 1] * 3000:
+            a.learn_one(x, key="k")
+    assert older.windows() == acc.windows() != grams and len(vars(older)) == len(vars(acc))
