@@ -25,6 +25,8 @@ is the all-ones digit ``2^b − 1``, so for ``L ≥ 2`` a symbol index must stay
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import numpy as np
 
 from streamspec.core.triples import BITS, MAX_SYMBOLS, Triples
@@ -187,7 +189,8 @@ class WindowCounts:
     # object (:func:`streamspec.core.window_rank.level_rank`). Why on the object: a fit reads its
     # counts once and passes them down, so the object is the fit's; the counts are never
     # changed in place (an accumulator's windows() even hands out read-only arrays)
-    __slots__ = ("n", "window", "codes", "weights", "_ranks")
+    # _parts: the _ranks of the parts drawn from these counts (:meth:`part`), by their draw
+    __slots__ = ("n", "window", "codes", "weights", "_ranks", "_parts")
 
     def __init__(self, n: int, window: int, codes: np.ndarray, weights: np.ndarray):
         self.n = int(n)
@@ -198,6 +201,7 @@ class WindowCounts:
         self.codes = np.asarray(codes, dtype=np.int64)
         self.weights = np.asarray(weights, dtype=np.float64)
         self._ranks: dict | None = None
+        self._parts: dict | None = None
         if self.codes.shape != self.weights.shape or self.codes.ndim != 1:
             raise ValueError("codes and weights must be 1-D of one length")
 
@@ -264,6 +268,24 @@ class WindowCounts:
         """The triple counts (window 1): the codes themselves at L = 1, else :meth:`marginal` (1)."""
         one = self.marginal(1)
         return Triples(self.n, one.codes, one.weights)
+
+    def part(self, codes: np.ndarray, weights: np.ndarray, draw: Hashable) -> WindowCounts:
+        """Counts drawn from these (a subset of the codes, weights at most these), ``draw`` saying
+        how: the same ``draw`` gives the same part. Why: the window spectra of the part are kept
+        on these counts by ``draw`` (a few singular values per window), so a later fit on the
+        same counts object (another estimator on an unchanged accumulator) that draws the same
+        held-out split reads them instead of recomputing them. O(1) besides the part's arrays.
+
+        >>> g = WindowCounts.from_digits(2, 2, [[0, 1, 0, 1, 1], [1, 0, 1, 1, 0]], [3.0, 2.0])
+        >>> a, b = (g.part(g.codes, g.weights - 1.0, ("kept", 0)) for _ in range(2))
+        >>> a is b, a == b, a._ranks is b._ranks is not None
+        (False, True, True)
+        """
+        part = WindowCounts(self.n, self.window, codes, weights)
+        if self._parts is None:
+            self._parts = {}
+        part._ranks = self._parts.setdefault(draw, {})
+        return part
 
     def scaled(self, factor: float) -> WindowCounts:
         return WindowCounts(self.n, self.window, self.codes, self.weights * float(factor))

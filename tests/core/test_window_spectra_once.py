@@ -167,3 +167,21 @@ def test_a_pickled_accumulator_leaves_its_snapshot_and_loads_older_pickles():
         for x in [1, 2, 0, 1] * 3000:
             a.learn_one(x, key="k")
     assert older.windows() == acc.windows() != grams and len(vars(older)) == len(vars(acc))
+
+
+def test_another_estimator_on_unchanged_counts_computes_no_spectrum_again(svds):
+    # the grams are the accumulator's same snapshot, and the HMM's held-out split the same
+    # part of it (same fraction, same generator state): every spectrum is the first fit's
+    acc = _CASES["automaton"][0]()
+    first = MEstimator(rank="auto")
+    first.fit(acc)
+    computed = sum(svds.values())
+    svds.clear()
+    second = SpectralEstimator(rank="auto")
+    second.fit(acc)
+    assert computed >= 7 and sum(svds.values()) == 0, svds  # windows 1..4, and 2..4 kept
+    assert (second.window_, second.rank_) == (first.window_, first.rank_) == _CASES["automaton"][1]
+    acc.learn_many([0, 1, 2, 3] * 50, key="more")
+    acc.end("more")
+    MEstimator(rank="auto").fit(acc)  # other counts: computed afresh
+    assert sum(svds.values()) >= 7
