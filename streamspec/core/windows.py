@@ -189,7 +189,7 @@ class WindowCounts:
     # object (:func:`streamspec.core.window_rank.level_rank`). Why on the object: a fit reads its
     # counts once and passes them down, so the object is the fit's; the counts are never
     # changed in place (an accumulator's windows() even hands out read-only arrays)
-    # _parts: the _ranks of the parts drawn from these counts (:meth:`part`), by their draw
+    # _parts: the _ranks and _parts of the counts made from these (:meth:`derived`), by rule
     __slots__ = ("n", "window", "codes", "weights", "_ranks", "_parts")
 
     def __init__(self, n: int, window: int, codes: np.ndarray, weights: np.ndarray):
@@ -255,7 +255,8 @@ class WindowCounts:
         if window == self.window:
             return self
         d = self.digits()[:, self.window - window : self.window + window + 1]
-        return WindowCounts(self.n, window, *sum_duplicates(pack_grams(d, window), self.weights))
+        return self.derived(window, *sum_duplicates(pack_grams(d, window), self.weights),
+                            ("marginal", window))
 
     def full(self) -> WindowCounts:
         """Only the grams without pads (complete windows on both sides). O(nnz · L)."""
@@ -269,23 +270,25 @@ class WindowCounts:
         one = self.marginal(1)
         return Triples(self.n, one.codes, one.weights)
 
-    def part(self, codes: np.ndarray, weights: np.ndarray, draw: Hashable) -> WindowCounts:
-        """Counts drawn from these (a subset of the codes, weights at most these), ``draw`` saying
-        how: the same ``draw`` gives the same part. Why: the window spectra of the part are kept
-        on these counts by ``draw`` (a few singular values per window), so a later fit on the
-        same counts object (another estimator on an unchanged accumulator) that draws the same
-        held-out split reads them instead of recomputing them. O(1) besides the part's arrays.
+    def derived(self, window: int, codes: np.ndarray, weights: np.ndarray, rule: Hashable
+                ) -> WindowCounts:
+        """Counts of window ``window`` made from these by ``rule`` (a marginal, a held-out part
+        drawn from a generator's state): the same rule always makes the same counts. Why: their
+        window spectra are kept on these counts by rule (a few singular values per window), so
+        a later fit on the same counts object (another estimator on an unchanged accumulator)
+        that makes them again reads them instead of recomputing them. O(1) besides the arrays.
 
         >>> g = WindowCounts.from_digits(2, 2, [[0, 1, 0, 1, 1], [1, 0, 1, 1, 0]], [3.0, 2.0])
-        >>> a, b = (g.part(g.codes, g.weights - 1.0, ("kept", 0)) for _ in range(2))
+        >>> a, b = g.marginal(1), g.marginal(1)
         >>> a is b, a == b, a._ranks is b._ranks is not None
         (False, True, True)
         """
-        part = WindowCounts(self.n, self.window, codes, weights)
+        out = WindowCounts(self.n, window, codes, weights)
         if self._parts is None:
             self._parts = {}
-        part._ranks = self._parts.setdefault(draw, {})
-        return part
+        # why its _parts too: what is made from it (a marginal's sample) is kept here as well
+        out._ranks, out._parts = self._parts.setdefault(rule, ({}, {}))
+        return out
 
     def scaled(self, factor: float) -> WindowCounts:
         return WindowCounts(self.n, self.window, self.codes, self.weights * float(factor))
