@@ -80,13 +80,17 @@ def sample_grams(grams: WindowCounts, max_nnz: int, rng: np.random.Generator) ->
     >>> g = WindowCounts.from_digits(2, 2, [[0, 1, 0, 1, 0], [1, 0, 1, 0, 1]], [9.0, 1.0])
     >>> sample_grams(g, 5, np.random.default_rng(0)) is g
     True
+    >>> a, b = (sample_grams(g, 1, np.random.default_rng(0)) for _ in range(2))
+    >>> a == b, a._ranks is b._ranks      # the same draw: one memo of spectra, kept on g
+    (True, True)
     """
     if grams.nnz <= max_nnz:
         return grams
+    draw = ("sample", float(max_nnz), repr(rng.bit_generator.state))  # what decides the sample
     w = grams.weights
     tau = sample_threshold(w, max_nnz)
     keep = (w >= tau) | (rng.random(w.size) * tau < w)
-    return WindowCounts(grams.n, grams.window, grams.codes[keep], np.maximum(w[keep], tau))
+    return grams.derived(grams.window, grams.codes[keep], np.maximum(w[keep], tau), draw)
 
 
 def sample_threshold(w: np.ndarray, m: int) -> float:

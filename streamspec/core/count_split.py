@@ -45,12 +45,15 @@ def split_triples(t: Triples, fraction: float, rng: np.random.Generator) -> tupl
 
 def split_grams(g: WindowCounts, fraction: float, rng: np.random.Generator
                 ) -> tuple[WindowCounts, WindowCounts]:
-    """``(kept, held)`` grams of window L, as :func:`split_triples`. O(distinct grams)."""
+    """``(kept, held)`` grams of window L, as :func:`split_triples`: made from ``g``
+    (:meth:`~streamspec.core.windows.WindowCounts.derived`) by the fraction and the generator's
+    state, which decide them. O(distinct grams)."""
+    draw = (float(fraction), repr(rng.bit_generator.state))
     held = _thin(g.weights, fraction, rng)
     kept = g.weights - held
     a, b = kept > 0, held > 0
-    return (WindowCounts(g.n, g.window, g.codes[a], kept[a]),
-            WindowCounts(g.n, g.window, g.codes[b], held[b]))
+    return (g.derived(g.window, g.codes[a], kept[a], ("kept", *draw)),
+            g.derived(g.window, g.codes[b], held[b], ("held", *draw)))
 
 
 def split_starts(s: StreamStarts, fraction: float, rng: np.random.Generator

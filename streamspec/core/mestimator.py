@@ -18,7 +18,7 @@ from streamspec.core.projected_weighting import PROJECTED_WEIGHTINGS
 from streamspec.core.spectral import select_rank_by_spectrum
 from streamspec.core.triples import Triples
 from streamspec.core.warm_fit import cold_fit, drop_cached, with_state
-from streamspec.core.windows import MAX_WINDOW
+from streamspec.core.windows import MAX_WINDOW, WindowCounts
 
 __all__ = ["MEstimator", "MFactors", "FACTORIZATIONS", "FORMULATIONS", "DENSE_MEMORY_LIMIT",
            "select_rank_by_spectrum"]
@@ -448,7 +448,8 @@ class MEstimator(StatefulFits, Estimator):
             return self._fit_projected(triples, labels, init, keep_state=keep_state)
         return self._fit_dense(data, init)
 
-    def _fit_with_backoff(self, data, init, formulation: str, keep_state: bool = False):
+    def _fit_with_backoff(self, data, init, formulation: str, keep_state: bool = False,
+                          grams: WindowCounts | None = None):
         triples, labels = triples_of(data)
         if isinstance(init, MEstimator):  # its fitted attributes may be dropped below
             init = _model_of(init)
@@ -476,7 +477,7 @@ class MEstimator(StatefulFits, Estimator):
         previous = init if getattr(init, "backoff", None) is not None else None
         self.model_ = fit_with_backoff(fit, triples, starts_of(data, triples.n), random_state=seed,
                                        hmm_states=self.hmm_states, previous=previous,
-                                       grams=long_windows_of(data))
+                                       grams=long_windows_of(data) if grams is None else grams)
         state = getattr(self, "state_", None)
         if state is not None:  # the next refit starts from this model, backoff and all
             state.model = self.model_

@@ -46,7 +46,12 @@ class StatefulFits:
         blocks (O(k · k' + k'²) floats each); the operators are the model's."""
         return self._fit(data, init, keep_state=True)
 
-    def _fit(self, data, init, keep_state: bool):
+    def _fit(self, data, init, keep_state: bool, grams: WindowCounts | None = None):
+        """The fit of :meth:`fit` and :meth:`fit_with_state`. ``grams``: the window counts of
+        ``data`` when a caller read them already (None: read here, once, when needed). Why
+        passed down: the window Hankels' singular values are kept on that object
+        (:func:`~streamspec.core.window_rank.level_rank`), so the window choice and the
+        predictor's HMM size read the same ones."""
         self._validate()
         self.__dict__.pop("state_", None)
         wstate = getattr(init, "state_", init)
@@ -56,7 +61,7 @@ class StatefulFits:
             wstate = None
         state = state_of(init)
         if self.count_window != 1 and self._resolved_formulation() == "projected":
-            grams = long_windows_of(data)
+            grams = long_windows_of(data) if grams is None else grams
             if grams is not None and grams.window > 1:
                 fitted = self._refit_windows(data, grams, init, wstate, keep_state)
                 if fitted is not None:
@@ -66,22 +71,24 @@ class StatefulFits:
             previous = previous_model(init, state)
             k, scores, meta = resolve_rank(self, triples_of(data)[0], previous)
             est = self.clone(rank=k, count_window=1)  # the window was decided above
-            model, new_state = est._fit(data, init, keep_state)
+            model, new_state = est._fit(data, init, keep_state, grams)
             model = est.model_ = with_metadata(model, new_state, meta)
             self.__dict__.update({name: v for name, v in vars(est).items() if name.endswith("_")})
             self.rank_scores_ = scores
             return model, new_state
         formulation = self._resolved_formulation()
         if state is not None and formulation == "projected":
-            return self._refit(data, state, keep_state)
+            return self._refit(data, state, keep_state, grams)
         init = state.model if state is not None else init
         if self.backoff == "auto":
-            model = self._fit_with_backoff(data, init, formulation, keep_state=keep_state)
+            model = self._fit_with_backoff(data, init, formulation, keep_state=keep_state,
+                                           grams=grams)
         else:
             model = self._fit_plain(data, init, formulation, keep_state=keep_state)
         return model, getattr(self, "state_", None)
 
-    def _refit(self, data, state: ProjectedState, keep_state: bool):
+    def _refit(self, data, state: ProjectedState, keep_state: bool,
+               grams: WindowCounts | None = None):
         """A refit from ``state`` (:func:`~streamspec.core.warm_fit.fit_projected`): warm when
         its plan says so, else cold with what the plan found (new bases, or nothing) and
         ``refit_`` saying why; with the backoff, from the state's model."""
@@ -92,7 +99,8 @@ class StatefulFits:
                                random_state=seed,
                                starts=starts_of(data, triples.n) if self.backoff else None,
                                hmm_states=self.hmm_states, previous=state.model,
-                               grams=long_windows_of(data) if self.backoff else None)
+                               grams=(long_windows_of(data) if grams is None else grams)
+                               if self.backoff else None)
         for name, value in result.fitted.items():
             setattr(self, name, value)
         self.formulation_, self.model_ = "projected", result.model

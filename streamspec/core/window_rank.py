@@ -31,9 +31,6 @@ above the noise, up to ``max_rank + 1`` (O(nnz · k) per iteration for k values;
 
 from __future__ import annotations
 
-import hashlib
-from collections import OrderedDict
-
 import numpy as np
 import scipy.sparse as sp
 
@@ -42,8 +39,7 @@ from streamspec.core.window_triples import WindowTriples
 from streamspec.core.windows import AUTO_RANK, WindowCounts
 
 __all__ = ["supported_rank", "level_rank", "window_ranks", "choose_window", "window_for_states",
-           "noise_level",
-           "count_above_noise"]
+           "noise_level", "count_above_noise", "dense_singular_values"]
 
 _FIRST_TOP = 16  # singular values looked at first above DENSE_SVD_MAX windows (then doubled)
 
@@ -52,8 +48,8 @@ def supported_rank(counts: WindowCounts, max_rank: int = AUTO_RANK) -> int:
     """``r``: the singular values of the window Hankel of ``counts`` (complete grams only) above
     the spectral norm of its sampling noise (:func:`noise_level`), at most ``max_rank`` + 1
     looked at above 1,000 windows (:func:`count_above_noise`). 0 for empty counts. The
-    singular values are kept on ``counts`` (:func:`level_rank`): asked again, with any
-    ``max_rank``, they are not recomputed.
+    singular values are kept on the object ``counts`` (:func:`level_rank`): asked again, with
+    any ``max_rank``, they are not recomputed.
 
     Examples
     --------
@@ -74,45 +70,40 @@ def level_rank(grams: WindowCounts, level: int, max_rank: int = AUTO_RANK) -> in
     (:func:`window_for_states`) read the same Hankels of the same counts. Why: recomputed, they
     were ~18% of the default fit of a sticky 10-state HMM over 100 symbols at 10⁶ symbols. The
     answer is the same number :func:`count_above_noise` gives (the same SVDs replayed from the
-    cache: the dense one, or the Lanczos ones of each k asked for). Kept on ``grams`` (a few
-    singular values per window; counts are never changed in place). Cost: as
+    memo: the dense one, or the Lanczos ones of each k asked for).
+
+    The memo is ``grams``' own (a few singular values per window, freed with it): a fit reads
+    its counts once and passes that object down, and an accumulator gives the same
+    :class:`~streamspec.core.windows.WindowCounts` while its counts are unchanged
+    (:meth:`~streamspec.streaming.accumulator.MomentAccumulator.windows`), so nothing is
+    shared between fits on different counts, nor kept in this module. Cost: as
     :func:`supported_rank` the first time, O(max_rank) after (a larger ``max_rank`` above
     1,000 windows may add Lanczos steps).
 
     >>> g = WindowCounts.from_digits(2, 2, [[0, 1, 0, 1, 1], [1, 0, 1, 1, 0], [0, 0, 1, 0, 1]])
     >>> level_rank(g, 1) == supported_rank(g.marginal(1)), len(g._ranks)
     (True, 1)
+    >>> g.scaled(1.0)._ranks is None          # another object: its own memo, empty
+    True
     """
     level = int(level)
     memo = grams._ranks
     if memo is None:
-        memo = grams._ranks = _shared_memo(grams)
+        memo = grams._ranks = {}
     if level not in memo:
         memo[level] = _Spectrum(grams, level)
     return memo[level].count(max_rank, grams, level)
 
 
-_SHARED: OrderedDict[bytes, dict] = OrderedDict()  # the last few grams' spectra, by content
-_SHARED_MAX = 8
+def dense_singular_values(H: sp.spmatrix) -> np.ndarray:
+    """Every singular value of the (small) window Hankel ``H``, by a dense SVD: the one routine
+    the supported ranks call below :data:`~streamspec.core.subspace.DENSE_SVD_MAX` windows
+    (:func:`~streamspec.core.subspace.top_singular` above). O(W³) for W windows.
 
-
-def _shared_memo(grams: WindowCounts) -> dict:
-    """The spectra of counts equal to ``grams`` seen lately, else a new entry. Why by content: an
-    estimator's window choice and its predictor's fit each take their own copy of an
-    accumulator's grams (``windows()``, a copy each time), so the same Hankels were computed
-    twice. A 16-byte BLAKE2b digest of the codes and weights, O(nnz) (about 1% of one Hankel's
-    SVD); the last :data:`_SHARED_MAX` kept (a few singular values each)."""
-    h = hashlib.blake2b(digest_size=16)
-    h.update(np.array([grams.n, grams.window, grams.nnz], dtype=np.int64).tobytes())
-    h.update(np.ascontiguousarray(grams.codes).tobytes())
-    h.update(np.ascontiguousarray(grams.weights).tobytes())
-    key = h.digest()
-    memo = _SHARED.pop(key, None)
-    memo = {} if memo is None else memo
-    _SHARED[key] = memo
-    while len(_SHARED) > _SHARED_MAX:
-        _SHARED.popitem(last=False)
-    return memo
+    >>> dense_singular_values(sp.csr_matrix(np.diag([1.0, 3.0]))).tolist()
+    [3.0, 1.0]
+    """
+    return np.linalg.svd(H.toarray(), compute_uv=False)
 
 
 class _Spectrum:
@@ -129,7 +120,7 @@ class _Spectrum:
             H = sp.csr_matrix(WindowTriples.of(full).hankel())
             self.size, self.level = H.shape[0], noise_level(H, self.total)
             if self.size <= DENSE_SVD_MAX:
-                self._dense = np.linalg.svd(H.toarray(), compute_uv=False)
+                self._dense = dense_singular_values(H)
             else:
                 self._H = H
 
@@ -166,8 +157,7 @@ def count_above_noise(H: sp.spmatrix, level: float, max_rank: int) -> int:
     """
     size = H.shape[0]
     if size <= DENSE_SVD_MAX:
-        sv = np.linalg.svd(H.toarray(), compute_uv=False)
-        return int((sv > level).sum())
+        return int((dense_singular_values(H) > level).sum())
     return _doubling_count(lambda k: top_singular(H, k)[1], size, level, max_rank)
 
 

@@ -25,6 +25,8 @@ is the all-ones digit ``2^b − 1``, so for ``L ≥ 2`` a symbol index must stay
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import numpy as np
 
 from streamspec.core.triples import BITS, MAX_SYMBOLS, Triples
@@ -183,9 +185,12 @@ class WindowCounts:
     True
     """
 
-    # _ranks: the window Hankels' singular values, per marginal window, computed once
-    # (:func:`streamspec.core.window_rank.level_rank`); the counts are never changed in place
-    __slots__ = ("n", "window", "codes", "weights", "_ranks")
+    # _ranks: the window Hankels' singular values, per marginal window, computed once for this
+    # object (:func:`streamspec.core.window_rank.level_rank`). Why on the object: a fit reads its
+    # counts once and passes them down, so the object is the fit's; the counts are never
+    # changed in place (an accumulator's windows() even hands out read-only arrays)
+    # _parts: the _ranks and _parts of the counts made from these (:meth:`derived`), by rule
+    __slots__ = ("n", "window", "codes", "weights", "_ranks", "_parts")
 
     def __init__(self, n: int, window: int, codes: np.ndarray, weights: np.ndarray):
         self.n = int(n)
@@ -196,6 +201,7 @@ class WindowCounts:
         self.codes = np.asarray(codes, dtype=np.int64)
         self.weights = np.asarray(weights, dtype=np.float64)
         self._ranks: dict | None = None
+        self._parts: dict | None = None
         if self.codes.shape != self.weights.shape or self.codes.ndim != 1:
             raise ValueError("codes and weights must be 1-D of one length")
 
@@ -249,7 +255,8 @@ class WindowCounts:
         if window == self.window:
             return self
         d = self.digits()[:, self.window - window : self.window + window + 1]
-        return WindowCounts(self.n, window, *sum_duplicates(pack_grams(d, window), self.weights))
+        return self.derived(window, *sum_duplicates(pack_grams(d, window), self.weights),
+                            ("marginal", window))
 
     def full(self) -> WindowCounts:
         """Only the grams without pads (complete windows on both sides). O(nnz · L)."""
@@ -262,6 +269,26 @@ class WindowCounts:
         """The triple counts (window 1): the codes themselves at L = 1, else :meth:`marginal` (1)."""
         one = self.marginal(1)
         return Triples(self.n, one.codes, one.weights)
+
+    def derived(self, window: int, codes: np.ndarray, weights: np.ndarray, rule: Hashable
+                ) -> WindowCounts:
+        """Counts of window ``window`` made from these by ``rule`` (a marginal, a held-out part
+        drawn from a generator's state): the same rule always makes the same counts. Why: their
+        window spectra are kept on these counts by rule (a few singular values per window), so
+        a later fit on the same counts object (another estimator on an unchanged accumulator)
+        that makes them again reads them instead of recomputing them. O(1) besides the arrays.
+
+        >>> g = WindowCounts.from_digits(2, 2, [[0, 1, 0, 1, 1], [1, 0, 1, 1, 0]], [3.0, 2.0])
+        >>> a, b = g.marginal(1), g.marginal(1)
+        >>> a is b, a == b, a._ranks is b._ranks is not None
+        (False, True, True)
+        """
+        out = WindowCounts(self.n, window, codes, weights)
+        if self._parts is None:
+            self._parts = {}
+        # why its _parts too: what is made from it (a marginal's sample) is kept here as well
+        out._ranks, out._parts = self._parts.setdefault(rule, ({}, {}))
+        return out
 
     def scaled(self, factor: float) -> WindowCounts:
         return WindowCounts(self.n, self.window, self.codes, self.weights * float(factor))

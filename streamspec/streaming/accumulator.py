@@ -199,9 +199,12 @@ class MomentAccumulator(CountBuffer, StartCounting, WindowedStreams, Accumulator
         self._chunks: list[tuple[np.ndarray, np.ndarray | None, bool]] = []
         self._chunked = 0
         # small alphabets (n³ ≤ count_buffer's DENSE_CELLS): unmerged counts also in one dense array,
-        # indexed (x2·m + x3)·m + x1 for the alphabet size m it was made for
-        self._dense: np.ndarray | None = None
-        self._dense_m = 0
+        # indexed (x2·m + x3)·m + x1, with the alphabet size m it was made for: (array, m)
+        self._dense: tuple[np.ndarray, int] | None = None
+        # the last windows(), given again while the counts are the same (accumulator_windows.py).
+        # Why _dense holds its m: one more attribute would cost learn_one its fast attribute
+        # access (more than 30 attributes, see _pad)
+        self._windows_view: tuple | None = None
         # learn_one's triples as "stream codes" (x1·base + x2)·base + x3 (and forgetting weights)
         self._pending: list[int] = []
         self._pending_w: list[float] = []

@@ -92,11 +92,18 @@ class WindowedStreams:
         return self._L
 
     def windows(self) -> WindowCounts:
-        """The counts of the grams as :class:`~streamspec.core.windows.WindowCounts` (a copy).
+        """The counts of the grams as :class:`~streamspec.core.windows.WindowCounts`: a snapshot,
+        independent of later learning, and the same object while the counts are unchanged.
 
-        At L = 1, the triples (:meth:`triples` holds the same codes). Grams centred on
-        the last L − 1 symbols of a stream still open are counted when it goes on or
-        ends. Time and memory O(nnz) (merging buffered grams first).
+        Why the same object: a fit reads the grams in several places (the window choice, the
+        predictor's HMM, the triples), and the window Hankels' singular values are kept on the
+        object (:func:`~streamspec.core.window_rank.level_rank`), so each is computed once per
+        set of counts. Its arrays are the accumulator's own, made read-only: the accumulator
+        replaces its arrays when it counts (never writes them in place), so the snapshot stays
+        as it was. At L = 1, the triples (:meth:`triples` holds the same codes). Grams centred
+        on the last L − 1 symbols of a stream still open are counted when it goes on or ends.
+        Time O(nnz) to merge buffered grams (and to divide the weights under forgetting), O(1)
+        when nothing changed; no copy of the codes.
 
         Examples
         --------
@@ -106,10 +113,28 @@ class WindowedStreams:
         >>> acc.end()
         >>> acc.windows().digits().tolist()       # centred on the 2nd and 3rd symbols
         [[0, 1, 1, 0, -1], [-1, 0, 1, 1, 0]]
+        >>> g = acc.windows()
+        >>> acc.windows() is g, g.weights.flags.writeable
+        (True, False)
+        >>> acc.learn_many([1, 1, 0, 1]); acc.end()
+        >>> acc.windows().total, g.total          # a new snapshot; the old one unchanged
+        (4.0, 2.0)
         """
         self._flush()
-        w = self._w / self._weight if self.forgetting != 1.0 else self._w.copy()
-        return WindowCounts(self.n, self._L, self._codes.copy(), w)
+        view = self._windows_view
+        # why identity: _codes and _w are replaced whenever the counts change (merge_sorted,
+        # _consolidate, _normalise_weight, _reduce_window, _restore), never written in place
+        if (view is not None and view[0] is self._codes and view[1] is self._w
+                and view[2] == (self._weight, self._L, self.n)):
+            return view[3]
+        codes, w = self._codes, self._w
+        codes.flags.writeable = False
+        if self.forgetting != 1.0:
+            w = w / self._weight
+        w.flags.writeable = False
+        grams = WindowCounts(self.n, self._L, codes, w)
+        self._windows_view = (self._codes, self._w, (self._weight, self._L, self.n), grams)
+        return grams
 
     def _store_tail(self, key, seq: np.ndarray) -> None:
         self._tails[key] = tail_code(seq[-2 * self._L :].tolist(), self._base, self._L)

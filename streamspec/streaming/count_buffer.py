@@ -44,12 +44,12 @@ class CountBuffer:
         return (key, n_labels, self._tails.get(key, _MISSING), self._heads.get(key, _MISSING),
                 self._chunks, len(self._chunks), self._chunked, self._codes, self._w,
                 self._pending, len(self._pending), self._pending_w, len(self._pending_w),
-                self._total, self._weight, self._dense, self._dense_m,
+                self._total, self._weight, self._dense,
                 self._start_log, len(self._start_log), self._start_w, len(self._start_w), self._starts)
 
     def _restore(self, snap: tuple) -> None:
         (key, n_labels, tail, head, chunks, n_chunks, chunked, codes, w,
-         pending, n_pending, pending_w, n_pending_w, total, weight, dense, dense_m,
+         pending, n_pending, pending_w, n_pending_w, total, weight, dense,
          start_log, n_start_log, start_w, n_start_w, starts) = snap
         if n_labels >= 0:
             self._alphabet.truncate(n_labels)
@@ -64,10 +64,22 @@ class CountBuffer:
         self._chunks, self._chunked, self._codes, self._w = chunks, chunked, codes, w
         self._pending, self._pending_w = pending, pending_w
         self._total, self._weight = total, weight
-        self._dense, self._dense_m = dense, dense_m
+        self._dense = dense
         del start_log[n_start_log:]
         del start_w[n_start_w:]
         self._start_log, self._start_w, self._starts = start_log, start_w, starts
+
+    def __getstate__(self) -> dict:
+        # why without the last windows(): it is rebuilt in O(1) from the counts (O(nnz) under
+        # forgetting), and its memo of singular values belongs to the fits of this process
+        return {**self.__dict__, "_windows_view": None}
+
+    def __setstate__(self, state: dict) -> None:
+        if "_dense_m" in state:  # pickled when the dense buffer's alphabet size had its own slot
+            m = state.pop("_dense_m")
+            state["_dense"] = None if state["_dense"] is None else (state["_dense"], m)
+        state.setdefault("_windows_view", None)  # pickled before windows() kept its snapshot
+        self.__dict__.update(state)
 
     def memory_bytes(self) -> int:
         """Estimated bytes held: counts, buffers, alphabet and per-stream state.
@@ -86,7 +98,7 @@ class CountBuffer:
         >>> 0 < acc.memory_bytes() < 20_000
         True
         """
-        size = self._codes.nbytes + self._w.nbytes + (self._dense.nbytes if self._dense is not None else 0)
+        size = self._codes.nbytes + self._w.nbytes + (self._dense[0].nbytes if self._dense is not None else 0)
         for codes, w, _ in self._chunks:
             size += codes.nbytes + (w.nbytes if w is not None else 0)
         size += 40 * (len(self._pending) + len(self._pending_w) + len(self._default_buffer))
@@ -213,18 +225,20 @@ class CountBuffer:
 
     def _dense_add(self, counts: np.ndarray, m: int) -> None:
         """Add compact counts over m symbols to the dense buffer (the in-place add comes last)."""
-        if self._dense is not None and self._dense_m != m:
+        if self._dense is not None and self._dense[1] != m:
             self._flush_dense()
         if self._dense is None:
-            self._dense, self._dense_m = counts, m
+            self._dense = (counts, m)
         else:
-            self._dense += counts
+            dense = self._dense[0]
+            dense += counts
 
     def _flush_dense(self) -> None:
         if self._dense is not None:
             # why: only learn_one's counts (base = n + 1 with pads) use the pad digit base − 1
-            pad = self._pad if self._dense_m == self._base else None
-            self._add_chunk((*compact_to_packed(self._dense, self._dense_m, self._L, pad), True))
+            dense, m = self._dense
+            pad = self._pad if m == self._base else None
+            self._add_chunk((*compact_to_packed(dense, m, self._L, pad), True))
             self._dense = None
 
     def _add_chunk(self, chunk: tuple[np.ndarray, np.ndarray | None, bool]) -> None:
