@@ -8,8 +8,9 @@ without the model's operators and trigram (which the refit recomputes anyway): t
 factors, the HMM, the weights and whether the model itself is a part. It has no
 ``rank``, so that ``rank="auto"`` chooses the rank again on the new counts (a full model
 would keep its rank for ever). It is what the daemon's worker process receives
-(:class:`~connectors.process_fit.ProcessMEstimator`), and what ``learn --follow``
-refits from.
+(:class:`~connectors.process_fit.ProcessMEstimator`: it refits from the state its last fit
+kept, with these weights), and where ``learn --follow`` takes the weights its records
+taught (its saves refit from the last fit's state too, ``streamspec.cli.fitting``).
 
 Examples
 --------

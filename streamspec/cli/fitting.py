@@ -8,6 +8,7 @@ on an alphabet too large for it is named as the setting to change.
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import math
 import sys
@@ -22,8 +23,26 @@ from streamspec.cli.options import estimator_default
 from streamspec.cli.progress_bar import step
 from streamspec.cli.quality import quality_log
 
-__all__ = ["check_estimator_settings", "fit_and_save", "fit_and_save_hmm", "reading_metadata",
-           "show_progress"]
+__all__ = ["FollowedFits", "check_estimator_settings", "fit_and_save", "fit_and_save_hmm",
+           "reading_metadata", "show_progress"]
+
+
+class FollowedFits:
+    """What ``learn --follow``'s saves carry from one fit to the next.
+
+    ``scorer``: the :class:`~connectors.record_scoring.RecordScorer` that predicts every
+    record read after a save before it is learned (the weights it teaches). ``state``: the
+    last fit's reusable state (``MEstimator.fit_with_state``: bases, moments and weighting
+    blocks, or over windows the window, rank and bases; ``None`` before the first fit, after
+    a failed one, or in the dense formulation), so that a save refits at a cost that
+    follows what changed since the last one, as the daemon's worker does. Memory: the
+    state's, about the counts' distinct triples (or grams) again, plus O(n · k') floats.
+    """
+
+    def __init__(self, scorer):
+        self.scorer = scorer
+        self.state = None
+
 
 
 def show_progress(args: argparse.Namespace) -> bool:
@@ -125,7 +144,8 @@ def _rank(args: argparse.Namespace, acc) -> Any:
     return rank
 
 
-def fit_and_save(args, acc, log: logging.Logger, final: bool = True, scorer=None) -> int:
+def fit_and_save(args, acc, log: logging.Logger, final: bool = True,
+                 followed: FollowedFits | None = None) -> int:
     """Fit θ_M on the counts with the command's settings, save it to ``--out`` (and the HMM).
 
     Unset settings take MEstimator's own defaults; an integer rank is clamped to the
@@ -133,13 +153,12 @@ def fit_and_save(args, acc, log: logging.Logger, final: bool = True, scorer=None
     their held-out log loss beside the unigram's and the trigram's.
     ``final=False`` (a periodic save of ``learn --follow``): problems are logged as
     warnings, and counts that cannot be fitted yet are skipped silently; otherwise
-    they raise :class:`CommandError`. ``scorer`` (``learn --follow``): a
-    :class:`~connectors.record_scoring.RecordScorer` that predicted the records read since
-    the last fit before they were learned: their prequential loss is logged
-    (``event=prequential``), the fit starts from the previous model with the weights
-    those records taught (:class:`~connectors.refit_start.RefitStart`: kept, not
-    re-estimated from held-out counts), and the scorer follows the new model. Cost: that
-    of the fit, O(nnz·k + n·k²) and up.
+    they raise :class:`CommandError`. ``followed`` (``learn --follow``): its scorer predicted
+    the records read since the last fit before they were learned: their prequential loss is
+    logged (``event=prequential``), the fit starts from the previous fit's state with the
+    weights those records taught (kept, not re-estimated from held-out counts; warm where
+    the state allows, ``path=`` in the log line), and the scorer follows the new model.
+    Cost: that of the fit, O(nnz·k + n·k²) and up; a warm refit's follows the change.
     """
     def fail(message: str) -> int:
         if final:
@@ -160,19 +179,20 @@ def fit_and_save(args, acc, log: logging.Logger, final: bool = True, scorer=None
 
     rank = _rank(args, acc)
     est = MEstimator(**_params(args, rank))
-    start = _refit_start(scorer, log)
+    start = _refit_start(followed, log)
     t0 = time.perf_counter()
     try:
         with step(f"fitting the model ({acc.n:,} symbols, rank {rank})", final and show_progress(args)):
-            model = est.fit(acc, init=start)
+            model = _fit(est, acc, start, followed)
     except (ValueError, MemoryError) as exc:  # bad settings, or counts too large to fit
         return fail(explain_fit_error(exc, args))
     parts = "+".join(model.backoff.components) if model.backoff is not None else "model"
     log.info("event=fitted rank=%d requested_rank=%s symbols=%d seconds=%.2f predictor=%s "
-             "weights=%s", model_rank(model), rank, model.n_symbols, time.perf_counter() - t0,
-             parts, "held-out" if start is None else "learned")
-    if scorer is not None:
-        scorer.follow(model)
+             "weights=%s path=%s", model_rank(model), rank, model.n_symbols,
+             time.perf_counter() - t0, parts, "held-out" if start is None else "learned",
+             getattr(getattr(est, "refit_", None), "path", "cold"))
+    if followed is not None:
+        followed.scorer.follow(model)
     quality = quality_log(model)
     if quality:  # held-out log loss of the predictions, beside the unigram, trigram and parts
         log.info("event=quality %s", quality)
@@ -201,9 +221,29 @@ def _window_metadata(acc) -> dict[str, str]:
     return {"count_window": str(L)} if L > 1 else {}
 
 
-def _refit_start(scorer, log: logging.Logger) -> Any:
+def _fit(est, acc, start, followed: FollowedFits | None):
+    """``est.fit(acc, init=start)``; with ``followed``, from its kept state (the weights
+    ``start``'s: the stream's), and the new state kept for the next save. O(the fit)."""
+    if followed is None:
+        return est.fit(acc, init=start)
+    kept, followed.state = followed.state, None  # freed before the fit allocates its own
+    init = start
+    if kept is not None and start is not None:
+        init = kept
+        backoff = getattr(kept.model, "backoff", None)
+        if backoff is not None and start.backoff is not None:
+            # why a copy: the saved model the scorer still follows keeps its own weights
+            backoff = copy.copy(backoff)
+            backoff.mixture = start.backoff.mixture
+            kept.model = kept.model.replace(backoff=backoff)
+    model, followed.state = est.fit_with_state(acc, init=init)
+    return model
+
+
+def _refit_start(followed: FollowedFits | None, log: logging.Logger) -> Any:
     """What a ``learn --follow`` save refits from (``None``: a first fit); logs the
     prequential loss of the records read since the last fit. O(E)."""
+    scorer = None if followed is None else followed.scorer
     if scorer is None or scorer.online is None or scorer.online.model is None:
         return None
     from connectors.refit_start import RefitStart

@@ -16,7 +16,7 @@ from typing import Any
 
 from streamspec.cli.checkpoint_files import HMM_SUFFIX, load_checkpoint_file
 from streamspec.cli.errors import CommandError, cli_spelling
-from streamspec.cli.fitting import check_estimator_settings, fit_and_save, show_progress
+from streamspec.cli.fitting import FollowedFits, check_estimator_settings, fit_and_save, show_progress
 from streamspec.cli.options import (
     FILE_FORMAT,
     add_backfill_options,
@@ -229,12 +229,13 @@ def _learn_by_chunks(args, fmt, report) -> int:
     return _counted(args, acc, result.records, report)
 
 
-def _counted(args, acc, records: int, report, fit: bool = True, scorer=None) -> int:
+def _counted(args, acc, records: int, report, fit: bool = True,
+             followed: FollowedFits | None = None) -> int:
     """After counting: the log line, the malformed summary and limit, the counts, the fit.
 
     ``fit=False``: a read stopped before its end (it resumes from ``--state``): the
-    counts are saved, nothing is fitted or judged. ``scorer``: ``--follow``'s (the fit
-    starts from the weights its records taught).
+    counts are saved, nothing is fitted or judged. ``followed``: ``--follow``'s (the fit
+    starts from the last one's state and the weights its records taught).
     """
     from connectors.malformed import TooManyMalformed
 
@@ -249,7 +250,7 @@ def _counted(args, acc, records: int, report, fit: bool = True, scorer=None) -> 
             raise CommandError(str(exc)) from None
     if args.counts:
         acc.save(args.counts)
-    return 0 if args.no_fit or not fit else fit_and_save(args, acc, log, scorer=scorer)
+    return 0 if args.no_fit or not fit else fit_and_save(args, acc, log, followed=followed)
 
 
 def _load_state(args) -> Any:
@@ -296,13 +297,13 @@ def _learn_by_records(args, fmt, report) -> int:
     sources.append(source)
     log = logging.getLogger("streamspec.learn")
     log.info("event=%s files=%s", "following" if args.follow else "reading", ",".join(args.files))
-    scorer = None
+    followed = None
     if args.follow and args.out and not args.no_fit:  # saves periodically: weights learned online
         from connectors.record_scoring import RecordScorer
 
-        scorer = RecordScorer(state.acc)
+        followed = FollowedFits(RecordScorer(state.acc))
     try:
-        signum = _ingest(args, state, source, log, scorer)
+        signum = _ingest(args, state, source, log, followed)
     except TooManyMalformed as exc:
         raise CommandError(str(exc)) from None
     report.seen = max(report.seen, source.lines)
@@ -312,16 +313,18 @@ def _learn_by_records(args, fmt, report) -> int:
             # a one-pass read stopped early resumes from --state: no model of part of the files
             return _counted(args, state.acc, state.records, report, fit=False)
         # following has no end: stopping is how it ends, so the model of everything is saved
-    return _counted(args, state.acc, state.records, report, scorer=scorer)
+    return _counted(args, state.acc, state.records, report, followed=followed)
 
 
-def _ingest(args, state, source, log: logging.Logger, scorer=None) -> int | None:
+def _ingest(args, state, source, log: logging.Logger,
+            followed: FollowedFits | None = None) -> int | None:
     """Learn ``source`` into ``state`` until its end or SIGTERM/SIGINT; the signal, if any.
 
     ``state`` is checkpointed to ``--state`` on the way (and at the end); with
     ``--follow --out`` the model is also saved every ``--save-interval`` seconds, and
     from the first save on every record is predicted by the model saved before it is
-    learned (``scorer``): the weights the next save starts from are the ones they taught.
+    learned (``followed``'s scorer): the weights the next save starts from are the ones they
+    taught, and the save refits from the last fit's state.
     """
     from connectors.ingest_loop import IngestLoop
 
@@ -341,10 +344,10 @@ def _ingest(args, state, source, log: logging.Logger, scorer=None) -> int | None
         source, state.acc, records=state.records, positions=state.positions, errors=state.errors,
         checkpoint=checkpoint if args.state else None, checkpoint_every=args.checkpoint_every,
         checkpoint_interval=args.checkpoint_interval,
-        save=(lambda: fit_and_save(args, state.acc, log, final=False, scorer=scorer))
+        save=(lambda: fit_and_save(args, state.acc, log, final=False, followed=followed))
         if periodic else None,
         save_interval=args.save_interval, progress=progress.update,
-        learned=scorer.add if scorer is not None else None)
+        learned=followed.scorer.add if followed is not None else None)
     stop: list[int] = []
 
     def on_signal(signum, frame):

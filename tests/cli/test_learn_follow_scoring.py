@@ -3,8 +3,10 @@
 The records read after a save are scored by the model saved (``event=prequential``), the
 mixing weights learn from them, and the next save starts from those weights
 (``weights=learned``) instead of re-estimating them from held-out counts as a one-pass
-``learn`` does (``weights=held-out``, ``event=quality``). On an input whose process
-changes while it is followed, the weights saved differ from the batch ones.
+``learn`` does (``weights=held-out``, ``event=quality``), and from the last fit's state
+(``path=warm``: a cost that follows the change, as the daemon's worker refits). On an
+input whose process changes while it is followed, the weights saved differ from the batch
+ones.
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ def test_follow_saves_the_weights_its_records_taught_not_the_batch_ones(tmp_path
     fitted = [ln for ln in lines if "event=fitted" in ln]
     assert "weights=held-out" in fitted[0]  # the first save: nothing was predicted yet
     assert len(fitted) >= 3 and all("weights=learned" in ln for ln in fitted[1:])
+    # each save refits from the last fit's state: warm (or rebased) while the counts have not
+    # doubled since the rank was chosen; a start without that state is always a fallback
+    paths = [re.search(r"path=(\w+)", ln).group(1) for ln in fitted]
+    assert paths[0] == "cold" and {"warm", "rebased"} & set(paths[1:]), paths
     losses = [float(m.group(1)) for ln in lines
               if (m := re.search(r"event=prequential symbols=\d+ log_loss=(\S+)", ln))]
     assert len(losses) >= 2 and all(math.isfinite(v) for v in losses)
