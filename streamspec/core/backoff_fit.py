@@ -293,11 +293,21 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     if K is None:  # too few counts to hold any out: the HMM from all of them, uniform weights
         K = _resolve_states(hmm_states, triples, grams)
         final = fit_hmm(counts, K, candidate_budget(EM_BUDGET, 1, K), random_state=seed) if K else None
+        final = smoothed_hmm(final, triples.total)
     else:
-        final = (fit_hmm(counts, K, candidate_budget(EM_BUDGET / 2, 1, K), init=hmm, random_state=seed)
-                 if hmm else None)
-    return _attach(model, triples, starts, smoothed_hmm(final, triples.total), mixture, scores, use_model,
+        final = _refined_on_all(counts, hmm, triples.total, seed) if hmm else None
+    return _attach(model, triples, starts, final, mixture, scores, use_model,
                    states_chosen_at=triples.total if hmm_states == "auto" else float("nan"))
+
+
+def _refined_on_all(counts: Triples | WindowCounts, chosen: HiddenMarkovModel, total: float,
+                    seed: int) -> HiddenMarkovModel | None:
+    """The HMM chosen on the kept part of the counts, warm-started on all of them with half
+    the EM budget, then smoothed for ``total`` counted symbols: how a first fit (and a
+    choice made again) ends. Cost: half an EM budget, O(K³ + K · n) for the smoothing."""
+    final = fit_hmm(counts, chosen.n_states, candidate_budget(EM_BUDGET / 2, 1, chosen.n_states),
+                    init=chosen, random_state=seed)
+    return smoothed_hmm(final, total)
 
 
 def _held_out_hmm(split: CountSplit, triples: Triples, grams: WindowCounts | None,
@@ -350,7 +360,7 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_s
         float("nan") if changed is None else float(changed))
     chosen_at = float(getattr(previous, "states_chosen_at", float("nan")))
     chosen_at = triples.total if chosen_at != chosen_at else chosen_at  # unknown: count from here
-    kept = dict(mixture=previous.mixture, use_model=previous.use_model, trigram=trigram)
+    carried = dict(mixture=previous.mixture, use_model=previous.use_model, trigram=trigram)
     if (hmm_states == "auto" and old is not None and triples.total >= STATES_REGROWTH * chosen_at
             and triples.total > 0):
         # why: more counts support more states (a first fit of 10⁴ symbols chose 4 where 8 and
@@ -358,14 +368,14 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_s
         # series: at most about twice that of one choice over the whole stream
         hmm = _rechosen_hmm(triples, starts, grams, seed)
         if hmm is not None:
-            return _attach(model, triples, starts, hmm, **kept, hmm_changed=0.0,
+            return _attach(model, triples, starts, hmm, **carried, hmm_changed=0.0,
                            states_chosen_at=triples.total)
-    kept["states_chosen_at"] = chosen_at
+    carried["states_chosen_at"] = chosen_at
     if (old is not None and stale <= HMM_REFIT_SHARE and old.n_symbols == triples.n
             and (hmm_states == "auto" or hmm_states == old.n_states)):
         # why: EM on a few percent more triples moves the HMM little; its E-steps would cost
         # most of the refit
-        return _attach(model, triples, starts, old, **kept, hmm_changed=stale)
+        return _attach(model, triples, starts, old, **carried, hmm_changed=stale)
     # "auto": the number of states chosen on held-out counts is kept until the counts regrow
     K = (old.n_states if hmm_states == "auto" and old is not None
          else _resolve_states(hmm_states, triples, grams))
@@ -379,7 +389,7 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_s
         budget = EM_BUDGET / 4 if init is not None else EM_BUDGET
         hmm = fit_hmm(counts, K, candidate_budget(budget, 1, K), init=init, random_state=seed) if K else None
     hmm = smoothed_hmm(hmm, triples.total) if triples.total > 0 else hmm
-    return _attach(model, triples, starts, hmm, **kept, hmm_changed=0.0)
+    return _attach(model, triples, starts, hmm, **carried, hmm_changed=0.0)
 
 
 def _rechosen_hmm(triples: Triples, starts: StreamStarts, grams: WindowCounts | None, seed: int,
@@ -396,10 +406,7 @@ def _rechosen_hmm(triples: Triples, starts: StreamStarts, grams: WindowCounts | 
     hmm, _ = _held_out_hmm(split, triples, grams, "auto", held, seed, max_contexts)
     if hmm is None:
         return None
-    counts = triples if grams is None else grams
-    final = fit_hmm(counts, hmm.n_states, candidate_budget(EM_BUDGET / 2, 1, hmm.n_states),
-                    init=hmm, random_state=seed)
-    return smoothed_hmm(final, triples.total)
+    return _refined_on_all(triples if grams is None else grams, hmm, triples.total, seed)
 
 
 def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=None,
