@@ -22,7 +22,7 @@ operator models (window predictor, θ_M) ``log_loss``. Models, m hidden states:
   fit, identical to a ``backoff=None`` fit: the backoff's final fit uses all counts);
 - ``θ_M``: ``MEstimator(rank=m)``, likewise default / plain;
 - ``moments``: ``HMMEstimator(n_iter=0)``, the method of moments alone;
-- ``ours``: ``HMMEstimator()``, the default (moments, then 50 iterations of EM on
+- ``ours``: ``HMMEstimator()``, the default (moments, then 50 E-steps of EM, SQUAREM, on
   the distinct counted triples), forward filter (HMMEstimator has no backoff);
 - ``ours+3``: the same with ``n_restarts=3``;
 - ``EM``: hmmlearn ``CategoricalHMM`` (same m, n_iter=100, tol=1e-4) on the

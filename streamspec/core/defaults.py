@@ -75,7 +75,7 @@ BASIS_TOL = 0.1
 # ... and a symbol's weighting block while its count changed by at most this (relative)
 WEIGHTING_RTOL = 0.05
 # HMMEstimator (the HMM itself, docs/math.md section 8)
-HMM_N_ITER = 50  # EM iterations on the counted triples after the moment start
+HMM_N_ITER = 50  # EM E-steps on the counted triples after the moment start (17 SQUAREM cycles)
 HMM_WINDOW_N_ITER = 300  # over windows: SQUAREM cycles (each up to 3 E-steps), the tolerance ends most
 HMM_TOL = 1e-8  # EM stops when the mean triple log-likelihood rises by less
 HMM_INIT = "moments"

@@ -110,25 +110,9 @@ def triple_log_likelihood(triples: Triples, model: HiddenMarkovModel) -> float:
     return _estep(triples, model.startprob_, model.transmat_.T, model.emissionprob_.T, stats=False)[0]
 
 
-def _em(estep, params: tuple, mstep, n_iter: int, tol: float):
-    """Alternate ``estep`` (params -> (ll, stats)) and ``mstep`` (stats, params -> params)."""
-    ll, st = estep(*params)
-    history = [ll]
-    converged = False
-    progress = Progress("hmm-em", *params[-1].shape)  # a long fit says where it is
-    for it in range(int(n_iter)):
-        params = mstep(st, params)
-        ll, st = estep(*params)
-        history.append(ll)
-        progress.line(f"iteration={it + 1}/{int(n_iter)}", -ll)
-        if ll - history[-2] < tol:
-            converged = True
-            break
-    return params, history, converged
-
-
 def _squarem(estep, params: tuple, mstep, n_iter: int, tol: float):
-    """:func:`_em` accelerated by SQUAREM (Varadhan & Roland 2008), kept monotone.
+    """EM (alternate ``estep``: params -> (ll, stats), and ``mstep``: stats, params -> params)
+    accelerated by SQUAREM (Varadhan & Roland 2008), kept monotone.
 
     A cycle takes two EM steps ``θ1 = F(θ0)``, ``θ2 = F(θ1)`` and jumps to ``θ0 − 2αr + α²v``
     (``r = θ1 − θ0``, ``v = θ2 − 2θ1 + θ0``, ``α = −‖r‖/‖v‖`` at most −1), projected back onto
@@ -139,7 +123,8 @@ def _squarem(estep, params: tuple, mstep, n_iter: int, tol: float):
     """
     ll, st = estep(*params)
     history = [ll]
-    for _ in range(int(n_iter)):
+    progress = Progress("hmm-em", *params[-1].shape)  # a long fit says where it is
+    for it in range(int(n_iter)):
         p1 = mstep(st, params)
         ll1, st1 = estep(*p1)
         p2 = mstep(st1, p1)
@@ -154,6 +139,7 @@ def _squarem(estep, params: tuple, mstep, n_iter: int, tol: float):
                 best = (ll3, p3, st3)
         ll, params, st = best
         history.append(ll)
+        progress.line(f"cycle={it + 1}/{int(n_iter)}", -ll)
         if ll - history[-2] < tol:
             return params, history, True
     return params, history, False
@@ -194,18 +180,23 @@ def _normalised(s: np.ndarray, old: np.ndarray) -> np.ndarray:
 
 
 def refine(triples: Triples, pi, T, O, n_iter: int, tol: float):
-    """EM on the counted triples from ``(pi, T, O)`` (column-stochastic); O(nnz · m²) per iteration.
+    """EM on the counted triples from ``(pi, T, O)`` (column-stochastic), accelerated by
+    SQUAREM (:func:`_squarem`); ``n_iter`` bounds the E-steps, O(nnz · m²) each: ⌈n_iter / 3⌉
+    cycles of at most three.
 
     Returns ``(pi, T, O, history, converged)``: ``history[k]`` is the mean triple
-    log-likelihood of the parameters after k iterations (non-decreasing).
-    Stops early when an iteration gains less than ``tol``.
+    log-likelihood of the parameters after k cycles (non-decreasing).
+    Stops early when a cycle gains less than ``tol``.
     """
     def mstep(st, params):
         s_pi, s_T, s_O = st
         return s_pi / s_pi.sum(), _normalised(s_T, params[1]), _normalised(s_O, params[2])
 
     chunks = _Chunks(triples)  # why: the blocks and their one-hot maps are made once, not per iteration
-    (pi, T, O), history, converged = _em(lambda *p: _estep(chunks, *p), (pi, T, O), mstep, n_iter, tol)
+    # why SQUAREM: at the same E-steps it ends nearer the optimum than plain EM, whose linear
+    # convergence is slow (river's keyed stream: log loss 0.01-0.06 nats better at equal CPU)
+    cycles = -(-int(n_iter) // 3)
+    (pi, T, O), history, converged = _squarem(lambda *p: _estep(chunks, *p), (pi, T, O), mstep, cycles, tol)
     return pi, T, O, history, converged
 
 

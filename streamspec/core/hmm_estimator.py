@@ -106,9 +106,10 @@ class HMMEstimator(Estimator):
         windows of L symbols (counts of ``MomentAccumulator(window=...)``) up to the
         number of distinct windows, recovered when the window Hankel matrix has rank m.
     n_iter
-        Iterations of the refinement (EM on the counted triples or grams); 0 keeps the
-        method-of-moments estimate. None (default): 50 over triples, 300 over windows
-        (cycles of the accelerated EM; the tolerance usually stops it well before).
+        Iterations of the refinement (EM on the counted triples or grams, accelerated by
+        SQUAREM); 0 keeps the method-of-moments estimate. Over triples the E-steps, run as
+        ⌈n_iter / 3⌉ cycles of at most three; over windows the cycles. None (default): 50
+        over triples, 300 over windows (the tolerance usually stops it well before).
     tol
         The refinement stops when an iteration raises the mean triple (gram)
         log-likelihood by less than this.
@@ -153,12 +154,12 @@ class HMMEstimator(Estimator):
     coarse_window_
         The moments' window EM ran over first (``window="auto"``, see ``window``), else None.
     log_likelihood_history_
-        Mean triple (gram) log-likelihood after each refinement iteration of the winning start
+        Mean triple (gram) log-likelihood after each refinement cycle of the winning start
         (over ``window_`` only).
     loss_history_
         Its negative (mean log loss per triple or gram).
     n_iter_, converged_
-        Iterations run by the winning start and whether it met ``tol``.
+        SQUAREM cycles run by the winning start and whether it met ``tol``.
     start_
         How the winning start was obtained: ``"moments"``, ``"random"``, ``"warm"``
         or ``"restart k"``.
