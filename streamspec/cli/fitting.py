@@ -44,7 +44,6 @@ class FollowedFits:
         self.state = None
 
 
-
 def show_progress(args: argparse.Namespace) -> bool:
     """Whether to draw progress: ``--progress always``, or ``auto`` on a terminal."""
     mode = getattr(args, "progress", "auto")
@@ -226,7 +225,9 @@ def _fit(est, acc, start, followed: FollowedFits | None):
     ``start``'s: the stream's), and the new state kept for the next save. O(the fit)."""
     if followed is None:
         return est.fit(acc, init=start)
-    kept, followed.state = followed.state, None  # freed before the fit allocates its own
+    # why cleared first: a fit that fails leaves no state, and the next save starts from
+    # the RefitStart alone (the weights), as before the first fit
+    kept, followed.state = followed.state, None
     init = start
     if kept is not None and start is not None:
         init = kept
