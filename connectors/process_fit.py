@@ -157,10 +157,8 @@ def _fit_in_worker(params: dict, triples: Triples, labels, init, token: str | No
     est = MEstimator(**params)
     state = _KEPT.get("state") if token is not None and _KEPT.get("token") == token else None
     _KEPT.clear()  # the previous state is freed before this fit allocates its own
-    start_backoff = getattr(init, "backoff", None)
-    backoff = getattr(getattr(state, "model", None), "backoff", None)
-    if backoff is not None and start_backoff is not None:
-        backoff.mixture = start_backoff.mixture  # the stream's weights, merged by the parent
+    if state is not None and isinstance(init, RefitStart):
+        state = init.onto(state)  # the stream's weights, merged by the parent
     model, new_state = est.fit_with_state(triples, init=state if state is not None else init)
     new_token = None
     if new_state is not None:

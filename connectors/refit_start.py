@@ -28,6 +28,7 @@ Examples
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 from streamspec.core.factors import MFactors, factors_of
@@ -71,3 +72,27 @@ class RefitStart:
             start = StartBackoff(backoff.hmm, weights.copy(), bool(backoff.use_model),
                                  float(getattr(backoff, "states_chosen_at", float("nan"))))
         return cls(factors_of(model), start)
+
+    def onto(self, state):
+        """A fit's kept state (``MEstimator.fit_with_state``'s) whose model carries these
+        weights, so that a warm refit from it keeps what the stream taught; ``state`` itself
+        when either has no backoff. The state's model is replaced by a copy (its backoff
+        shallow-copied), never changed: the saved model may still be in use. O(E).
+
+        >>> from streamspec import MEstimator, MomentAccumulator
+        >>> acc = MomentAccumulator()
+        >>> acc.learn_many("abcabcabcaabbccabcbca" * 30)
+        >>> model, state = MEstimator(rank=2).fit_with_state(acc)
+        >>> start = RefitStart.of(model)
+        >>> moved = start.onto(state)
+        >>> weights = start.backoff.mixture
+        >>> moved.model.backoff.mixture is weights, model.backoff.mixture is weights
+        (True, False)
+        """
+        backoff = getattr(getattr(state, "model", None), "backoff", None)
+        if backoff is None or self.backoff is None:
+            return state
+        backoff = copy.copy(backoff)
+        backoff.mixture = self.backoff.mixture
+        state.model = state.model.replace(backoff=backoff)
+        return state

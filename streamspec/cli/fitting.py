@@ -8,7 +8,6 @@ on an alphabet too large for it is named as the setting to change.
 from __future__ import annotations
 
 import argparse
-import copy
 import logging
 import math
 import sys
@@ -228,15 +227,7 @@ def _fit(est, acc, start, followed: FollowedFits | None):
     # why cleared first: a fit that fails leaves no state, and the next save starts from
     # the RefitStart alone (the weights), as before the first fit
     kept, followed.state = followed.state, None
-    init = start
-    if kept is not None and start is not None:
-        init = kept
-        backoff = getattr(kept.model, "backoff", None)
-        if backoff is not None and start.backoff is not None:
-            # why a copy: the saved model the scorer still follows keeps its own weights
-            backoff = copy.copy(backoff)
-            backoff.mixture = start.backoff.mixture
-            kept.model = kept.model.replace(backoff=backoff)
+    init = start if kept is None or start is None else start.onto(kept)
     model, followed.state = est.fit_with_state(acc, init=init)
     return model
 
