@@ -12,7 +12,8 @@ to them. Each is split 80/20 (by position for one stream, by sequence for sessio
 * ``period``: a period of 13 symbols over 20, each symbol replaced at random w.p. 0.1;
 * ``dense``: a 30-state HMM over 30 symbols with Dirichlet(1) rows (little to gain);
 * ``sessions 8/50`` and ``sessions 30/6``: many short sequences (geometric lengths, mean
-  ~12) from sparse HMMs (Dirichlet(0.1) rows), 8 states over 50 symbols and 30 over 6.
+  12, ``bench_windows.sequences``) from sparse HMMs (Dirichlet(0.1) rows), 8 states over
+  50 symbols and 30 over 6.
 
 Printed per process: held-out log loss (nats per symbol) of the KN bigram and trigram
 (discount 0.75), the default ``MEstimator()`` and its HMM alone (its size K), the truth
@@ -36,6 +37,7 @@ from collections.abc import Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
 from bench_predict import best_categorical_hmm, count, em_training, fit_default, hmm_loss  # noqa: E402
+from bench_windows import sequences  # noqa: E402
 from predict_sets import Case  # noqa: E402
 
 from streamspec import HiddenMarkovModel  # noqa: E402
@@ -66,17 +68,6 @@ def noisy_period(n: int, size: int, seed: int, period: int = 13, noise: float = 
     return x
 
 
-def sessions(hmm: HMM, size: int, seed: int, mean_length: int = 12) -> list[np.ndarray]:
-    """Sequences of geometric lengths (mean ``mean_length``) from ``hmm`` until ``size`` symbols."""
-    rng = np.random.default_rng(seed)
-    out, total = [], 0
-    while total < size:
-        length = int(rng.geometric(1 / mean_length)) + 1
-        out.append(hmm.sample(length, random_state=int(rng.integers(1 << 30))))
-        total += length
-    return out
-
-
 def _case(name: str, n: int, data, truth: HMM | None = None, frac: float = 0.8) -> Case:
     if isinstance(data, np.ndarray):
         k = int(frac * data.size)
@@ -89,7 +80,7 @@ def processes() -> dict[str, Callable[[], Case]]:
     """Name → a maker of the seeded case (made only when it runs)."""
     def hmm_case(name, m, n, size, seed, concentration, split_sessions):
         truth = HMM.random(m, n, random_state=seed, concentration=concentration)
-        data = (sessions(truth, size, seed) if split_sessions
+        data = (sequences(truth, size, 12, seed) if split_sessions
                 else truth.sample(size, random_state=seed + 1))
         return _case(name, n, data, truth)
 
