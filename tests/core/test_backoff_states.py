@@ -128,3 +128,19 @@ def test_a_refit_chooses_the_hmm_size_again_once_the_counts_have_doubled():
     fixed = fit_with_backoff(fit, triples_of(x, n), hmm_states=4, previous=kept)  # not "auto"
     assert fixed.backoff.hmm.n_states == 4
 
+
+
+def test_the_noise_count_by_a_doubling_truncated_svd_is_that_of_the_top_65(monkeypatch):
+    """Above DENSE_SVD_MAX symbols (lowered here) the count starts from the top 16 singular
+    values and doubles: on 18 values above the noise it must not stop at 16."""
+    from streamspec.core import subspace
+    from streamspec.core.window_rank import noise_level
+
+    monkeypatch.setattr(subspace, "DENSE_SVD_MAX", 100)
+    x = HMM.random(30, 300, random_state=0, concentration=0.01).sample(10**6, random_state=1)
+    t = triples_of(x, 300)
+    P21 = t.P21()
+    s = subspace.top_singular(P21, 65)[1]
+    count = int((s > noise_level(P21, t.total)).sum())
+    assert count > 16
+    assert hmm_states_for(t) == count
