@@ -40,30 +40,7 @@ from river_pipeline import alice_data, session_data  # noqa: E402
 
 import streamspec  # noqa: E402
 from streamspec import SpectralHMM  # noqa: E402
-
-
-def cluster_sessions(n_events: int, n_symbols: int = 2_000, n_keys: int = 1_000,
-                     n_clusters: int = 8, seed: int = 0) -> list[tuple[dict, int]]:
-    """``(x, y)`` pairs: ``x = {"user": k}`` and the symbol ``y`` user ``k`` emitted next.
-
-    Each user sits in one of ``n_clusters`` clusters (a new random one with probability
-    0.1 per event) and emits a Zipf(1.1)-distributed rank mapped through its cluster's
-    permutation of the symbols. O(n_events · n_symbols) (the Zipf draws), seeded.
-    """
-    rng = np.random.default_rng(seed)
-    p = 1 / np.arange(1, n_symbols + 1) ** 1.1
-    p /= p.sum()
-    perm = [rng.permutation(n_symbols) for _ in range(n_clusters)]
-    state = rng.integers(0, n_clusters, n_keys)
-    keys = rng.integers(n_keys, size=n_events)
-    moves = rng.random(n_events) < 0.1
-    ranks = rng.choice(n_symbols, size=n_events, p=p)
-    data = []
-    for k, move, r in zip(keys.tolist(), moves.tolist(), ranks.tolist(), strict=True):
-        if move:
-            state[k] = rng.integers(n_clusters)
-        data.append(({"user": k}, int(perm[state[k]][r])))
-    return data
+from streamspec.experiments.cluster_walks import cluster_sessions  # noqa: E402
 
 
 class DictBigram:
