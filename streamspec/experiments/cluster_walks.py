@@ -20,7 +20,8 @@ def cluster_sessions(n_events: int, n_symbols: int = 2_000, n_keys: int = 1_000,
 
     Each user sits in one of ``n_clusters`` clusters (a new random one with probability
     0.1 per event) and emits a Zipf(1.1)-distributed rank mapped through its cluster's
-    permutation of the symbols. O(n_events · n_symbols) (the Zipf draws), seeded.
+    permutation of the symbols. O(n_symbols · n_clusters + n_events · log n_symbols) (the
+    permutations, then the Zipf draws by inverse CDF), seeded.
 
     Examples
     --------
