@@ -322,7 +322,7 @@ def _held_out_hmm(split: CountSplit, triples: Triples, grams: WindowCounts | Non
         hmm = choose_window_hmm(kept_hmm, split.held_grams, state_candidates(K, MAX_HMM_STATES),
                                 EM_BUDGET, EM_MAX_TRIPLES, _MIN_EM_ITER, _MAX_EM_ITER, seed)
         # why: over windows startprob_ is the law of a stream's start, not of a triple's
-        hmm_p = hmm_probas(hmm, u, v, x, hmm.stationary()) if hmm is not None else None
+        hmm_p = hmm_probas(hmm, u, v, x, hmm.occupancy()) if hmm is not None else None
     else:  # over triples: "auto" sizes by held-out contexts
         # the held-out contexts were subsampled to max_contexts draws when there were more
         pa = split.held_starts.pair_arrays()[0]

@@ -67,8 +67,10 @@ def hmm_probas(hmm: HiddenMarkovModel, u, v, x, inside: np.ndarray | None = None
     ``inside``: the distribution of the hidden state where a triple may begin, anywhere in a
     stream. ``None``: ``startprob_``, right for an HMM fitted on triples (EM treats every
     triple as a sequence, so its ``startprob_`` is the law of a triple's first state). An
-    HMM fitted over windows has a ``startprob_`` of stream starts; pass its stationary
-    distribution (:meth:`~streamspec.core.hidden_markov_model.HiddenMarkovModel.stationary`).
+    HMM fitted over windows has a ``startprob_`` of stream starts; pass its occupancy of the
+    states (:meth:`~streamspec.core.hidden_markov_model.HiddenMarkovModel.occupancy`: over a
+    gram's positions, not the chain's stationary distribution, which a fit on short windows
+    may not know).
     Why: from ``startprob_`` the window HMM of a 10-state automaton over 8 symbols, whose
     streams start on two of its states, scored 1.780 nats on held-out triples, against
     1.535 from the stationary distribution (the trigram 1.533), and its starting weight in

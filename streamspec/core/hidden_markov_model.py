@@ -80,6 +80,9 @@ class HiddenMarkovModel:
         Optional ``dict[str, str]`` about the model (e.g. ``{"encoding": "utf-8"}``, the
         encoding its symbols were read with); saved in its checkpoint (JSON), ``{}``
         when not given and for checkpoints written before it was kept.
+    occupancy
+        Optional share of the symbols at each state as the fit estimated it, shape (m,);
+        :meth:`occupancy` returns it instead of the stationary distribution. Not saved.
 
     Rows are checked (non-negative, summing to 1 within 1e-6); the arrays are
     copied verbatim into ``startprob_``, ``transmat_`` and ``emissionprob_``.
@@ -99,7 +102,7 @@ class HiddenMarkovModel:
     """
 
     def __init__(self, startprob, transmat, emissionprob, symbols: Sequence[Hashable] | None = None,
-                 metadata: dict[str, str] | None = None):
+                 metadata: dict[str, str] | None = None, occupancy=None):
         E = np.asarray(emissionprob, dtype=np.float64)
         if E.ndim != 2 or E.shape[0] < 1 or E.shape[1] < 1:
             raise ValueError(f"emissionprob must be a non-empty (n_states, n_symbols) array, got {E.shape}")
@@ -109,6 +112,7 @@ class HiddenMarkovModel:
         self.emissionprob_ = _stochastic_rows(E, "emissionprob", (m, n))
         self.symbols = None if symbols is None else list(symbols)
         self.metadata = check_metadata(metadata)
+        self.occupancy_ = None if occupancy is None else _stochastic_rows(occupancy, "occupancy", (m,))
         self._index: dict | None = None
         if self.symbols is not None:
             if len(self.symbols) != n:
@@ -331,6 +335,11 @@ class HiddenMarkovModel:
         w, v = np.linalg.eig(self.transmat_.T)
         p = np.abs(np.real(v[:, np.argmin(np.abs(w - 1.0))]))
         return p / p.sum()
+
+    def occupancy(self) -> np.ndarray:
+        """Each state's share of the symbols: ``occupancy`` as given, else :meth:`stationary`
+        (which a near-absorbing state of a fit on short windows takes whole). O(m) or O(m³)."""
+        return self.stationary() if self.occupancy_ is None else self.occupancy_
 
     def sample(self, n_samples: int = 1, random_state=None, *,
                lengths: Sequence[int] | None = None) -> tuple[list | np.ndarray, np.ndarray]:

@@ -86,6 +86,17 @@ def _one_blas_thread():
     return threadpool_limits(1, user_api="blas")
 
 
+def _gram_occupancy(pi: np.ndarray, T: np.ndarray, L: int) -> np.ndarray:
+    """The mean state distribution over the 2L + 1 positions of a gram whose first state is
+    drawn from ``pi`` (``T[h2, h1]`` column-stochastic): the states' share of the positions EM
+    saw, through no more of the chain's run than it saw. O(L · m²)."""
+    p, total = pi, pi.copy()
+    for _ in range(2 * L):
+        p = T @ p
+        total += p
+    return total / total.sum()
+
+
 def _floored(params: tuple, n: int) -> tuple:
     """``(pi, pi0, T, O)`` floored again, as a start is, and renormalised: EM over a shorter
     window (or a pruned model) zeroed entries that the next fit may need, and EM never revives a
@@ -307,7 +318,9 @@ class HMMEstimator(Estimator):
         Over triples, the model's ``startprob_`` is the distribution of the first hidden
         state of a counted triple: for triples counted along long streams, close to the
         stationary distribution, not the distribution at the start of a stream. Over
-        windows it is the distribution at the start of a sequence (``sequence_startprob_``).
+        windows it is the distribution at the start of a sequence (``sequence_startprob_``),
+        and the model's ``occupancy_`` the mean over a gram's 2L + 1 positions from its first
+        state's (``gram_startprob_``).
         """
         self._validate()
         grams, labels = windows_of(data)  # refuses empty counts
@@ -359,7 +372,10 @@ class HMMEstimator(Estimator):
         pi, T, O = params[0], params[-2], params[-1]
         if L > 1:
             pi = self._sequence_start(counts, params[0], params[1])
-        self.model_ = HiddenMarkovModel(pi, T.T, O.T, symbols=labels)
+        # why the occupancy: the stationary distribution of a T seen through short windows can
+        # be a near-absorbing state's (HiddenMarkovModel's occupancy)
+        self.model_ = HiddenMarkovModel(pi, T.T, O.T, symbols=labels,
+                                        occupancy=_gram_occupancy(params[0], T, L) if L > 1 else None)
         return self.model_
 
     def _fit_grown(self, counts: WindowCounts, n: int, rng):

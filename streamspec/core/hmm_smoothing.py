@@ -9,7 +9,8 @@ held-out notes at 0), 1.91 with its probabilities smoothed as below.
 
 :func:`smoothed_hmm` takes the posterior mean under a Dirichlet prior of total mass
 :data:`PRIOR_MASS` per row: state k, visited about ``N_k = N · s_k`` times in N counted
-symbols (s the stationary distribution), has
+symbols (s the fit's occupancy of the states, :meth:`HiddenMarkovModel.occupancy`: the
+stationary distribution unless the fit gave it), has
 
     O'_k = (N_k O_k + a · u) / (N_k + a),    T'_k = (N_k T_k + a · s) / (N_k + a),
 
@@ -36,8 +37,12 @@ def smoothed_hmm(hmm: HiddenMarkovModel | None, total: float, mass: float = PRIO
     """``hmm`` with its transitions and emissions smoothed towards the stationary distribution
     and the add-½ symbol marginal by ``mass`` pseudo-counts per row, each state weighted by
     its expected visits in ``total`` counted symbols (module docstring); ``None`` stays
-    ``None``. The start distribution is smoothed likewise with ``total`` visits.
-    O(K³ + K · n) (the stationary distribution by an eigendecomposition).
+    ``None``. The start distribution is smoothed likewise with ``total`` visits. The
+    visits are ``hmm.occupancy()``, not the stationary distribution, where the fit gave them:
+    over windows EM may keep a near-absorbing state (inflow 5·10⁻⁴, self-loop 1 on dodgers'
+    5-grams) whose eigenvector takes all the mass, and every other row then moved half-way to
+    it (the HMM alone 1.514 → 2.574 nats). O(K³ + K · n) (the stationary distribution by an
+    eigendecomposition) or O(K² + K · n).
 
     Examples
     --------
@@ -57,7 +62,7 @@ def smoothed_hmm(hmm: HiddenMarkovModel | None, total: float, mass: float = PRIO
     K, n = O.shape
     # why: one visit added to every state, so a reducible chain (a state the eigenvector misses)
     # still gets a positive centre for the transitions
-    s = (total * hmm.stationary() + 1.0) / (total + K)
+    s = (total * hmm.occupancy() + 1.0) / (total + K)
     u = (total * (s @ O) + 0.5) / (total + 0.5 * n)  # add-½ counts of the model's marginal
     visits = (float(total) * s)[:, None]
     T2 = (visits * T + mass * s) / (visits + mass)
@@ -66,4 +71,4 @@ def smoothed_hmm(hmm: HiddenMarkovModel | None, total: float, mass: float = PRIO
     # why: renormalised against rounding, so the rows pass HiddenMarkovModel's checks
     T2 /= T2.sum(axis=1, keepdims=True)
     O2 /= O2.sum(axis=1, keepdims=True)
-    return HiddenMarkovModel(pi2 / pi2.sum(), T2, O2, symbols=hmm.symbols)
+    return HiddenMarkovModel(pi2 / pi2.sum(), T2, O2, symbols=hmm.symbols, occupancy=hmm.occupancy_)
