@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from window_data import ended_split
 
 from streamspec import MEstimator, MomentAccumulator
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
@@ -74,14 +75,7 @@ def test_dodgers_with_its_runs_ended_keeps_a_useful_hmm():
     # self-loop 1 entered with probability 5e-4; weighed by its stationary distribution the
     # smoothing sent every row half-way to it, and the HMM alone scored 2.574 nats (the
     # default 1.564); by the occupancy 1.513 and 1.513; the KN trigram 1.5647
-    seqs = _dodgers()
-    order = np.random.default_rng(0).permutation(len(seqs))
-    cut = int(np.ceil(0.8 * len(seqs)))
-    train, test = [seqs[i] for i in order[:cut]], [seqs[i] for i in order[cut:]]
-    acc = MomentAccumulator(n_symbols=10)
-    for i, s in enumerate(train):
-        acc.learn_many(s, key=i)
-        acc.end(i)
+    acc, test = ended_split(_dodgers(), 10)
     model = MEstimator().fit(acc)
     hmm = model.backoff.hmm
     alone = HiddenMarkovModel(hmm.startprob_, hmm.transmat_, hmm.emissionprob_)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from window_data import ended_split
 
 from streamspec import MEstimator, MomentAccumulator
 from streamspec.core import backoff_fit
@@ -32,14 +33,7 @@ def test_splice_predicts_one_percent_better_than_its_trigram():
     # measured (bench_predict's split, sequences ended): the KN trigram 1.3406 nats, the default
     # 1.3277 (-0.97%) with half the budget for the final EM (over 3-windows), 1.3260 (-1.09%)
     # with all of it (over 4-windows)
-    seqs = _splice()
-    order = np.random.default_rng(0).permutation(len(seqs))
-    cut = int(np.ceil(0.8 * len(seqs)))
-    train, test = [seqs[i] for i in order[:cut]], [seqs[i] for i in order[cut:]]
-    acc = MomentAccumulator(n_symbols=4)
-    for i, s in enumerate(train):
-        acc.learn_many(s, key=i)
-        acc.end(i)
+    acc, test = ended_split(_splice(), 4)
     model = MEstimator().fit(acc)
     assert acc.current_window > 1
     trigram = _trigram_loss(model, test)

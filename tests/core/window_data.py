@@ -23,3 +23,15 @@ def keyed_counts(truth: HMM, window, size: int, seed: int, length: int, keys: in
 def sticky_ring_counts(window, size: int = 40_000, seed: int = 1) -> MomentAccumulator:
     """The ring's counts in sequences of 40 over 4 streams."""
     return keyed_counts(RING, window, size, seed, length=40, keys=4)
+
+
+def ended_split(seqs: list[np.ndarray], n: int) -> tuple[MomentAccumulator, list[np.ndarray]]:
+    """``bench_predict.py``'s split of a real set (a seeded 80% of the sequences train) as the
+    accumulator of the training sequences, each under its key and ended, and the held-out ones."""
+    order = np.random.default_rng(0).permutation(len(seqs))
+    cut = int(np.ceil(0.8 * len(seqs)))
+    acc = MomentAccumulator(n_symbols=n)
+    for i in order[:cut]:
+        acc.learn_many(seqs[i], key=int(i))
+        acc.end(int(i))
+    return acc, [seqs[i] for i in order[cut:]]
