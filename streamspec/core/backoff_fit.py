@@ -451,7 +451,8 @@ def _candidate_states(hmm_states, triples: Triples, grams: WindowCounts | None =
         and _MIN_EM_ITER * nnz * (k**2 + 30) <= candidate_budget(EM_BUDGET, n_base, k))]
 
 
-def _select_hmm(kept: Triples, candidates: list[int], held: tuple, seed: int, draws: float = np.inf):
+def _select_hmm(kept: Triples | WindowCounts, candidates: list[int], held: tuple, seed: int,
+                draws: float = np.inf):
     """The smallest candidate HMM whose held-out log loss is within one standard error of the
     least (:func:`parsimonious_choice`), and its probabilities of the held-out symbols;
     ``(None, None)`` when none could be fitted. The candidates up to 16 states share
@@ -471,7 +472,9 @@ def _select_hmm(kept: Triples, candidates: list[int], held: tuple, seed: int, dr
         if hmm is None:
             continue
         hmm = smoothed_hmm(hmm, kept.total)  # why: scored as the backoff will use it
-        p = hmm_probas(hmm, u, v, x)
+        # why the occupancy over windows: there startprob_ is the law of a stream's start, not
+        # of a triple's (a size given over windows comes here, "auto" by held-out grams)
+        p = hmm_probas(hmm, u, v, x, hmm.occupancy() if isinstance(kept, WindowCounts) else None)
         fitted.append((hmm, p))
     if not fitted:
         return None, None

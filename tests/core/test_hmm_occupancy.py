@@ -7,11 +7,16 @@ import numpy as np
 import pytest
 from window_data import ended_split
 
+import streamspec.core.backoff_fit as backoff_fit
 from streamspec import MEstimator, MomentAccumulator
+from streamspec.core.count_split import split_counts
+from streamspec.core.held_out import held_out_contexts, hmm_probas
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm import HMM
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.hmm_smoothing import smoothed_hmm
+from streamspec.core.mestimator import long_windows_of, starts_of
+from streamspec.core.windows import WindowCounts
 
 
 def _leaky() -> tuple[np.ndarray, np.ndarray]:
@@ -68,6 +73,46 @@ def _dodgers() -> list[np.ndarray]:
     except FileNotFoundError:
         pytest.skip(f"dodgers not found: looked for dodgers/ in {default_data_path() or 'no data folder'} "
                     "(set STREAMSPEC_DATA to the folder holding dodgers/)")
+
+
+def test_a_triples_fit_keeps_the_triples_share_where_its_stationary_distribution_collapses():
+    T, O = _leaky()
+    truth = HMM(T=T.T, O=O.T, pi=[0.5, 0.5, 0.0])
+    fits = {}
+    for length in (300, 1000):  # streams of 1,000 symbols reach the absorbing state more often
+        acc = MomentAccumulator(n_symbols=4, window=1)
+        for i in range(100):
+            acc.learn_many(truth.sample(length, random_state=i), key=i)
+            acc.end(i)
+        fits[length] = HMMEstimator(n_states=3, random_state=0).fit(acc)
+    # EM's T over 1,000-symbol streams sends its long run into one state (> 0.8) that holds
+    # well under a fifth of the triples' positions: the occupancy is that share, not the run
+    collapsed = fits[1000]
+    assert collapsed.stationary().max() > 0.8
+    assert collapsed.occupancy().max() < 0.7
+    assert np.allclose(collapsed.occupancy(), collapsed.startprob_, atol=0.02)  # a triple's share
+    assert fits[300].occupancy_ is None  # a stationary law that agrees: T's is kept
+
+
+def test_a_window_hmm_of_a_given_size_is_scored_from_its_occupancy_like_a_chosen_one():
+    # streams that all start in state 0: over windows startprob_ is that start, not the law of
+    # a triple's first state, and a size given (not "auto") must be scored as "auto" scores
+    T = np.array([[0.9, 0.1, 0.0], [0.0, 0.9, 0.1], [0.1, 0.0, 0.9]])
+    O = np.array([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]])
+    truth = HMM(T=T.T, O=O.T, pi=[1.0, 0.0, 0.0])
+    acc = MomentAccumulator(n_symbols=3, window=3)
+    for i in range(300):
+        acc.learn_many(truth.sample(60, random_state=i), key=i)
+        acc.end(i)
+    triples = acc.triples()
+    rng = np.random.default_rng(0)
+    split = split_counts(triples, starts_of(acc, 3), long_windows_of(acc), 0.1, rng)
+    u, v, x, w = held_out_contexts(split.held, split.held_starts, 2000, rng)
+    hmm, p = backoff_fit._select_hmm(split.kept_hmm, [3], (u, v, x, w), 0)
+    assert isinstance(split.kept_hmm, WindowCounts) and hmm.occupancy_ is not None
+    assert np.allclose(p, hmm_probas(hmm, u, v, x, hmm.occupancy()))
+    from_start = hmm_probas(hmm, u, v, x)
+    assert np.abs(p - from_start).max() > 0.05  # what the stream's start gave instead
 
 
 def test_dodgers_with_its_runs_ended_keeps_a_useful_hmm():
