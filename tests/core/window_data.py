@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from streamspec import MomentAccumulator
+from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm import HMM
 from streamspec.experiments.datasets import default_data_path
 
@@ -18,6 +19,17 @@ T = TypeVar("T")
 
 RING = HMM(T=0.2 * np.eye(4) + 0.8 * np.roll(np.eye(4), 1, axis=0),  # 4 states over 2 symbols
            O=[[0.9, 0.6, 0.2, 0.1], [0.1, 0.4, 0.8, 0.9]])
+
+
+def assert_predicts_like_the_ring(model, seed: int) -> None:
+    """``model``'s next-symbol distributions after 5 random histories (1 to 8 symbols, drawn
+    with ``seed``) are :data:`RING`'s own, to 1e-9."""
+    truth = HiddenMarkovModel.from_hmm(RING)
+    rng = np.random.default_rng(seed)
+    for _ in range(5):
+        history = rng.integers(0, 2, size=int(rng.integers(1, 9)))
+        np.testing.assert_allclose(model.predict_proba_next(history),
+                                   truth.predict_proba_next(history), atol=1e-9)
 
 
 def keyed_counts(truth: HMM, window, size: int, seed: int, length: int, keys: int) -> MomentAccumulator:
