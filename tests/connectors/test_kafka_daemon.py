@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from kafka_helpers import (  # noqa: E402
     produce,
     reference,
     spawn,
+    terminate,
     wait_until,
 )
 
@@ -191,12 +191,7 @@ def _final_counts_after_restarts(bootstrap, topic, group, state_dir, ends, tmp_p
                    and log_path.read_text().count("event=connected") >= starts,
                    "checkpoints at the end offsets", proc=proc)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+        code = terminate(proc)
     return code
 
 

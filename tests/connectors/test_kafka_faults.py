@@ -386,6 +386,17 @@ def _last_status(caplog) -> str:
     return lines[-1] if lines else "refit_failures=0"
 
 
+def _consume_after(script: str, tmp_path) -> subprocess.CompletedProcess:
+    """``streamspec consume`` of an address nobody serves, in a Python that runs ``script`` first
+    (to inject a fault) and then the CLI; its output captured."""
+    script += "from streamspec.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-c", script, "consume", "--bootstrap", "127.0.0.1:1", "--topic", "t",
+         "--state-dir", str(tmp_path / "s")], env=env, cwd=ROOT, capture_output=True,
+        text=True, timeout=120)
+
+
 def test_sigterm_before_the_handlers_exist_exits_zero(tmp_path):
     # the signal arrives while the daemon is being built, before run() installs its handlers
     script = (
@@ -396,14 +407,8 @@ def test_sigterm_before_the_handlers_exist_exits_zero(tmp_path):
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
         "    real(self, cfg)\n"
         "k.ConsumerDaemon.__init__ = init\n"
-        "from streamspec.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", script, "consume", "--bootstrap", "127.0.0.1:1", "--topic", "t",
-         "--state-dir", str(tmp_path / "s")], env=env, cwd=ROOT, capture_output=True,
-        text=True, timeout=120)
+    proc = _consume_after(script, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "event=stopped" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -420,14 +425,8 @@ def test_sigint_during_the_start_up_imports_exits_130_quietly(tmp_path, module):
         "            os.kill(os.getpid(), signal.SIGINT)\n"
         "        return None\n"
         "sys.meta_path.insert(0, Interrupt())\n"
-        "from streamspec.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", script, "consume", "--bootstrap", "127.0.0.1:1", "--topic", "t",
-         "--state-dir", str(tmp_path / "s")], env=env, cwd=ROOT, capture_output=True,
-        text=True, timeout=120)
+    proc = _consume_after(script, tmp_path)
     assert proc.returncode == 130, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and proc.stderr.strip().endswith("interrupted")
 
