@@ -170,6 +170,15 @@ class DaemonThread:
         assert not self.thread.is_alive(), "the daemon did not stop"
 
 
+def read_to_end(bootstrap, topic: str, group: str, state_dir, messages) -> dict[int, int]:
+    """``messages`` produced, then read by a daemon thread (:func:`config`) until every partition's
+    checkpoint is at its end offset; the end offsets, per partition."""
+    ends = produce(bootstrap, topic, messages)
+    with DaemonThread(config(bootstrap, topic, group, state_dir)):
+        wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends, "first checkpoints")
+    return ends
+
+
 def daemon_cmd(bootstrap, topic, group, state_dir, *extra) -> list[str]:
     return [
         sys.executable, "-m", "streamspec", "consume", "--bootstrap", bootstrap,

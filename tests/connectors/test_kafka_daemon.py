@@ -29,6 +29,7 @@ from kafka_helpers import (  # noqa: E402
     keyed_streams,
     new_topic,
     produce,
+    read_to_end,
     reference,
     spawn,
     terminate,
@@ -336,10 +337,8 @@ def test_unreadable_checkpoint_pauses_its_partition_only(kafka_bootstrap, unique
     state_dir = tmp_path / "state"
     create_topic(kafka_bootstrap, topic, partitions=2)
     first = keyed_streams(n_keys=6, length=50, seed=31)
-    ends = produce(kafka_bootstrap, topic, first)
     group = unique_name("-g")  # the same group: a checkpoint of another group is refused
-    with DaemonThread(config(kafka_bootstrap, topic, group, state_dir)):
-        wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends, "first checkpoints")
+    ends = read_to_end(kafka_bootstrap, topic, group, state_dir, first)
     broken = StateStore(state_dir).path(topic, 0)
     broken.write_bytes(b"garbage")
     StateStore(state_dir).previous_path(topic, 0).unlink(missing_ok=True)  # no fallback

@@ -31,6 +31,7 @@ from kafka_helpers import (  # shared helpers (the module needs kafka anyway)
     new_topic,
     pieces_reference,
     produce,
+    read_to_end,
     reference,
     spawn,
     topic_records,
@@ -74,9 +75,7 @@ def test_foreign_checkpoint_is_refused_never_used_never_overwritten(
     topic, group = new_topic(kafka_bootstrap, unique_name, 2)
     state_dir = tmp_path / "state"
     messages = keyed_streams(n_keys=6, length=60, seed=51)
-    ends = produce(kafka_bootstrap, topic, messages)
-    with DaemonThread(config(kafka_bootstrap, topic, group, state_dir)):
-        wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends, "first checkpoints")
+    ends = read_to_end(kafka_bootstrap, topic, group, state_dir, messages)
     store = StateStore(state_dir)
     p0, p1 = store.path(topic, 0), store.path(topic, 1)
     shutil.copyfile(p1, p0)  # partition 1's valid file where partition 0's belongs
@@ -143,9 +142,7 @@ def test_a_folder_at_a_checkpoint_path_fails_that_partition_once_per_start_sayin
     topic, group = new_topic(kafka_bootstrap, unique_name, 3)
     state_dir = tmp_path / "state"
     messages = keyed_streams(n_keys=9, length=40, seed=71)
-    ends = produce(kafka_bootstrap, topic, messages)
-    with DaemonThread(config(kafka_bootstrap, topic, group, state_dir)):
-        wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends, "first checkpoints")
+    ends = read_to_end(kafka_bootstrap, topic, group, state_dir, messages)
     store = StateStore(state_dir)
     blocked, prev = store.path(topic, 1), store.previous_path(topic, 1)
     blocked.replace(prev)  # a readable fallback (until now the daemon read it, then exit 3)...
