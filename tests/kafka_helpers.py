@@ -8,6 +8,7 @@ Imported as ``kafka_helpers`` (pytest puts the ``tests`` folder, where ``conftes
 from __future__ import annotations
 
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -169,6 +170,15 @@ class DaemonThread:
         assert not self.thread.is_alive(), "the daemon did not stop"
 
 
+def read_to_end(bootstrap, topic: str, group: str, state_dir, messages) -> dict[int, int]:
+    """``messages`` produced, then read by a daemon thread (:func:`config`) until every partition's
+    checkpoint is at its end offset; the end offsets, per partition."""
+    ends = produce(bootstrap, topic, messages)
+    with DaemonThread(config(bootstrap, topic, group, state_dir)):
+        wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends, "first checkpoints")
+    return ends
+
+
 def daemon_cmd(bootstrap, topic, group, state_dir, *extra) -> list[str]:
     return [
         sys.executable, "-m", "streamspec", "consume", "--bootstrap", bootstrap,
@@ -185,6 +195,25 @@ def spawn(cmd, log_path: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore::DeprecationWarning"}
     log = open(log_path, "ab")  # noqa: SIM115 - closed by the OS when the test ends
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+
+
+def terminate(proc: subprocess.Popen, resume: bool = False) -> int:
+    """SIGTERM a running daemon process (SIGCONT first with ``resume``: it may be stopped) and
+    its exit status; one that has not exited 60 s later is killed and the timeout raised."""
+    if proc.poll() is None:
+        if resume:
+            proc.send_signal(signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # why: a hung daemon must not outlive the test
+        raise
+
+
+def checkpoint_offset(state_dir, topic: str, partition: int = 0) -> int:
+    """The offset of ``partition``'s checkpoint, -1 without one."""
+    return checkpoint_offsets(state_dir, topic).get(partition, -1)
 
 
 def consume_all(bootstrap, topic: str, expected: int, timeout: float = 30):

@@ -100,13 +100,19 @@ class BatchObservation:
             out[batch.scored] = self._score(batch)
         return out
 
+    def _first_pass_reads(self) -> tuple[int, bool, bool]:
+        """What both first passes (:meth:`_read_plain`, :meth:`_read_batch`) read of the model:
+        its number of symbols, whether its backoff has an HMM to filter, and whether the model
+        itself is a component (its windows then wanted for the scored symbols). O(1)."""
+        backoff = self.model.backoff
+        return (self.model.n_symbols, backoff is not None and backoff.hmm is not None,
+                backoff is None or backoff.use_model)
+
     def _read_plain(self, keys, indices, scored) -> ObservedBatch:
         """:meth:`_read_batch` of a batch without ends (the common case), fewer steps an item:
         the items' ranks in their streams are counted afterwards, as arrays. O(T)."""
-        model, codes, mask, post = self.model, self._codes, self._mask, self._post
-        n, backoff = model.n_symbols, model.backoff
-        with_hmm = backoff is not None and backoff.hmm is not None
-        own = backoff is None or backoff.use_model
+        codes, mask, post = self._codes, self._mask, self._post
+        n, with_hmm, own = self._first_pass_reads()
         batch = ObservedBatch()
         S, U, V, X, rows = batch.scored, batch.u, batch.v, batch.x, batch.rows
         row_hmm, rget, cget = [], rows.get, codes.get
@@ -137,10 +143,8 @@ class BatchObservation:
     def _read_batch(self, keys, indices, scored, ends) -> ObservedBatch:
         """Pass 1, in order: the contexts of the scored symbols, every stream's items for the
         HMM, the streams' contexts moved on. O(T) (the hot loop: locals only)."""
-        model, codes, mask, post = self.model, self._codes, self._mask, self._post
-        n, backoff = model.n_symbols, model.backoff
-        with_hmm = backoff is not None and backoff.hmm is not None
-        own = backoff is None or backoff.use_model
+        codes, mask, post = self._codes, self._mask, self._post
+        n, with_hmm, own = self._first_pass_reads()
         batch = ObservedBatch()
         S, U, V, X, items = batch.scored, batch.u, batch.v, batch.x, batch.items
         rows, restart, ranks = batch.rows, batch.restart, []

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -30,8 +29,10 @@ from kafka_helpers import (  # noqa: E402
     keyed_streams,
     new_topic,
     produce,
+    read_to_end,
     reference,
     spawn,
+    terminate,
     wait_until,
 )
 
@@ -191,12 +192,7 @@ def _final_counts_after_restarts(bootstrap, topic, group, state_dir, ends, tmp_p
                    and log_path.read_text().count("event=connected") >= starts,
                    "checkpoints at the end offsets", proc=proc)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+        code = terminate(proc)
     return code
 
 
@@ -341,10 +337,8 @@ def test_unreadable_checkpoint_pauses_its_partition_only(kafka_bootstrap, unique
     state_dir = tmp_path / "state"
     create_topic(kafka_bootstrap, topic, partitions=2)
     first = keyed_streams(n_keys=6, length=50, seed=31)
-    ends = produce(kafka_bootstrap, topic, first)
     group = unique_name("-g")  # the same group: a checkpoint of another group is refused
-    with DaemonThread(config(kafka_bootstrap, topic, group, state_dir)):
-        wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends, "first checkpoints")
+    ends = read_to_end(kafka_bootstrap, topic, group, state_dir, first)
     broken = StateStore(state_dir).path(topic, 0)
     broken.write_bytes(b"garbage")
     StateStore(state_dir).previous_path(topic, 0).unlink(missing_ok=True)  # no fallback

@@ -31,6 +31,7 @@ from kafka_helpers import (  # shared helpers (the module needs kafka anyway)
     new_topic,
     pieces_reference,
     produce,
+    read_to_end,
     reference,
     spawn,
     topic_records,
@@ -74,9 +75,7 @@ def test_foreign_checkpoint_is_refused_never_used_never_overwritten(
     topic, group = new_topic(kafka_bootstrap, unique_name, 2)
     state_dir = tmp_path / "state"
     messages = keyed_streams(n_keys=6, length=60, seed=51)
-    ends = produce(kafka_bootstrap, topic, messages)
-    with DaemonThread(config(kafka_bootstrap, topic, group, state_dir)):
-        wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends, "first checkpoints")
+    ends = read_to_end(kafka_bootstrap, topic, group, state_dir, messages)
     store = StateStore(state_dir)
     p0, p1 = store.path(topic, 0), store.path(topic, 1)
     shutil.copyfile(p1, p0)  # partition 1's valid file where partition 0's belongs
@@ -143,9 +142,7 @@ def test_a_folder_at_a_checkpoint_path_fails_that_partition_once_per_start_sayin
     topic, group = new_topic(kafka_bootstrap, unique_name, 3)
     state_dir = tmp_path / "state"
     messages = keyed_streams(n_keys=9, length=40, seed=71)
-    ends = produce(kafka_bootstrap, topic, messages)
-    with DaemonThread(config(kafka_bootstrap, topic, group, state_dir)):
-        wait_until(lambda: checkpoint_offsets(state_dir, topic) == ends, "first checkpoints")
+    ends = read_to_end(kafka_bootstrap, topic, group, state_dir, messages)
     store = StateStore(state_dir)
     blocked, prev = store.path(topic, 1), store.previous_path(topic, 1)
     blocked.replace(prev)  # a readable fallback (until now the daemon read it, then exit 3)...
@@ -386,6 +383,17 @@ def _last_status(caplog) -> str:
     return lines[-1] if lines else "refit_failures=0"
 
 
+def _consume_after(script: str, tmp_path) -> subprocess.CompletedProcess:
+    """``streamspec consume`` of an address nobody serves, in a Python that runs ``script`` first
+    (to inject a fault) and then the CLI; its output captured."""
+    script += "from streamspec.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-c", script, "consume", "--bootstrap", "127.0.0.1:1", "--topic", "t",
+         "--state-dir", str(tmp_path / "s")], env=env, cwd=ROOT, capture_output=True,
+        text=True, timeout=120)
+
+
 def test_sigterm_before_the_handlers_exist_exits_zero(tmp_path):
     # the signal arrives while the daemon is being built, before run() installs its handlers
     script = (
@@ -396,14 +404,8 @@ def test_sigterm_before_the_handlers_exist_exits_zero(tmp_path):
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
         "    real(self, cfg)\n"
         "k.ConsumerDaemon.__init__ = init\n"
-        "from streamspec.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", script, "consume", "--bootstrap", "127.0.0.1:1", "--topic", "t",
-         "--state-dir", str(tmp_path / "s")], env=env, cwd=ROOT, capture_output=True,
-        text=True, timeout=120)
+    proc = _consume_after(script, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "event=stopped" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -420,14 +422,8 @@ def test_sigint_during_the_start_up_imports_exits_130_quietly(tmp_path, module):
         "            os.kill(os.getpid(), signal.SIGINT)\n"
         "        return None\n"
         "sys.meta_path.insert(0, Interrupt())\n"
-        "from streamspec.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", script, "consume", "--bootstrap", "127.0.0.1:1", "--topic", "t",
-         "--state-dir", str(tmp_path / "s")], env=env, cwd=ROOT, capture_output=True,
-        text=True, timeout=120)
+    proc = _consume_after(script, tmp_path)
     assert proc.returncode == 130, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and proc.stderr.strip().endswith("interrupted")
 

@@ -11,7 +11,6 @@ an ERROR or a WARNING (how many, which offsets), under both policies of
 from __future__ import annotations
 
 import signal
-import subprocess
 
 import pytest
 
@@ -20,7 +19,7 @@ kafka = pytest.importorskip("kafka")
 from kafka_helpers import (  # noqa: E402
     FixedPortBroker,
     by_label,
-    checkpoint_offsets,
+    checkpoint_offset,
     daemon_cmd,
     event_lines,
     field,
@@ -29,6 +28,7 @@ from kafka_helpers import (  # noqa: E402
     produce,
     reference,
     spawn,
+    terminate,
     wait_until,
 )
 
@@ -39,21 +39,6 @@ from connectors.state.identity import record_digest  # noqa: E402
 
 # slow enough that a backlog is read in many small steps, each checkpointed
 STEPPED = ("--max-poll-records", "50", "--checkpoint-every", "1", "--refit-every", "0")
-
-
-def _stop(proc: subprocess.Popen) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGCONT)
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-
-
-def _offset(state_dir, topic) -> int:
-    return checkpoint_offsets(state_dir, topic).get(0, -1)
 
 
 def _seen(state_dir, topic) -> tuple[int | None, bool]:
@@ -80,7 +65,7 @@ def test_broker_replaced_by_an_empty_one_while_the_daemon_has_a_backlog(tmp_path
         produce(bootstrap, topic, first)
         proc = spawn(daemon_cmd(bootstrap, topic, group, state, "--on-offset-out-of-range",
                                 policy, *STEPPED), log_path)
-        wait_until(lambda: _offset(state, topic) == len(first), "the first records", proc=proc)
+        wait_until(lambda: checkpoint_offset(state, topic) == len(first), "the first records", proc=proc)
         proc.send_signal(signal.SIGSTOP)  # a backlog arrives...
         backlog = keyed_streams(n_keys=4, length=5000, seed=2)
         produce(bootstrap, topic, backlog)
@@ -88,7 +73,7 @@ def test_broker_replaced_by_an_empty_one_while_the_daemon_has_a_backlog(tmp_path
         proc.send_signal(signal.SIGCONT)  # ...and is being read when the broker dies
         wait_until(lambda: _seen(state, topic) == (len(old), True), "the backlog seen", proc=proc)
         proc.send_signal(signal.SIGSTOP)
-        at_kill = _offset(state, topic)
+        at_kill = checkpoint_offset(state, topic)
         broker.kill()
         broker = FixedPortBroker(port, tmp_path / "broker-new.log")
         broker.start()
@@ -100,10 +85,10 @@ def test_broker_replaced_by_an_empty_one_while_the_daemon_has_a_backlog(tmp_path
         if policy == "fail":  # the partition stops, and the status line says so
             wait_until(lambda: "failed=0:log-" in log_path.read_text(), "the failure", proc=proc)
         else:
-            wait_until(lambda: _offset(state, topic) == len(new)
+            wait_until(lambda: checkpoint_offset(state, topic) == len(new)
                        and "event=log-reset" in log_path.read_text(), "the new log read",
                        proc=proc)
-        code = _stop(proc)
+        code = terminate(proc, resume=True)
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -159,7 +144,7 @@ def _run_until(cmd, log_path, condition, what) -> tuple[int, str]:
     try:
         wait_until(lambda: condition(log_path.read_text()[len(start):]), what, proc=proc)
     finally:
-        code = _stop(proc)
+        code = terminate(proc, resume=True)
     return code, log_path.read_text()[len(start):]
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import subprocess
 
 import pytest
 
@@ -24,6 +23,7 @@ from kafka_helpers import (  # noqa: E402
     event_lines,
     field,
     spawn,
+    terminate,
     wait_until,
 )
 
@@ -139,12 +139,7 @@ def test_consume_without_bootstrap_says_where_it_looked_and_what_to_give(tmp_pat
         wait_until(lambda: "event=broker-unavailable" in log_path.read_text(), "the first attempt",
                    proc=proc)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+        code = terminate(proc)
     line = event_lines(log_path.read_text(), "broker-unavailable")[0]
     assert code == 0 and "bootstrap=127.0.0.1:9092 " in line
     assert "the default address" in line and "--bootstrap HOST:PORT" in line

@@ -25,7 +25,7 @@ kafka = pytest.importorskip("kafka")
 from kafka_helpers import (  # noqa: E402
     RetentionProxy,
     by_label,
-    checkpoint_offsets,
+    checkpoint_offset,
     daemon_cmd,
     event_lines,
     field,
@@ -34,6 +34,7 @@ from kafka_helpers import (  # noqa: E402
     produce,
     reference,
     spawn,
+    terminate,
     wait_until,
 )
 
@@ -49,24 +50,9 @@ def proxy(kafka_bootstrap):
     p.close()
 
 
-def _stop(proc: subprocess.Popen) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGCONT)
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-
-
 def _daemon(proxy, topic, group, state_dir, log_path, policy, *extra) -> subprocess.Popen:
     return spawn(daemon_cmd(proxy.bootstrap, topic, group, state_dir, "--on-offset-out-of-range",
                             policy, "--refit-every", "0", *extra), log_path)
-
-
-def _offset(state_dir, topic) -> int:
-    return checkpoint_offsets(state_dir, topic).get(0, -1)
 
 
 def test_records_deleted_while_the_daemon_was_stopped_fail_then_are_counted_as_lost(
@@ -78,9 +64,9 @@ def test_records_deleted_while_the_daemon_was_stopped_fail_then_are_counted_as_l
     log_path = tmp_path / "daemon.log"
     proc = _daemon(proxy, topic, group, state_dir, log_path, "fail")
     try:
-        wait_until(lambda: _offset(state_dir, topic) == 1000, "the first records", proc=proc)
+        wait_until(lambda: checkpoint_offset(state_dir, topic) == 1000, "the first records", proc=proc)
     finally:
-        assert _stop(proc) == 0
+        assert terminate(proc, resume=True) == 0
     later = keyed_streams(n_keys=4, length=750, seed=22)  # offsets 1000..3999
     produce(kafka_bootstrap, topic, later)
     proxy.log_start[(topic, 0)] = 2500  # retention removed 0..2499: 1000..2499 never read
@@ -90,7 +76,7 @@ def test_records_deleted_while_the_daemon_was_stopped_fail_then_are_counted_as_l
         wait_until(lambda: "failed=0:records-deleted-unread" in log_path.read_text()[seen:],
                    "the partition stopped", proc=proc)
     finally:
-        code = _stop(proc)
+        code = terminate(proc, resume=True)
     text = log_path.read_text()[seen:]
     assert code == EXIT_PARTITION_FAILURE
     line = event_lines(text, "records-deleted-unread")[0]
@@ -102,11 +88,11 @@ def test_records_deleted_while_the_daemon_was_stopped_fail_then_are_counted_as_l
     seen = len(log_path.read_text())
     proc = _daemon(proxy, topic, group, state_dir, log_path, "reset")
     try:
-        wait_until(lambda: _offset(state_dir, topic) == 4000
+        wait_until(lambda: checkpoint_offset(state_dir, topic) == 4000
                    and "deleted_unread=1500" in log_path.read_text()[seen:], "the rest read",
                    proc=proc)
     finally:
-        code = _stop(proc)
+        code = terminate(proc, resume=True)
     text = log_path.read_text()[seen:]
     assert code == 0
     line = event_lines(text, "records-deleted-unread")[0]
@@ -127,17 +113,17 @@ def test_records_deleted_while_the_daemon_reads_are_counted_and_named(
     log_path = tmp_path / "daemon.log"
     proc = _daemon(proxy, topic, group, state_dir, log_path, "reset", "--checkpoint-every", "1")
     try:
-        wait_until(lambda: _offset(state_dir, topic) == 1000, "the first records", proc=proc)
+        wait_until(lambda: checkpoint_offset(state_dir, topic) == 1000, "the first records", proc=proc)
         proc.send_signal(signal.SIGSTOP)  # caught up at 1000 when retention overtakes it
         proxy.log_start[(topic, 0)] = 2000
         more = keyed_streams(n_keys=4, length=750, seed=32)  # offsets 1000..3999
         produce(kafka_bootstrap, topic, more)
         proc.send_signal(signal.SIGCONT)
-        wait_until(lambda: _offset(state_dir, topic) == 4000, "the rest read", proc=proc)
+        wait_until(lambda: checkpoint_offset(state_dir, topic) == 4000, "the rest read", proc=proc)
         wait_until(lambda: "deleted_unread=1000" in log_path.read_text(), "a status line",
                    proc=proc)
     finally:
-        code = _stop(proc)
+        code = terminate(proc, resume=True)
     text = log_path.read_text()
     assert code == 0
     [line] = event_lines(text, "records-deleted-unread")

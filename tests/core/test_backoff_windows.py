@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from window_data import keyed_counts
+from window_data import RING, keyed_counts
 
 from streamspec import HMMEstimator, MEstimator, SpectralEstimator
 from streamspec.core.backoff_windows import (
@@ -65,9 +65,7 @@ def test_a_refit_over_windows_keeps_its_states_and_warm_starts(split):
 
 
 def test_states_chosen_on_held_out_grams_and_fits_that_cannot_be_done():
-    ring = HMM(T=0.2 * np.eye(4) + 0.8 * np.roll(np.eye(4), 1, axis=0),
-               O=[[0.9, 0.6, 0.2, 0.1], [0.1, 0.4, 0.8, 0.9]])
-    exact = exact_windows(ring, 2, scale=1e6)
+    exact = exact_windows(RING, 2, scale=1e6)
     grams = WindowCounts(2, 2, exact.codes, np.round(exact.weights))  # counts: thinned binomially
     kept, held = grams.thin(0.2, random_state=0)
     model = choose_window_hmm(kept, held, [2, 4], 1e8, 10**5, 5, 200)

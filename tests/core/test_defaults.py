@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from window_data import real_file
 
 from connectors.config import DaemonConfig
 from streamspec import HMM, MEstimator, MomentAccumulator, Refitter, SpectralEstimator, SpectralHMM
 from streamspec.core import defaults
-from streamspec.experiments.datasets import default_data_path
 
 # ---------------------------------------------------------------------- one source
 
@@ -170,19 +170,10 @@ def test_the_default_fit_beats_the_unigram_and_rank_2_on_a_sparse_hmm():
     assert default < plain
 
 
-def _alice_path() -> Path:
-    root = default_data_path()
-    path = None if root is None else root / "alice" / "11-0.txt"
-    if path is None or not path.is_file():
-        pytest.skip(f"Alice not found: looked for alice/11-0.txt in {root or 'no data folder'} "
-                    "(set STREAMSPEC_DATA to the folder holding alice/)")
-    return path
-
-
 def test_the_default_fit_predicts_alice_clearly_better_than_the_unigram():
     # measured: unigram 3.17, rank 2 2.41, default 2.27 nats per character; after "Alic",
     # rank 2 gives "e" 0.31, the default 0.74
-    chars = list(_alice_path().read_text(encoding="utf-8"))
+    chars = list(real_file("alice", "11-0.txt").read_text(encoding="utf-8"))
     train, test = _split(chars)
     acc = MomentAccumulator()
     acc.learn_many(train)

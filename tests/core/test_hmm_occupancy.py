@@ -4,8 +4,7 @@ stationary distribution the fit cannot see (a near-absorbing state over short wi
 from __future__ import annotations
 
 import numpy as np
-import pytest
-from window_data import ended_split
+from window_data import ended_split, real_set
 
 import streamspec.core.backoff_fit as backoff_fit
 from streamspec import MEstimator, MomentAccumulator
@@ -66,13 +65,9 @@ def test_a_window_fit_keeps_the_states_share_of_a_grams_positions_as_the_occupan
 
 
 def _dodgers() -> list[np.ndarray]:
-    from streamspec.experiments.datasets import default_data_path
     from streamspec.experiments.datasets_dodgers import load_dodgers
-    try:
-        return [np.asarray(s, dtype=np.int64) for s in load_dodgers()]
-    except FileNotFoundError:
-        pytest.skip(f"dodgers not found: looked for dodgers/ in {default_data_path() or 'no data folder'} "
-                    "(set STREAMSPEC_DATA to the folder holding dodgers/)")
+
+    return real_set("dodgers", lambda: [np.asarray(s, dtype=np.int64) for s in load_dodgers()])
 
 
 def test_a_triples_fit_keeps_the_triples_share_where_its_stationary_distribution_collapses():

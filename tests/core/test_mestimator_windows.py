@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from window_data import RING, sticky_ring_counts
+from window_data import RING, assert_predicts_like_the_ring, sticky_ring_counts
 
 from streamspec import MEstimator, SpectralEstimator
-from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_moments import exact_windows
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.projected import ProjectedFit
@@ -63,12 +62,7 @@ def test_population_windows_give_the_hmm_s_predictions(L, weighting):
     model = est.fit(exact_windows(RING, L))
     assert est.window_ == L and est.rank_ == 4 > 2  # more dimensions than the 2 symbols
     assert est.loss_history_[0][0] < 1e-20  # exact counts: θ_spec over windows solves them
-    truth = HiddenMarkovModel.from_hmm(RING)
-    rng = np.random.default_rng(L)
-    for _ in range(5):
-        history = rng.integers(0, 2, size=int(rng.integers(1, 9)))
-        np.testing.assert_allclose(model.predict_proba_next(history),
-                                   truth.predict_proba_next(history), atol=1e-9)
+    assert_predicts_like_the_ring(model, seed=L)
 
 
 def test_the_first_step_is_theta_spec_over_windows(wide):

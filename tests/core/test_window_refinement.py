@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from window_data import ended_split
+from window_data import ended_split, real_set
 
 from streamspec import MEstimator, MomentAccumulator
 from streamspec.core import backoff_fit
@@ -12,12 +12,10 @@ from streamspec.core.backoff import contexts_of
 
 
 def _splice() -> list[np.ndarray]:
-    from streamspec.experiments.datasets import default_data_path, load_splice
-    try:
-        return [np.array(["ACGT".index(c) for c in s], dtype=np.int64) for s in load_splice()]
-    except FileNotFoundError:
-        pytest.skip(f"splice not found: looked for splice/ in {default_data_path() or 'no data folder'} "
-                    "(set STREAMSPEC_DATA to the folder holding splice/)")
+    from streamspec.experiments.datasets import load_splice
+
+    return real_set("splice", lambda: [np.array(["ACGT".index(c) for c in s], dtype=np.int64)
+                                       for s in load_splice()])
 
 
 def _trigram_loss(model, test: list[np.ndarray]) -> float:

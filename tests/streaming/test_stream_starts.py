@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stream_events import replay, sequences_so_far
 
 from streamspec import MomentAccumulator
 from streamspec.core.stream_starts import StreamStarts
@@ -19,16 +20,10 @@ events_st = st.lists(st.tuples(st.integers(0, 3), st.one_of(st.none(), st.intege
 
 def reference(events, mode="sliding"):
     """Counters of first symbols and first pairs of every sequence, by replaying the events."""
-    current: dict = {}
     firsts, pairs = Counter(), Counter()
-    for key, x in events:
-        if x is None:
-            current.pop(key, None)
-            continue
-        seq = current.setdefault(key, [])
-        seq.append(x)
+    for seq in sequences_so_far(events):
         if len(seq) == 1:
-            firsts[x] += 1
+            firsts[seq[0]] += 1
         elif len(seq) == 2:
             pairs[(seq[0], seq[1])] += 1
     return firsts, pairs
@@ -45,22 +40,7 @@ def counters(acc: MomentAccumulator):
 
 def feed(acc: MomentAccumulator, events, runs: bool):
     """learn_one per event, or learn_many over runs of one key's symbols (ends between)."""
-    if not runs:
-        for key, x in events:
-            acc.end(key) if x is None else acc.learn_one(x, key)
-        return
-    i = 0
-    while i < len(events):
-        key, x = events[i]
-        if x is None:
-            acc.end(key)
-            i += 1
-            continue
-        j = i
-        while j < len(events) and events[j][0] == key and events[j][1] is not None:
-            j += 1
-        acc.learn_many([e[1] for e in events[i:j]], key=key)
-        i = j
+    replay(events, acc, "runs" if runs else "one")
 
 
 @settings(max_examples=80, deadline=None)
@@ -100,18 +80,13 @@ def test_forgetting_weighs_a_start_like_the_triples_counted_with_it(events, g):
     acc = MomentAccumulator(forgetting=g, window=1)
     feed(acc, events, runs=False)
     # reference: a start made when t triples had been counted weighs g ** (total - t)
-    current, firsts, triples = {}, Counter(), 0
+    firsts, triples = Counter(), 0
     stamps = []
-    for key, x in events:
-        if x is None:
-            current.pop(key, None)
-            continue
-        seq = current.setdefault(key, [])
-        seq.append(x)
+    for seq in sequences_so_far(events):
         if len(seq) >= 3:
             triples += 1
         if len(seq) == 1:
-            stamps.append((x, triples))
+            stamps.append((seq[0], triples))
     for x, t in stamps:
         firsts[x] += g ** (triples - t)
     got = counters(acc)[0]

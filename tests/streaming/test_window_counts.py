@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stream_events import replay
 
 from streamspec import CheckpointError, MomentAccumulator
 from streamspec.core.checkpoint import dump_checkpoint, load_checkpoint_bytes
@@ -52,25 +53,6 @@ def brute(events, L: int, mode: str = "sliding", n: int = N, forgetting: float =
     if not grams:
         return WindowCounts(n, L, np.empty(0, dtype=np.int64), np.empty(0))
     return WindowCounts.from_digits(n, L, grams, w)
-
-
-def replay(events, acc: MomentAccumulator, how: str = "one") -> MomentAccumulator:
-    i = 0
-    while i < len(events):
-        key, x = events[i]
-        if x is None:
-            acc.end(key)
-            i += 1
-        elif how == "one":
-            acc.learn_one(x, key=key)
-            i += 1
-        else:  # a run of one key's symbols at once
-            run = []
-            while i < len(events) and events[i][0] == key and events[i][1] is not None:
-                run.append(events[i][1])
-                i += 1
-            acc.learn_many(run, key=key)
-    return acc
 
 
 def ended(events) -> list:
