@@ -1,0 +1,160 @@
+"""How the default predictor's HMM size and EM budget decide its held-out loss (issues 18, 21).
+
+    python demos/bench_hmm_choice.py sets [--sets synthetic,splice] [--only 'sticky m=10'] \
+        [--states auto,5,10,20] [--budget 1,4]
+    python demos/bench_hmm_choice.py zipf [--fractions 0.98,0.99,1] [--quick]
+
+``sets``: for each data set of ``bench_predict.py`` (the same cases, counts and held-out
+sequences), the default ``MEstimator`` with ``hmm_states`` set to each of ``--states``
+and the backoff's EM budget (``backoff_fit.EM_BUDGET``) multiplied by each of
+``--budget``: held-out log loss (nats per symbol, scored as ``bench_predict.py`` scores
+the default), the states of the HMM it kept, its CPU seconds; for ``auto``, the sizes it
+tried. Where the default loses to EM with the true number of states, this says whether
+the size the held-out counts chose or the EM budget of that size is what costs it.
+
+``zipf``: cold default fits, ``SpectralEstimator(rank=50)``, on the first ``--fractions``
+of the training tokens of ``bench_large.py``'s Zipf stream (n = 10⁵, 10⁷ training tokens,
+10⁶ with ``--quick``; the next 10,000 held out, as ``bench_refit.py zipf``): the held-out
+loss, the HMM size chosen and each tried size's held-out loss (the HMM alone, on the
+held-out counts of the fit). It shows how much a cold fit moves with 1% more data, which
+is what a warm refit (that keeps its HMM) is compared with there.
+
+One BLAS thread; CPU seconds. The sizes tried and their losses are read by wrapping two
+functions of ``streamspec.core.backoff_fit`` for the run (the library does not keep them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_predict  # noqa: E402
+from bench_large import zipf_hmm_stream  # noqa: E402
+
+import streamspec.core.backoff_fit as backoff_fit  # noqa: E402
+from streamspec import MEstimator, MomentAccumulator, SpectralEstimator  # noqa: E402
+
+
+class ChoiceLog:
+    """The HMM sizes a fit tries and, over triples, their held-out losses: ``backoff_fit``'s
+    ``_candidate_states`` and ``parsimonious_choice`` wrapped while it is entered."""
+
+    def __init__(self):
+        self.sizes: list[int] = []
+        self.losses: list[float] = []
+
+    def __enter__(self) -> ChoiceLog:
+        self._saved = (backoff_fit._candidate_states, backoff_fit.parsimonious_choice,
+                       backoff_fit.state_candidates)
+
+        def candidates(*args, **kwargs):
+            self.sizes = list(self._saved[0](*args, **kwargs))
+            return self.sizes
+
+        def choice(logp, w, draws=np.inf):
+            self.losses = (-(logp * w).sum(axis=1) / w.sum()).tolist()
+            return self._saved[1](logp, w, draws)
+
+        def window_candidates(*args, **kwargs):  # over windows
+            self.sizes = list(self._saved[2](*args, **kwargs))
+            return self.sizes
+
+        backoff_fit._candidate_states, backoff_fit.parsimonious_choice = candidates, choice
+        backoff_fit.state_candidates = window_candidates
+        return self
+
+    def __exit__(self, *exc) -> None:
+        (backoff_fit._candidate_states, backoff_fit.parsimonious_choice,
+         backoff_fit.state_candidates) = self._saved
+
+    def tried(self) -> str:
+        if not self.losses or len(self.losses) != len(self.sizes):
+            return ", ".join(map(str, self.sizes)) or "–"
+        return ", ".join(f"{k}: {v:.4f}" for k, v in zip(self.sizes, self.losses, strict=True))
+
+
+def fit_scaled(estimator, acc: MomentAccumulator, budget: float):
+    """``(model, CPU seconds, sizes tried)`` of a fit with the EM budget scaled by ``budget``."""
+    base = backoff_fit.EM_BUDGET
+    backoff_fit.EM_BUDGET = base * budget
+    try:
+        with ChoiceLog() as log:
+            t0 = time.process_time()
+            model = estimator.fit(acc)
+            seconds = time.process_time() - t0
+    finally:
+        backoff_fit.EM_BUDGET = base
+    return model, seconds, log.tried()
+
+
+def _states(text: str) -> list[int | str]:
+    return [s if s == "auto" else int(s) for s in text.split(",")]
+
+
+def run_sets(args) -> None:
+    print("| set | hmm_states | EM budget × | held-out loss | HMM states | fit s (CPU) | sizes tried "
+          "(held-out loss of the HMM alone, over triples) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+    pargs = bench_predict.parse_args(["--skip-em", "--skip-hmmest", "--sets", args.sets]
+                                     + (["--only", args.only] if args.only else [])
+                                     + (["--quick"] if args.quick else []))
+    for case in bench_predict.cases(pargs):
+        acc, _ = bench_predict.count(case)
+        for states in _states(args.states):
+            for budget in (float(b) for b in args.budget.split(",")):
+                model, seconds, tried = fit_scaled(MEstimator(hmm_states=states), acc, budget)
+                hmm = model.backoff.hmm
+                print(f"| {case.name} | {states} | {budget:g} | {model.log_loss(case.test):.4f} | "
+                      f"{hmm.n_states if hmm is not None else '–'} | {seconds:.2f} | {tried} |",
+                      flush=True)
+
+
+def run_zipf(args) -> None:
+    n, length, held = 100_000, (10**6 if args.quick else 10**7), 10_000
+    x = zipf_hmm_stream(n, length + held)
+    train, test = x[:length], x[length:].copy()
+    print(f"Zipf stream: n = {n:,}, {length:,} training tokens, the next {held:,} held out; "
+          "SpectralEstimator(rank=50), cold\n")
+    print("| share of the training tokens | held-out loss | HMM states | fit s (CPU) | sizes tried "
+          "(held-out loss of the HMM alone) |")
+    print("| ---: | ---: | ---: | ---: | --- |")
+    for frac in (float(f) for f in args.fractions.split(",")):
+        acc = MomentAccumulator(n_symbols=n)
+        acc.learn_many(train[: int(length * frac)])
+        model, seconds, tried = fit_scaled(SpectralEstimator(rank=50), acc, 1.0)
+        hmm = model.backoff.hmm
+        print(f"| {frac:g} | {model.log_loss([test]):.5f} | {hmm.n_states if hmm is not None else '–'} | "
+              f"{seconds:.1f} | {tried} |", flush=True)
+        del model, acc
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=["sets", "zipf"],
+                   help="sets: bench_predict's sets, HMM sizes and EM budgets; zipf: cold fits on "
+                        "prefixes of the Zipf stream")
+    p.add_argument("--sets", default="synthetic", help="sets: as bench_predict.py --sets")
+    p.add_argument("--only", default=None, help="sets: as bench_predict.py --only")
+    p.add_argument("--states", default="auto", help="sets: hmm_states values, e.g. auto,5,10,20")
+    p.add_argument("--budget", default="1", help="sets: EM budget multipliers, e.g. 1,4")
+    p.add_argument("--fractions", default="0.98,0.99,1", help="zipf: shares of the training tokens")
+    p.add_argument("--quick", action="store_true",
+                   help="sets: bench_predict's quick sets; zipf: 10⁶ training tokens instead of 10⁷")
+    args = p.parse_args(argv)
+    print(f"python {' '.join([Path(sys.argv[0]).name] + sys.argv[1:])}; 1 BLAS thread; "
+          f"load average {os.getloadavg()[0]:.1f}\n")
+    (run_sets if args.what == "sets" else run_zipf)(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
