@@ -97,22 +97,13 @@ def _gram_occupancy(pi: np.ndarray, T: np.ndarray, L: int) -> np.ndarray:
     return total / total.sum()
 
 
-def _fit_occupancy(pi: np.ndarray, T: np.ndarray, L: int) -> np.ndarray | None:
-    """The ``occupancy`` of a fit whose grams' first state has the law ``pi``: over windows
-    (L > 1) the states' share of a gram's positions (:func:`_gram_occupancy`); over triples
-    ``None`` (T's stationary distribution, slightly better held out on sticky HMMs), unless
-    that distribution puts most of its mass where the triples' states are not (total variation
-    above 1/2 from their share): a near-absorbing state the triples hardly visit, which would
-    take the smoothing's and the held-out scoring's weight whole (a 5-state fit of a sticky
-    10-state HMM over 100 symbols: 0.999 on one state, held-out contexts 5.01 nats against
-    4.42 from the triples' share). O(m³)."""
-    seen = _gram_occupancy(pi, T, L)
-    if L > 1:
-        return seen
-    w, v = np.linalg.eig(T)  # T[h2, h1]: the stationary law is its eigenvector of eigenvalue 1
-    stationary = np.abs(np.real(v[:, np.argmin(np.abs(w - 1.0))]))
-    stationary /= stationary.sum()
-    return seen if 0.5 * np.abs(stationary - seen).sum() > 0.5 else None
+def _collapsed(stationary: np.ndarray, seen: np.ndarray) -> bool:
+    """Whether T's stationary distribution puts most of its mass where the fit's grams' states
+    are not (total variation above 1/2 from their share ``seen``): a near-absorbing state the
+    counts hardly visit, which would take the smoothing's and the held-out scoring's weight whole
+    (a 5-state fit over triples of a sticky 10-state HMM over 100 symbols: 0.999 on one state,
+    held-out contexts 4.99 nats from it against 4.42 from the triples' share). O(m)."""
+    return bool(0.5 * np.abs(stationary - seen).sum() > 0.5)
 
 
 def _floored(params: tuple, n: int) -> tuple:
@@ -391,9 +382,13 @@ class HMMEstimator(Estimator):
         if L > 1:
             pi = self._sequence_start(counts, params[0], params[1])
         # why the occupancy: the stationary distribution of a T seen through short windows can
-        # be a near-absorbing state's (HiddenMarkovModel's occupancy)
-        self.model_ = HiddenMarkovModel(pi, T.T, O.T, symbols=labels,
-                                        occupancy=_fit_occupancy(params[0], T, L))
+        # be a near-absorbing state's (HiddenMarkovModel's occupancy); over triples T's stays
+        # (slightly better held out on sticky HMMs) unless it contradicts the triples' share
+        model = HiddenMarkovModel(pi, T.T, O.T, symbols=labels)
+        seen = _gram_occupancy(params[0], T, L)
+        if L > 1 or _collapsed(model.stationary(), seen):
+            model = HiddenMarkovModel(pi, T.T, O.T, symbols=labels, occupancy=seen)
+        self.model_ = model
         return self.model_
 
     def _fit_grown(self, counts: WindowCounts, n: int, rng):
