@@ -384,9 +384,9 @@ class HMMEstimator(Estimator):
         # why the occupancy: the stationary distribution of a T seen through short windows can
         # be a near-absorbing state's (HiddenMarkovModel's occupancy); over triples T's stays
         # (slightly better held out on sticky HMMs) unless it contradicts the triples' share
-        model = HiddenMarkovModel(pi, T.T, O.T, symbols=labels)
         seen = _gram_occupancy(params[0], T, L)
-        if L > 1 or _collapsed(model.stationary(), seen):
+        model = HiddenMarkovModel(pi, T.T, O.T, symbols=labels, occupancy=seen if L > 1 else None)
+        if L == 1 and _collapsed(model.stationary(), seen):  # rare: built again with the share
             model = HiddenMarkovModel(pi, T.T, O.T, symbols=labels, occupancy=seen)
         self.model_ = model
         return self.model_
