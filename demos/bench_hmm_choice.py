@@ -3,6 +3,7 @@
     python demos/bench_hmm_choice.py sets [--sets synthetic,splice] [--only 'sticky m=10'] \
         [--states auto,5,10,20] [--budget 1,4]
     python demos/bench_hmm_choice.py zipf [--fractions 0.98,0.99,1] [--quick]
+    python demos/bench_hmm_choice.py validation [--only 'sticky m=5 n=10 T=1e4'] [--streams 3]
 
 ``sets``: for each data set of ``bench_predict.py`` (the same cases, counts and held-out
 sequences), the default ``MEstimator`` with ``hmm_states`` set to each of ``--states``
@@ -18,6 +19,15 @@ of the training tokens of ``bench_large.py``'s Zipf stream (n = 10⁵, 10⁷ tra
 loss, the HMM size chosen and each tried size's held-out loss (the HMM alone, on the
 held-out counts of the fit). It shows how much a cold fit moves with 1% more data, which
 is what a warm refit (that keeps its HMM) is compared with there.
+
+``validation``: for each synthetic set of ``bench_predict.py``, the HMM sizes the default
+fit tries on the kept 90% of the counts (each candidate as it was fitted there, smoothed as
+the backoff smooths it), scored three ways: the size the fit chose from its held-out part
+(a thinning of the same windows), each candidate's log loss on ``--streams`` independent
+streams of the true HMM as long as the held-out part (10% of the training symbols; their
+whole-stream forward filter, as the test is scored), and on the test streams. It says
+whether held-out data that is not a thinning of the training windows would choose the
+size the test prefers.
 
 One BLAS thread; CPU seconds. The sizes tried and their losses are read by wrapping two
 functions of ``streamspec.core.backoff_fit`` for the run (the library does not keep them).
@@ -41,7 +51,9 @@ import bench_predict  # noqa: E402
 from bench_large import zipf_hmm_stream  # noqa: E402
 
 import streamspec.core.backoff_fit as backoff_fit  # noqa: E402
+import streamspec.core.backoff_windows as backoff_windows  # noqa: E402
 from streamspec import MEstimator, MomentAccumulator, SpectralEstimator  # noqa: E402
+from streamspec.core.hmm_smoothing import smoothed_hmm  # noqa: E402
 
 
 class ChoiceLog:
@@ -137,22 +149,82 @@ def run_zipf(args) -> None:
         del model, acc
 
 
+class CandidateLog:
+    """The HMMs of each size a first fit tries on its kept counts, smoothed as the backoff
+    scores them: ``backoff_windows._fit`` (over windows) and ``backoff_fit.fit_hmm`` (over
+    triples) wrapped while it is entered; the chosen size's later EM on all the counts (started
+    from it) is not recorded."""
+
+    def __enter__(self) -> CandidateLog:
+        self.models: dict[int, object] = {}
+        self._saved = (backoff_windows._fit, backoff_fit.fit_hmm)
+
+        def window_fit(kept, K, *args, **kwargs):
+            fitted = self._saved[0](kept, K, *args, **kwargs)
+            if fitted is not None and len(args) > 6 and args[6] is not None:  # shared: a candidate
+                self.models[K] = smoothed_hmm(fitted[0], kept.total)
+            return fitted
+
+        def triple_fit(counts, K, *args, **kwargs):
+            model = self._saved[1](counts, K, *args, **kwargs)
+            if model is not None and kwargs.get("shared") is not None:  # the candidates share one
+                self.models[K] = smoothed_hmm(model, counts.total)
+            return model
+
+        backoff_windows._fit, backoff_fit.fit_hmm = window_fit, triple_fit
+        return self
+
+    def __exit__(self, *exc) -> None:
+        backoff_windows._fit, backoff_fit.fit_hmm = self._saved
+
+
+def run_validation(args) -> None:
+    print("| set | window | chosen from the held-out part | size | independent streams: "
+          "log loss of each (mean) | test | chosen by the streams | best on the test |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
+    pargs = bench_predict.parse_args(["--skip-em", "--skip-hmmest", "--sets", "synthetic"]
+                                     + (["--only", args.only] if args.only else [])
+                                     + (["--quick"] if args.quick else []))
+    for case in bench_predict.cases(pargs):
+        acc, _ = bench_predict.count(case)
+        length = max(1, sum(len(s) for s in case.train) // 10)
+        streams = [case.truth.sample(length, random_state=5000 + r) for r in range(args.streams)]
+        with CandidateLog() as log:
+            model = MEstimator().fit(acc)
+        chosen = model.backoff.hmm.n_states if model.backoff.hmm is not None else None
+        rows = []
+        for K, hmm in sorted(log.models.items()):
+            each = [bench_predict.hmm_loss(hmm, [s])[0] for s in streams]
+            rows.append((K, each, float(np.mean(each)), bench_predict.hmm_loss(hmm, case.test)[0]))
+        if not rows:
+            continue
+        by_streams = min(rows, key=lambda r: r[2])[0]
+        by_test = min(rows, key=lambda r: r[3])[0]
+        for K, each, mean, test in rows:
+            print(f"| {case.name} | {acc.current_window} | {chosen} | {K} | "
+                  f"{', '.join(f'{v:.4f}' for v in each)} ({mean:.4f}) | {test:.4f} | {by_streams} | "
+                  f"{by_test} |", flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["sets", "zipf"],
+    p.add_argument("what", choices=["sets", "zipf", "validation"],
                    help="sets: bench_predict's sets, HMM sizes and EM budgets; zipf: cold fits on "
-                        "prefixes of the Zipf stream")
+                        "prefixes of the Zipf stream; validation: the sizes tried, scored on "
+                        "independent streams")
     p.add_argument("--sets", default="synthetic", help="sets: as bench_predict.py --sets")
     p.add_argument("--only", default=None, help="sets: as bench_predict.py --only")
     p.add_argument("--states", default="auto", help="sets: hmm_states values, e.g. auto,5,10,20")
     p.add_argument("--budget", default="1", help="sets: EM budget multipliers, e.g. 1,4")
     p.add_argument("--fractions", default="0.98,0.99,1", help="zipf: shares of the training tokens")
+    p.add_argument("--streams", type=int, default=3,
+                   help="validation: independent streams of the true HMM, each 10%% of the training")
     p.add_argument("--quick", action="store_true",
                    help="sets: bench_predict's quick sets; zipf: 10⁶ training tokens instead of 10⁷")
     args = p.parse_args(argv)
     print(f"python {' '.join([Path(sys.argv[0]).name] + sys.argv[1:])}; 1 BLAS thread; "
           f"load average {os.getloadavg()[0]:.1f}\n")
-    (run_sets if args.what == "sets" else run_zipf)(args)
+    {"sets": run_sets, "zipf": run_zipf, "validation": run_validation}[args.what](args)
     return 0
 
 
