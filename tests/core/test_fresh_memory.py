@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import mmap
 import pickle
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 import streamspec.core.fresh_memory as fresh_memory
 from streamspec import HMM, MEstimator, MomentAccumulator, SpectralEstimator
@@ -30,6 +32,23 @@ def test_large_arrays_are_mapped_small_ones_are_numpys():
     small = fresh_array((4, 5, 5), min_bytes=1000)
     assert small.flags.owndata and not _mapped(small) and small.shape == (4, 5, 5)
     assert fresh_array((0, 5, 5), min_bytes=0).shape == (0, 5, 5)
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * mmap.PAGESIZE
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MAP_POPULATE") or not Path("/proc/self/statm").exists(),
+                    reason="no MAP_POPULATE or no /proc/self/statm on this platform")
+def test_a_mapped_array_is_resident_before_it_is_written():
+    """Its pages are mapped by the call (MAP_POPULATE), not one fault at a time on first write:
+    a 64 MB array adds its size to the resident memory before anything is written to it."""
+    before = _resident_bytes()
+    a = fresh_array((1 << 20, 8), min_bytes=0)
+    grown = _resident_bytes() - before
+    assert grown >= 0.9 * a.nbytes, f"{grown} bytes resident after mapping {a.nbytes}"
+    assert float(a[-1, -1]) == 0.0  # an anonymous mapping reads as zeros
 
 
 def test_fits_and_warm_refits_write_their_operators_into_mapped_arrays(monkeypatch):
@@ -60,3 +79,22 @@ def test_fits_and_warm_refits_write_their_operators_into_mapped_arrays(monkeypat
     assert all(_mapped(m.B) for m in mapped)
     for a, b in zip(plain, mapped, strict=True):
         assert a.log_loss([test]) == b.log_loss([test])
+
+
+def test_a_mapping_the_kernel_refuses_is_a_memory_error(monkeypatch):
+    """ENOMEM from mmap is a MemoryError (the refitter and the daemon skip a refit on it, never
+    treat it as bad data); any other OSError is not turned into one."""
+    import errno
+
+    def refuse(code):
+        def fake_mmap(*args, **kwargs):
+            raise OSError(code, "refused")
+        return fake_mmap
+
+    monkeypatch.setattr(fresh_memory.mmap, "mmap", refuse(errno.ENOMEM))
+    with pytest.raises(MemoryError, match="cannot map 8,000 bytes"):
+        fresh_array((10, 10, 10), min_bytes=0)
+    monkeypatch.setattr(fresh_memory.mmap, "mmap", refuse(errno.EINVAL))
+    with pytest.raises(OSError) as info:
+        fresh_array((10, 10, 10), min_bytes=0)
+    assert not isinstance(info.value, MemoryError) and info.value.errno == errno.EINVAL
