@@ -152,7 +152,10 @@ def test_consistency_as_the_sample_grows():
         acc = MomentAccumulator(3, window=3)  # moments over pairs, EM over 7-grams
         acc.learn_many(seq[:N])
         moments = HMMEstimator(n_states=6, n_iter=0, random_state=0).fit(acc)
-        refined = HMMEstimator(n_states=6, random_state=0).fit(acc)
+        # why run to convergence: consistency is the converged estimator's property; stopped at
+        # the default budget (30 E-steps here) its error at 10⁶ depended on the machine's
+        # rounding (0.056 on one, below 0.03 on another), at convergence it is 0.013
+        refined = HMMEstimator(n_states=6, n_iter=300, random_state=0).fit(acc)
         errors[N] = (max(moments.errors_against(truth)[:2]), max(refined.errors_against(truth)[:2]))
     assert errors[1_000_000][0] < errors[100_000][0] < errors[10_000][0]
     assert errors[1_000_000][1] < errors[10_000][1]
