@@ -277,21 +277,24 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         model = fit(kept)
         trigram = KneserNeyTrigram(kept, split.kept_starts)
         u, v, x, w = held_out_contexts(held, split.held_starts, int(max_contexts), rng)
+        P = [model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
+        buckets = bucket_of_counts(trigram.context_counts(u, v))
+        unigram_x, min_proba = trigram.unigram()[x], model.min_proba
+        # why freed before the HMM's sizes are fitted: their EM is the first fit's memory peak
+        del model, trigram
         hmm, hmm_p = _held_out_hmm(split, triples, grams, hmm_states, (u, v, x, w), seed, max_contexts)
         K = hmm.n_states if hmm is not None else 0
-        P = [model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
         if hmm is not None:
             P.append(hmm_p)
         P = np.stack(P, axis=1)
-        buckets = bucket_of_counts(trigram.context_counts(u, v))
-        scores = held_out_scores(P, buckets, w, u, v, trigram.unigram()[x], model.min_proba, rng)
+        scores = held_out_scores(P, buckets, w, u, v, unigram_x, min_proba, rng)
         # the model is a component only where it predicts better (it costs O(n · d) a prediction)
         use_model = scores["mixture_without_model"] - scores["mixture"] >= MIN_MODEL_GAIN
         if not use_model:
             P = P[:, 1:]
             scores["mixture"] = scores["mixture_without_model"]
         mixture = ExpertMixture.from_held_out(P.shape[1], buckets, P, w)
-        del model, trigram, kept, held, split  # why: freed before the fits on all the counts
+        del kept, held, split  # why: freed before the fits on all the counts
     model = fit(triples)
     counts = triples if grams is None else grams
     if K is None:  # too few counts to hold any out: the HMM from all of them, uniform weights
