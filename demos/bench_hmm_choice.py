@@ -1,17 +1,19 @@
 """How the default predictor's HMM size and EM budget decide its held-out loss (issues 18, 21).
 
     python demos/bench_hmm_choice.py sets [--sets synthetic,splice] [--only 'sticky m=10'] \
-        [--states auto,5,10,20] [--budget 1,4]
+        [--states auto,5,10,20] [--budget 1,4] [--final 1,4]
     python demos/bench_hmm_choice.py zipf [--fractions 0.98,0.99,1] [--quick]
     python demos/bench_hmm_choice.py validation [--only 'sticky m=5 n=10 T=1e4'] [--streams 3]
 
 ``sets``: for each data set of ``bench_predict.py`` (the same cases, counts and held-out
 sequences), the default ``MEstimator`` with ``hmm_states`` set to each of ``--states``
 and the backoff's EM budget (``backoff_fit.EM_BUDGET``) multiplied by each of
-``--budget``: held-out log loss (nats per symbol, scored as ``bench_predict.py`` scores
-the default), the states of the HMM it kept, its CPU seconds; for ``auto``, the sizes it
-tried. Where the default loses to EM with the true number of states, this says whether
-the size the held-out counts chose or the EM budget of that size is what costs it.
+``--budget`` (``--final``: the share of it the chosen HMM's last EM on all the counts gets,
+``backoff_fit._FINAL_SHARE``, multiplied instead): held-out log loss (nats per symbol,
+scored as ``bench_predict.py`` scores the default), the states of the HMM it kept, its CPU
+seconds; for ``auto``, the sizes it tried. Where the default loses to EM with the true
+number of states, this says whether the size the held-out counts chose or the EM budget of
+that size is what costs it.
 
 ``zipf``: cold default fits, ``SpectralEstimator(rank=50)``, on the first ``--fractions``
 of the training tokens of ``bench_large.py``'s Zipf stream (n = 10⁵, 10⁷ training tokens,
@@ -94,10 +96,12 @@ class ChoiceLog:
         return ", ".join(f"{k}: {v:.4f}" for k, v in zip(self.sizes, self.losses, strict=True))
 
 
-def fit_scaled(estimator, acc: MomentAccumulator, budget: float):
-    """``(model, CPU seconds, sizes tried)`` of a fit with the EM budget scaled by ``budget``."""
-    base = backoff_fit.EM_BUDGET
+def fit_scaled(estimator, acc: MomentAccumulator, budget: float, final: float = 1.0):
+    """``(model, CPU seconds, sizes tried)`` of a fit with the EM budget scaled by ``budget`` and
+    the final EM's share of it by ``final``."""
+    base, shares = backoff_fit.EM_BUDGET, dict(backoff_fit._FINAL_SHARE)
     backoff_fit.EM_BUDGET = base * budget
+    backoff_fit._FINAL_SHARE.update({k: v * final for k, v in shares.items()})
     try:
         with ChoiceLog() as log:
             t0 = time.process_time()
@@ -105,6 +109,7 @@ def fit_scaled(estimator, acc: MomentAccumulator, budget: float):
             seconds = time.process_time() - t0
     finally:
         backoff_fit.EM_BUDGET = base
+        backoff_fit._FINAL_SHARE.update(shares)
     return model, seconds, log.tried()
 
 
@@ -113,20 +118,22 @@ def _states(text: str) -> list[int | str]:
 
 
 def run_sets(args) -> None:
-    print("| set | hmm_states | EM budget × | held-out loss | HMM states | fit s (CPU) | sizes tried "
-          "(held-out loss of the HMM alone, over triples) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+    print("| set | hmm_states | EM budget × | final EM × | held-out loss | HMM states | fit s (CPU) | "
+          "sizes tried (held-out loss of the HMM alone, over triples) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
     pargs = bench_predict.parse_args(["--skip-em", "--skip-hmmest", "--sets", args.sets]
                                      + (["--only", args.only] if args.only else [])
                                      + (["--quick"] if args.quick else []))
     for case in bench_predict.cases(pargs):
         acc, _ = bench_predict.count(case)
         for states in _states(args.states):
-            for budget in (float(b) for b in args.budget.split(",")):
-                model, seconds, tried = fit_scaled(MEstimator(hmm_states=states), acc, budget)
+            for budget, final in ((float(b), float(f)) for b in args.budget.split(",")
+                                  for f in args.final.split(",")):
+                model, seconds, tried = fit_scaled(MEstimator(hmm_states=states), acc, budget, final)
                 hmm = model.backoff.hmm
-                print(f"| {case.name} | {states} | {budget:g} | {model.log_loss(case.test):.4f} | "
-                      f"{hmm.n_states if hmm is not None else '–'} | {seconds:.2f} | {tried} |",
+                print(f"| {case.name} | {states} | {budget:g} | {final:g} | "
+                      f"{model.log_loss(case.test):.4f} | {hmm.n_states if hmm is not None else '–'} | "
+                      f"{seconds:.2f} | {tried} |",
                       flush=True)
 
 
@@ -216,6 +223,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None, help="sets: as bench_predict.py --only")
     p.add_argument("--states", default="auto", help="sets: hmm_states values, e.g. auto,5,10,20")
     p.add_argument("--budget", default="1", help="sets: EM budget multipliers, e.g. 1,4")
+    p.add_argument("--final", default="1",
+                   help="sets: multipliers of the chosen HMM's final EM share of the budget, e.g. 1,4")
     p.add_argument("--fractions", default="0.98,0.99,1", help="zipf: shares of the training tokens")
     p.add_argument("--streams", type=int, default=3,
                    help="validation: independent streams of the true HMM, each 10%% of the training")
