@@ -32,7 +32,7 @@ from streamspec.core.projected_weighting import (
     resolve_projected_shrinkage,
 )
 from streamspec.core.sigma_inverse import SigmaInverse
-from streamspec.core.solvers import gls_operators
+from streamspec.core.solvers import gls_operators, identity_loss
 from streamspec.core.spectral_basis import projected_basis, projected_sizes
 from streamspec.core.subspace import DENSE_SVD_MAX, project_triples
 from streamspec.core.subspace_iteration import orthonormal
@@ -58,7 +58,9 @@ def sigma_groups(W: ProjectedWeighting, symbols: np.ndarray, kp: int
 def projected_step(W: ProjectedWeighting, symbols: np.ndarray, A: np.ndarray, M: np.ndarray,
                    previous: np.ndarray | None, record: list | None = None):
     """GLS operators of ``symbols`` under W, and W's loss at ``previous`` (None if not given)
-    and at them. ``A`` and ``previous`` hold one row per symbol of ``symbols`` (sorted).
+    and at them. ``A`` holds one row per symbol of ``symbols`` (sorted), ``previous`` too or
+    one per symbol of the alphabet (more rows than ``symbols``: read a group at a time, so
+    that no copy of the rows of ``symbols`` sits on the fit's memory peak).
 
     One group of symbols at a time (:func:`sigma_groups`), so ``Σ_x`` never exists for
     all symbols at once: O(block · k'²) scratch. ``record``: a list the groups
@@ -73,7 +75,8 @@ def projected_step(W: ProjectedWeighting, symbols: np.ndarray, A: np.ndarray, M:
             record.append((g, inverse))
         rows = np.searchsorted(symbols, g)
         Ag = A[rows]
-        prev = previous[rows] if previous is not None else None
+        by_symbol = previous is not None and previous.shape[0] != symbols.size
+        prev = None if previous is None else previous[g] if by_symbol else previous[rows]
         if inverse.kind in ("scale", "identity"):  # Σ_x ∝ I: the solution is A_x M⁺, no solve
             M_pinv = np.linalg.pinv(M) if M_pinv is None else M_pinv
             Bb, b, a = _scaled_step(inverse, Ag, M, M_pinv, prev)
@@ -130,20 +133,6 @@ def projected_loss(W: ProjectedWeighting, symbols: np.ndarray, A: np.ndarray, M:
         rows = np.searchsorted(symbols, g)
         G = A[rows] - ops[rows] @ M
         total += W.tau * float(np.einsum("bak,bka->", G, inverse.apply(G.transpose(0, 2, 1))))
-    return total
-
-
-def identity_loss(A: np.ndarray, M: np.ndarray, ops: np.ndarray, block: int = 1024) -> float:
-    """The loss under W = I, ``Σ_x ‖A_x - B̃_x M‖²`` over the rows of A. O(n · k² · k') time,
-    O(block · k · k') scratch (one array, 41 MB at k = 50, k' = 100; why not two of 4,096 rows:
-    their 328 MB sat on top of the default fit's peak memory at n = 10⁵)."""
-    _, k, kp = A.shape
-    total = 0.0
-    for a in range(0, A.shape[0], block):
-        b = min(A.shape[0], a + block) - a
-        G = (ops[a : a + b].reshape(b * k, k) @ M).reshape(b, k, kp)
-        np.subtract(A[a : a + b], G, out=G)  # in place: one block-sized array, not two
-        total += float(np.einsum("xij,xij->", G, G))
     return total
 
 
@@ -404,7 +393,7 @@ class ProjectedFit(FitSteps):
         W = self.weighting(self.ops)
         self.last_weighting = W
         self.blocks = [] if self.keep_state else None
-        return projected_step(W, active, self.A, self.M, self.ops[active], record=self.blocks)
+        return projected_step(W, active, self.A, self.M, self.ops, record=self.blocks)  # not a copy
 
     def accept(self, it: int, new: np.ndarray, before: float | None, after: float) -> bool:
         """Whether the step is finite and did not raise W's loss; a rejection is recorded."""
@@ -420,8 +409,10 @@ class ProjectedFit(FitSteps):
     def converged(self, it: int, new: np.ndarray) -> bool:
         """Whether the operators moved by less than ``tol`` (relative) in this iteration."""
         ops, active, tol = self.ops, self.active, self.est.tol
-        if it > 0:
-            return bool(np.linalg.norm(new - ops[active]) <= tol * max(np.linalg.norm(ops[active]), 1e-300))
+        if it > 0:  # one copy of the active rows, the difference taken in it (the fit's peak)
+            moved = ops[active]
+            scale = np.linalg.norm(moved)
+            return bool(np.linalg.norm(np.subtract(moved, new, out=moved)) <= tol * max(scale, 1e-300))
         if ops is None:
             return False
         # a warm start may already be the solution: compare every symbol once
@@ -444,6 +435,7 @@ class ProjectedFit(FitSteps):
             if it == 0:
                 self.ops = self.base
             self.ops[self.active] = new
+            del new  # why: not held through the next step's GLS, the fit's memory peak (171 MB at n = 10⁵)
             if converged:
                 break
         if self.ops is None:  # pragma: no cover - the first cold iteration is W = I, never rejected

@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["solve_groups", "lasso_groups", "conjugate_gradient", "fista", "gls_operators"]
+__all__ = ["solve_groups", "lasso_groups", "conjugate_gradient", "fista", "gls_operators",
+           "identity_loss"]
 
 
 def solve_groups(H: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -173,3 +174,21 @@ def gls_operators(A: np.ndarray, M: np.ndarray, Y: np.ndarray) -> np.ndarray:
         # why: M is rank deficient when P21 has rank < k (tiny samples); the
         # pseudo-inverse then gives θ_spec's choice, A_x M⁺ under W = I
         return P @ np.linalg.pinv(H, hermitian=True)
+
+
+def identity_loss(A: np.ndarray, M: np.ndarray, ops: np.ndarray, block: int = 1024) -> float:
+    """The loss under W = I, ``Σ_x ‖A_x - B̃_x M‖²`` over the rows of A. O(n · k² · k') time,
+    O(block · k · k') scratch (41 MB at k = 50, k' = 100; two of 4,096 rows sat on the peak).
+
+    >>> A, M = np.ones((3, 2, 4)), np.ones((2, 4))
+    >>> identity_loss(A, M, np.zeros((3, 2, 2))), identity_loss(A, M, np.full((3, 2, 2), 0.5), block=2)
+    (24.0, 0.0)
+    """
+    _, k, kp = A.shape
+    total = 0.0
+    for a in range(0, A.shape[0], block):
+        b = min(A.shape[0], a + block) - a
+        G = (ops[a : a + b].reshape(b * k, k) @ M).reshape(b, k, kp)
+        np.subtract(A[a : a + b], G, out=G)  # in place: one block-sized array, not two
+        total += float(np.einsum("xij,xij->", G, G))
+    return total
