@@ -172,6 +172,31 @@ def test_warm_start_reaches_the_same_solution_in_fewer_outer_iterations():
     assert len(again.loss_history_) == 1
 
 
+def test_a_warm_starts_first_convergence_test_over_blocks_of_symbols(monkeypatch):
+    """The first test of a warm start compares every symbol's operators a block of rows at a
+    time (no n·k² copies): with blocks of 3 symbols of 8 it must still see that the solution is
+    a fixed point and that half the data's solution is not."""
+    import streamspec.core.projected as projected
+
+    monkeypatch.setattr(projected, "ROW_BLOCK", 3)
+    hmm = HMM.random(4, 8, random_state=21)
+    seq = hmm.sample(60000, random_state=22)
+    kw = dict(rank=3, max_outer=50, tol=1e-9, backoff=None)
+    cold = MEstimator(**kw)
+    solution = cold.fit(accumulate(seq, 8))
+    again = MEstimator(**kw)
+    again.fit(accumulate(seq, 8), init=solution)
+    assert len(again.loss_history_) == 1
+    warm = MEstimator(**kw)
+    model = warm.fit(accumulate(seq, 8), init=MEstimator(**kw).fit(accumulate(seq[:30000], 8)))
+    assert 1 < len(warm.loss_history_) < len(cold.loss_history_)
+    np.testing.assert_allclose(model.B, solution.B, atol=1e-6 * np.abs(solution.B).max())
+    solution.factors.R[7] *= 1.01  # off the solution in the last block only
+    moved = MEstimator(**kw)
+    moved.fit(accumulate(seq, 8), init=solution)
+    assert len(moved.loss_history_) > 1
+
+
 def test_warm_start_on_a_grown_alphabet_and_through_a_checkpoint(tmp_path):
     from streamspec import ObservableOperatorModel
 
