@@ -53,6 +53,7 @@ def fresh_array(shape: tuple[int, ...], min_bytes: int | None = None) -> np.ndar
     except OSError as exc:
         if exc.errno != errno.ENOMEM:
             raise
-        # why: callers (the refitter, the daemon) treat a MemoryError as "not now", never as bad data
+        # why: callers report a MemoryError as the fit running out of memory (`streamspec learn`:
+        # "cannot fit: out of memory ...; try a smaller --rank"), an OSError as a bare errno line
         raise MemoryError(f"cannot map {size * 8:,} bytes for a {shape} float64 array") from exc
     return np.frombuffer(buf, dtype=np.float64, count=size).reshape(shape)

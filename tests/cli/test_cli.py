@@ -720,3 +720,27 @@ def test_consume_takes_the_fetch_size_that_interleaves_partitions():
                                                 "--fetch-max-bytes", "65536"]))
     default = config_from_args(parser.parse_args(["consume", "--topic", "t"]))
     assert (given.fetch_max_bytes, default.fetch_max_bytes) == (65536, 1 << 20)
+
+
+def test_learn_without_memory_for_the_operators_says_so(tmp_path, capsys, monkeypatch):
+    """The kernel refusing the operators' memory (ENOMEM from ``mmap``) is reported as the fit
+    running out of memory, with what to try, exit code 1 and no model written: it is a
+    MemoryError (core/fresh_memory.py), not an OSError's bare line."""
+    import errno
+
+    import streamspec.core.fresh_memory as fresh_memory
+
+    data = tmp_path / "colors.txt"
+    data.write_text("\n".join(token_lines(300, seed=1)) + "\n")
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    monkeypatch.setattr(fresh_memory, "MAPPED_BYTES", 0)  # every operator array mapped
+    monkeypatch.setattr(fresh_memory.mmap, "mmap", refuse)
+    out = tmp_path / "m.ckpt"
+    code = main(["learn", str(data), "--encoding", "tokens", "--window", "1", "--rank", "2",
+                 "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and not out.exists()
+    assert "cannot fit: out of memory" in err and "try a smaller --rank" in err, err

@@ -82,8 +82,8 @@ def test_fits_and_warm_refits_write_their_operators_into_mapped_arrays(monkeypat
 
 
 def test_a_mapping_the_kernel_refuses_is_a_memory_error(monkeypatch):
-    """ENOMEM from mmap is a MemoryError (the refitter and the daemon skip a refit on it, never
-    treat it as bad data); any other OSError is not turned into one."""
+    """ENOMEM from mmap is a MemoryError (what callers report as the fit running out of memory,
+    tests/cli/test_cli.py); any other OSError is not turned into one."""
     import errno
 
     def refuse(code):
