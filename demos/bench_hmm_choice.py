@@ -38,6 +38,7 @@ functions of ``streamspec.core.backoff_fit`` for the run (the library does not k
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 import time
@@ -168,7 +169,8 @@ class CandidateLog:
 
         def window_fit(kept, K, *args, **kwargs):
             fitted = self._saved[0](kept, K, *args, **kwargs)
-            if fitted is not None and len(args) > 6 and args[6] is not None:  # shared: a candidate
+            shared = inspect.signature(self._saved[0]).bind(kept, K, *args, **kwargs).arguments.get("shared")
+            if fitted is not None and shared is not None:  # the candidates share one
                 self.models[K] = smoothed_hmm(fitted[0], kept.total)
             return fitted
 

@@ -59,9 +59,9 @@ def sigma_groups(W: ProjectedWeighting, symbols: np.ndarray, kp: int
 def projected_step(W: ProjectedWeighting, symbols: np.ndarray, A: np.ndarray, M: np.ndarray,
                    previous: np.ndarray | None, record: list | None = None):
     """GLS operators of ``symbols`` under W, and W's loss at ``previous`` (None if not given)
-    and at them. ``A`` holds one row per symbol of ``symbols`` (sorted), ``previous`` too or
-    one per symbol of the alphabet (more rows than ``symbols``: read a group at a time, so
-    that no copy of the rows of ``symbols`` sits on the fit's memory peak).
+    and at them. ``A`` holds one row per symbol of ``symbols`` (sorted); ``previous`` the
+    operators of every symbol of the alphabet, read a group at a time (so that no copy of the
+    rows of ``symbols`` sits on the fit's memory peak).
 
     One group of symbols at a time (:func:`sigma_groups`), so ``Σ_x`` never exists for
     all symbols at once: O(block · k'²) scratch. ``record``: a list the groups
@@ -76,8 +76,7 @@ def projected_step(W: ProjectedWeighting, symbols: np.ndarray, A: np.ndarray, M:
             record.append((g, inverse))
         rows = np.searchsorted(symbols, g)
         Ag = A[rows]
-        by_symbol = previous is not None and previous.shape[0] != symbols.size
-        prev = None if previous is None else previous[g] if by_symbol else previous[rows]
+        prev = previous[g] if previous is not None else None
         if inverse.kind in ("scale", "identity"):  # Σ_x ∝ I: the solution is A_x M⁺, no solve
             M_pinv = np.linalg.pinv(M) if M_pinv is None else M_pinv
             Bb, b, a = _scaled_step(inverse, Ag, M, M_pinv, prev)
