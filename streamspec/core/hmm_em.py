@@ -112,10 +112,11 @@ def _estep(triples: Triples | _Chunks, pi, T, O, stats: bool = True):
         c = x2.size
         e2, f2, b3, fb = (buf[k][:c] for k in ("e2", "f2", "b3", "fb"))
         p, logp, r = buf["p"][:c], buf["logp"][:c], buf["r"][:c]
-        np.take(O, x2, axis=0, out=e2)
-        np.take(A, i1, axis=0, out=f2)
+        # mode "clip": the indices are in range, and numpy buffers ``out`` in the default mode
+        np.take(O, x2, axis=0, out=e2, mode="clip")
+        np.take(A, i1, axis=0, out=f2, mode="clip")
         f2 *= e2  # Pr(x1, x2, h2)
-        np.take(B, i3, axis=0, out=b3)
+        np.take(B, i3, axis=0, out=b3, mode="clip")
         np.multiply(f2, b3, out=fb)
         np.matmul(fb, ones_m, out=p)
         with np.errstate(divide="ignore"):
