@@ -37,7 +37,9 @@ def _params(rng, n, m):
     return pi / pi.sum(), T / T.sum(axis=0), O / O.sum(axis=0)
 
 
-@pytest.mark.parametrize("chunk", [7, 1 << 16])  # blocks over their own symbols, over the alphabet
+# blocks over their own symbols (7 < 13 symbols), over the alphabet, and both in one E-step
+# (14: three blocks of 14 triples over the alphabet, a last one of 8 over its own symbols)
+@pytest.mark.parametrize("chunk", [7, 1 << 16, 14])
 def test_reused_blocks_and_scratch_give_each_estep_its_own_answer(monkeypatch, chunk):
     # one _Chunks serves every E-step of an EM run (its scratch arrays reused): an E-step must
     # not read what the last one left there, whatever its number of states
@@ -47,6 +49,8 @@ def test_reused_blocks_and_scratch_give_each_estep_its_own_answer(monkeypatch, c
     t = Triples.from_arrays(n, x[0], x[1], x[2], rng.integers(1, 4, c).astype(float))
     monkeypatch.setattr(hmm_em, "_CHUNK", chunk)
     chunks = hmm_em._Chunks(t)
+    if chunk == 14:
+        assert [b[-1] is None for b in chunks.blocks] == [True, True, True, False]
     X = np.stack([t.x1, t.x2, t.x3], axis=1)
     for m in (3, 3, 5, 2):
         pi, T, O = _params(rng, n, m)
