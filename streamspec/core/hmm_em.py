@@ -65,17 +65,18 @@ class _Chunks:
                 n_rows = u1.size + u2.size + u3.size
             cells = sp.csr_matrix((np.ones(3 * c), (rows, np.arange(3 * c))), shape=(n_rows, 3 * c))
             self.blocks.append((i1, x2, i3, wa[sl], cells, symbols))
-        self._scratch: dict[int, dict[str, np.ndarray]] = {}
+        self._scratch: tuple[int, dict[str, np.ndarray]] | None = None
 
     def scratch(self, m: int) -> dict[str, np.ndarray]:
         """The scratch arrays of an E-step with ``m`` states, for the largest block (a block uses
-        their first rows): four (c, m), one (3c, m) and three (c,). O(c · m) once."""
-        if m not in self._scratch:
+        their first rows): four (c, m), one (3c, m) and three (c,). O(c · m) once per m (a run's
+        m is fixed; another m replaces them)."""
+        if self._scratch is None or self._scratch[0] != m:
             c = max((b[0].size for b in self.blocks), default=0)
             buf = {name: np.empty((c, m)) for name in ("e2", "f2", "b3", "fb")}
             buf.update(G=np.empty((3 * c, m)), p=np.empty(c), logp=np.empty(c), r=np.empty(c))
-            self._scratch = {m: buf}  # why one size: a run's m is fixed, another run makes its own
-        return self._scratch[m]
+            self._scratch = (m, buf)
+        return self._scratch[1]
 
 
 def _estep(triples: Triples | _Chunks, pi, T, O, stats: bool = True):

@@ -414,15 +414,19 @@ class ProjectedFit(FitSteps):
         ops, active = self.ops, self.active
         if ops is None:  # cold: the first step is W = I
             return False
-        at = np.full(self.n, -1)
-        at[active] = np.arange(active.size)
-        rows = active if it > 0 else np.arange(self.n)
+        # later iterations: the weighted symbols (new's rows, in order); the first: every symbol
+        rows, at = (active, None) if it > 0 else (np.arange(self.n), np.full(self.n, -1))
+        if at is not None:  # the weighted symbols' rows of new; base's operators elsewhere
+            at[active] = np.arange(active.size)
         moved = scale = 0.0
         for a in range(0, rows.size, ROW_BLOCK):
-            g = rows[a : a + ROW_BLOCK]
-            old, d, mine = ops[g], self.base[g], at[g] >= 0
-            d[mine] = new[at[g][mine]]
-            d -= old
+            g, old = rows[a : a + ROW_BLOCK], ops[rows[a : a + ROW_BLOCK]]
+            if at is None:
+                d = new[a : a + ROW_BLOCK] - old
+            else:
+                d, mine = self.base[g], at[g]
+                d[mine >= 0] = new[mine[mine >= 0]]
+                d -= old
             moved += float(np.einsum("xij,xij->", d, d))
             scale += float(np.einsum("xij,xij->", old, old))
         return bool(np.sqrt(moved) <= self.est.tol * max(np.sqrt(scale), 1e-300))

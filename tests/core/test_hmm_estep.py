@@ -69,7 +69,9 @@ def test_an_impossible_triple_adds_no_counts():
     O /= O.sum(axis=0)
     t = Triples.from_arrays(n, [0, 1, 5], [2, 3, 0], [4, 4, 1], [2.0, 1.0, 1.0])
     chunks = hmm_em._Chunks(t)
-    hmm_em._estep(chunks, *_params(rng, n, m))  # every triple possible: the scratch holds its ratios
+    # every triple possible first: the scratch then holds finite ratios for all three, which the
+    # impossible triple's zero probability must not carry into the counts (nor turn into NaN)
+    hmm_em._estep(chunks, *_params(rng, n, m))
     ll, (s_pi, s_T, s_O) = hmm_em._estep(chunks, pi, T, O)
     assert ll == -np.inf
     possible = Triples.from_arrays(n, [0, 1], [2, 3], [4, 4], [2.0, 1.0])
