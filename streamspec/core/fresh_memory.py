@@ -15,18 +15,37 @@ write. Why: writing the 2 GB of operators of a warm refit into a plain mapping t
 one BLAS thread; docs/benchmarks.md, "Warm refits"). Every caller writes the whole array, so
 mapping its pages early costs no memory it would not use. Small arrays, and platforms without
 anonymous ``mmap``, get ``np.empty``.
+
+*Spare mappings.* Even populated, a fresh 2 GB mapping costs 0.6–2.8 s of the kernel's (and, on
+a virtual machine, the hypervisor's) page work, where writing the same 2 GB into a mapping whose
+pages are already there takes 0.15 s (docs/benchmarks.md, "Warm refits"). A refitter makes one
+such array per refit while the previous model still predicts from its own, and drops the older
+one at the swap: so when the last array over a mapping is gone, the mapping is not unmapped but
+kept as a *spare* (at most :data:`SPARE_MAPPINGS`, marked ``MADV_FREE``: the kernel may take its
+pages back under memory pressure, without swapping, and a write then gets zeroed pages), and the
+next request of about its size (no more than 1/8 smaller) is served from it. A mapping is reused
+only after every array and view over it has been collected (a finalizer on the array the views
+share), so no live array ever aliases another. :func:`release_spares` unmaps them at once; the
+kernel's refusal of a new mapping releases them and tries once more before raising.
 """
 
 from __future__ import annotations
 
 import errno
 import mmap
+import threading
+import weakref
 
 import numpy as np
 
-__all__ = ["fresh_array", "MAPPED_BYTES"]
+__all__ = ["fresh_array", "release_spares", "spare_bytes", "MAPPED_BYTES", "SPARE_MAPPINGS"]
 
 MAPPED_BYTES = 1 << 26  # 64 MB: below it np.empty (its huge pages cost little there)
+SPARE_MAPPINGS = 2  # freed mappings kept for reuse: a refit's operators and one more array
+_SLACK = 1.125  # a spare serves requests of at least 1/_SLACK of its size (alphabets grow)
+
+_spares: list[mmap.mmap] = []  # the newest last
+_lock = threading.RLock()  # why reentrant: a collection inside fresh_array may run _freed
 
 
 def fresh_array(shape: tuple[int, ...], min_bytes: int | None = None) -> np.ndarray:
@@ -47,13 +66,71 @@ def fresh_array(shape: tuple[int, ...], min_bytes: int | None = None) -> np.ndar
     flags = getattr(mmap, "MAP_PRIVATE", None), getattr(mmap, "MAP_ANONYMOUS", None)
     if size == 0 or size * 8 < min_bytes or None in flags:
         return np.empty(shape)
-    populate = getattr(mmap, "MAP_POPULATE", 0)
-    try:
-        buf = mmap.mmap(-1, size * 8, flags=flags[0] | flags[1] | populate)
-    except OSError as exc:
-        if exc.errno != errno.ENOMEM:
-            raise
-        # why: callers report a MemoryError as the fit running out of memory (`streamspec learn`:
-        # "cannot fit: out of memory ...; try a smaller --rank"), an OSError as a bare errno line
-        raise MemoryError(f"cannot map {size * 8:,} bytes for a {shape} float64 array") from exc
-    return np.frombuffer(buf, dtype=np.float64, count=size).reshape(shape)
+    buf = _spare(size * 8)
+    if buf is None:
+        buf = _mapping(size * 8, flags[0] | flags[1] | getattr(mmap, "MAP_POPULATE", 0), shape)
+    root = np.frombuffer(buf, dtype=np.float64, count=size)
+    # every view of the array keeps `root` alive, so its death means no array reads `buf` any more
+    weakref.finalize(root, _freed, buf).atexit = False
+    return root.reshape(shape)
+
+
+def _mapping(nbytes: int, flags: int, shape: tuple[int, ...]) -> mmap.mmap:
+    """A new anonymous mapping; on ENOMEM the spares are unmapped and it is tried once more."""
+    for attempt in (0, 1):
+        try:
+            return mmap.mmap(-1, nbytes, flags=flags)
+        except OSError as exc:
+            if exc.errno != errno.ENOMEM:
+                raise
+            if attempt == 0 and release_spares():
+                continue
+            # why: callers report a MemoryError as the fit running out of memory (`streamspec
+            # learn`: "cannot fit: out of memory ...; try a smaller --rank"), an OSError as a
+            # bare errno line
+            raise MemoryError(f"cannot map {nbytes:,} bytes for a {shape} float64 array") from exc
+    raise AssertionError("unreachable")
+
+
+def _spare(nbytes: int) -> mmap.mmap | None:
+    """The newest spare of ``nbytes`` to ``nbytes · 1.125`` bytes, taken from the spares. O(spares)."""
+    with _lock:
+        for i in range(len(_spares) - 1, -1, -1):
+            if nbytes <= len(_spares[i]) <= nbytes * _SLACK:
+                return _spares.pop(i)
+    return None
+
+
+def _freed(buf: mmap.mmap) -> None:
+    """The last array over ``buf`` is gone: keep it as a spare (the oldest beyond
+    :data:`SPARE_MAPPINGS` are unmapped)."""
+    madvise = getattr(buf, "madvise", None)
+    if madvise is not None and hasattr(mmap, "MADV_FREE"):
+        try:
+            madvise(mmap.MADV_FREE)
+        except OSError:  # a kernel without MADV_FREE: the pages just stay
+            pass
+    with _lock:
+        _spares.append(buf)
+        # the oldest beyond the limit are dropped: unmapped as their last reference goes (here,
+        # or for `buf` itself when the dying array's memoryview goes, just after this call)
+        del _spares[: max(0, len(_spares) - SPARE_MAPPINGS)]
+
+
+def release_spares() -> int:
+    """Unmap every spare mapping now; the bytes released. O(spares).
+
+    >>> a = fresh_array((1000,), min_bytes=0); del a
+    >>> release_spares() >= 8000, spare_bytes()
+    (True, 0)
+    """
+    with _lock:
+        released = sum(len(b) for b in _spares)
+        _spares.clear()  # each unmapped as its last reference goes: this one
+    return released
+
+
+def spare_bytes() -> int:
+    """Bytes held in spare mappings (mapped, marked free for the kernel). O(spares)."""
+    with _lock:
+        return sum(len(b) for b in _spares)

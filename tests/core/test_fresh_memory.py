@@ -11,7 +11,22 @@ import pytest
 
 import streamspec.core.fresh_memory as fresh_memory
 from streamspec import HMM, MEstimator, MomentAccumulator, SpectralEstimator
-from streamspec.core.fresh_memory import fresh_array
+from streamspec.core.fresh_memory import fresh_array, release_spares, spare_bytes
+
+
+@pytest.fixture(autouse=True)
+def _no_spares():
+    """Each test starts without spare mappings (another test's would serve its requests)."""
+    release_spares()
+    yield
+    release_spares()
+
+
+def _mapping_of(a: np.ndarray) -> mmap.mmap:
+    base = a
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return base.obj  # np.frombuffer's memoryview over the mapping
 
 
 def _mapped(a: np.ndarray) -> bool:
@@ -98,3 +113,82 @@ def test_a_mapping_the_kernel_refuses_is_a_memory_error(monkeypatch):
     with pytest.raises(OSError) as info:
         fresh_array((10, 10, 10), min_bytes=0)
     assert not isinstance(info.value, MemoryError) and info.value.errno == errno.EINVAL
+
+
+def test_a_freed_mapping_serves_the_next_request_only_once_no_view_of_it_is_left():
+    """A refit's operators come from the mapping of an array that is gone (no page work), and
+    never from one that a view still reads."""
+    a = fresh_array((1000,), min_bytes=0)
+    a[:] = 7.0
+    view = a[10:20]
+    first = _mapping_of(a)
+    del a
+    assert spare_bytes() == 0  # the view still reads it
+    b = fresh_array((1000,), min_bytes=0)
+    assert _mapping_of(b) is not first
+    b[:] = 1.0
+    np.testing.assert_array_equal(view, 7.0)
+    del view
+    assert spare_bytes() == 8000
+    c = fresh_array((100, 10), min_bytes=0)  # the same size, another shape
+    assert _mapping_of(c) is first and spare_bytes() == 0 and c.shape == (100, 10)
+    c[:] = 3.0
+    np.testing.assert_array_equal(b, 1.0)
+    del c
+    d = fresh_array((900,), min_bytes=0)  # at most 1/8 smaller: served by the spare too
+    assert _mapping_of(d) is first and d.shape == (900,)
+    del d
+    e = fresh_array((800,), min_bytes=0)  # more than 1/8 smaller: a mapping of its own
+    assert _mapping_of(e) is not first and spare_bytes() == 8000
+    assert release_spares() == 8000 and spare_bytes() == 0
+
+
+def test_spares_are_bounded_and_released_when_the_kernel_refuses(monkeypatch):
+    arrays = [fresh_array((1000 * (i + 1),), min_bytes=0) for i in range(4)]
+    while arrays:
+        arrays.pop(0)  # freed in order
+    # the newest SPARE_MAPPINGS stay: the 3,000- and 4,000-float arrays'
+    assert spare_bytes() == 8 * (3000 + 4000) and fresh_memory.SPARE_MAPPINGS == 2
+    real, calls = mmap.mmap, []
+
+    def refuse_once(*args, **kwargs):
+        calls.append(spare_bytes())
+        if len(calls) == 1:
+            import errno
+            raise OSError(errno.ENOMEM, "refused")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fresh_memory.mmap, "mmap", refuse_once)
+    big = fresh_array((10_000,), min_bytes=0)  # no spare fits: map, refused, release, map again
+    assert calls == [8 * 7000, 0] and big.shape == (10_000,) and spare_bytes() == 0
+
+
+def test_a_refit_writes_its_operators_into_the_mapping_of_the_model_two_refits_back(monkeypatch):
+    """The refitter's pattern: the model before last is gone when the next refit starts, and
+    that refit's operators reuse its mapping (pages full of the old operators): the models
+    predict exactly what models in fresh mappings predict."""
+    x = HMM.random(3, 12, random_state=1).sample(23_000, random_state=2)
+    test = x[22_000:]
+    monkeypatch.setattr(fresh_memory, "MAPPED_BYTES", 0)
+
+    def refits(spares: int):
+        monkeypatch.setattr(fresh_memory, "SPARE_MAPPINGS", spares)
+        release_spares()
+        acc = MomentAccumulator(12)
+        acc.learn_many(x[:19_000])
+        model, state = SpectralEstimator(rank=3, backoff=None, basis_tol=1e9).fit_with_state(acc)
+        losses, reused = [model.log_loss([test])], []
+        for end in (20_000, 21_000, 22_000):
+            acc.learn_many(x[end - 1000 : end])
+            before = {id(b) for b in fresh_memory._spares}
+            est = SpectralEstimator(rank=3, backoff=None, basis_tol=1e9)
+            model, state = est.fit_with_state(acc, init=state)  # the previous ones dropped here
+            assert est.refit_.path == "warm"
+            reused.append(id(_mapping_of(model.B)) in before)
+            losses.append(model.log_loss([test]))
+        return losses, reused
+
+    fresh_losses, fresh_reused = refits(0)
+    spare_losses, spare_reused = refits(2)
+    assert not any(fresh_reused) and any(spare_reused)
+    assert spare_losses == fresh_losses
