@@ -8,7 +8,9 @@ alphabet size. :func:`triples_change` recovers f and Δ from two sorted
 :class:`~streamspec.core.triples.Triples` snapshots in one merge of their codes, so
 that a warm refit (:mod:`streamspec.core.projected_warm`) can update what is linear in
 the counts from Δ alone: the decomposition is exact for any f, and f is chosen to make
-Δ as sparse as the counts allow (docs/math.md section 10).
+Δ as sparse as the counts allow (docs/math.md section 10). Where the accumulator logged
+what it merged between the two snapshots (:mod:`streamspec.core.count_log`), f = 1 and Δ is
+read from its log instead, O(|Δ| log |Δ|).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamspec.core.count_log import logged_delta
 from streamspec.core.triples import BITS, Triples
 
 __all__ = ["TriplesChange", "triples_change"]
@@ -63,7 +66,9 @@ def triples_change(old: Triples, new: Triples) -> TriplesChange:
     factor every uncounted triple was multiplied by, since a triple counted again has a
     larger ratio. A change below 10⁻¹² of a count (what dividing by the forgetting weight
     leaves) counts as none. Cost: one binary search of the old codes in the new ones
-    (both sorted) and a few passes over the arrays.
+    (both sorted) and a few passes over the arrays; O(|Δ| log |Δ|) when both snapshots were
+    marked by one :class:`~streamspec.core.count_log.CountLog` (then f = 1 and Δ is what was
+    added, even where every old triple was counted again).
 
     Examples
     --------
@@ -76,6 +81,9 @@ def triples_change(old: Triples, new: Triples) -> TriplesChange:
     if old.n > new.n:
         raise ValueError(f"the old counts have {old.n} symbols, the new ones {new.n}: an alphabet "
                          "never shrinks between two snapshots of the same counts")
+    logged = logged_delta(old, new)
+    if logged is not None:  # the store logged what it added since `old` (core/count_log.py)
+        return TriplesChange(1.0, logged, np.unique(logged.codes >> (2 * BITS)), new.nnz)
     pos = np.searchsorted(new.codes, old.codes)
     if old.nnz and pos[-1] < new.nnz and np.array_equal(new.codes[pos], old.codes):
         found = None  # every old triple is still counted (the usual case): no masks

@@ -20,7 +20,7 @@ from streamspec.streaming.accumulator_io import AccumulatorIO
 from streamspec.streaming.accumulator_merge import AccumulatorMerge
 from streamspec.streaming.accumulator_views import AccumulatorViews
 from streamspec.streaming.accumulator_windows import WindowedStreams
-from streamspec.streaming.count_buffer import FLUSH_AT, CountBuffer
+from streamspec.streaming.count_buffer import FLUSH_AT, CountBuffer, copied_log, mark_snapshot
 from streamspec.streaming.start_counts import StartCounting
 from streamspec.streaming.stream_tails import DONE, NEW, tail_code, tail_digits
 
@@ -446,8 +446,11 @@ class MomentAccumulator(CountBuffer, StartCounting, WindowedStreams, Accumulator
         if self._L > 1:
             return self.windows().triples()
         self._flush()
-        w = self._w / self._weight if self.forgetting != 1.0 else self._w.copy()
-        return Triples(self.n, self._codes.copy(), w)
+        if self.forgetting != 1.0:
+            return Triples(self.n, self._codes.copy(), self._w / self._weight)
+        out = Triples(self.n, self._codes.copy(), self._w.copy())
+        mark_snapshot(self, out)  # a warm refit reads its change since `out` from the log
+        return out
 
     def copy(self) -> MomentAccumulator:
         """An independent copy. Time and memory O(nnz + n + streams)."""
@@ -463,6 +466,7 @@ class MomentAccumulator(CountBuffer, StartCounting, WindowedStreams, Accumulator
         out._total = self._total
         self._fold_starts()
         out._starts = self._starts  # immutable: shared
+        copied_log(self, out)  # (a background refit fits a copy: its change is in our log)
         return out
 
     # ------------------------------------------------------------------ internals

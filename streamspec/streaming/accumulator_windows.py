@@ -27,6 +27,7 @@ from streamspec.core.windows import (
     unpack_grams,
     window_bits,
 )
+from streamspec.streaming.count_buffer import invalidate_log
 from streamspec.streaming.count_kernels import merge_sorted, stream_codes, to_packed
 from streamspec.streaming.stream_tails import DONE, tail_code, tail_digits
 
@@ -200,6 +201,7 @@ class WindowedStreams:
             codes, w = merge_sorted(codes, w, new, new_w)
             self._total += self._weight * len(extra)
         self._codes, self._w, self._tails = codes, w, tails
+        invalidate_log(self)  # the counts recoded at another window
         self._heads = {k: (sym[: 2 * level], ended) for k, (sym, ended) in self._heads.items()}
 
     def _reduced_tails(self, old: tuple, level: int) -> tuple[dict, list[int]]:

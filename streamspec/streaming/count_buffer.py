@@ -11,10 +11,12 @@ decides what to count.
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Hashable, Iterable
 
 import numpy as np
 
+from streamspec.core.count_log import CountLog
 from streamspec.streaming.count_kernels import (
     compact_counts,
     compact_to_packed,
@@ -26,13 +28,54 @@ from streamspec.streaming.count_kernels import (
     to_packed,
 )
 
-__all__ = ["CountBuffer", "FLUSH_AT"]
+__all__ = ["CountBuffer", "FLUSH_AT", "count_log", "copied_log", "invalidate_log", "mark_snapshot"]
 
 FLUSH_AT = 8192  # learn_one's triple codes kept in a list before they become one array
 _CONSOLIDATE_AT = 65536  # pending triples are merged into the sorted counts past max(this, nnz/2)
 _DENSE_CELLS = 1 << 16  # alphabets with n^(2L+1) below this buffer counts in one dense array (512 KiB)
 _RESCALE_AT = 1e100  # forgetting: the running weight is folded into the counts past this
 _MISSING = object()
+# why not an attribute: an accumulator with more than 30 attributes loses CPython's fast
+# attribute access in learn_one (accumulator_windows.py); made by the first logged snapshot
+_LOGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+# an unchanged copy of an accumulator (the background refitter's) marks its snapshots in the
+# original's log, where the original was when copied: copy -> (log, (epoch, position))
+_COPIED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def mark_snapshot(acc, snapshot) -> None:
+    """Mark ``acc``'s snapshot in its count log (or, for an unchanged copy, in its original's). O(1)."""
+    copied = _COPIED.get(acc)
+    if copied is not None:
+        copied[0].mark(snapshot, at=copied[1])
+    else:
+        count_log(acc).mark(snapshot)
+
+
+def copied_log(original, copy) -> None:
+    """``copy`` was just made from ``original`` (flushed): until it changes, its snapshots are
+    the original's as it is now. O(1)."""
+    log = count_log(original)
+    _COPIED[copy] = (log, log.position())
+
+
+def count_log(acc) -> CountLog:
+    """The :class:`~streamspec.core.count_log.CountLog` of ``acc``'s counts (made on first use). O(1)."""
+    log = _LOGS.get(acc)
+    if log is None:
+        log = _LOGS[acc] = CountLog()
+    return log
+
+
+def invalidate_log(acc) -> None:
+    """The counts of ``acc`` changed in a way its count log does not hold (an undo, a rescale,
+    a recoding): no change since an earlier snapshot is read from the log. O(1)."""
+    _COPIED.pop(acc, None)
+    log = _LOGS.get(acc)
+    if log is not None:
+        log.invalidate()
 
 
 class CountBuffer:
@@ -68,6 +111,7 @@ class CountBuffer:
         del start_log[n_start_log:]
         del start_w[n_start_w:]
         self._start_log, self._start_w, self._starts = start_log, start_w, starts
+        invalidate_log(self)  # what the undone call logged is not in the counts
 
     def __getstate__(self) -> dict:
         # why without the last windows(): it is rebuilt in O(1) from the counts (O(nnz) under
@@ -194,6 +238,7 @@ class CountBuffer:
             return
         self._flush_pending()
         weight = self._weight
+        invalidate_log(self)  # every count scaled (no log is kept under forgetting anyway)
         chunks = [(c, (w if w is not None else np.ones(c.size)) / weight, s) for c, w, s in self._chunks]
         self._w, self._chunks = self._w / weight, chunks
         self._total /= weight
@@ -246,6 +291,7 @@ class CountBuffer:
         if chunk[2] and self._codes.size <= 4 * chunk[0].size:  # O(chunk) to merge now
             w = chunk[1] if chunk[1] is not None else np.ones(chunk[0].size)
             self._codes, self._w = merge_sorted(self._codes, self._w, chunk[0], w)
+            self._logged(chunk[0], w)
         elif self._chunked + chunk[0].size >= max(_CONSOLIDATE_AT, self._codes.size // 2):
             self._consolidate([*self._chunks, chunk])
         else:
@@ -267,9 +313,18 @@ class CountBuffer:
             else:
                 weights = np.concatenate([w if w is not None else np.ones(c.size) for c, w, _ in chunks])
                 codes, w = sort_reduce_weighted(codes, weights)
-        codes, w = merge_sorted(self._codes, self._w, codes, w)
+        batch, batch_w = codes, w
+        codes, w = merge_sorted(self._codes, self._w, batch, batch_w)
         if self.forgetting != 1.0:
             keep = w > 0  # weights that underflowed to zero
             if not keep.all():
                 codes, w = codes[keep], w[keep]
         self._codes, self._w, self._chunks, self._chunked = codes, w, [], 0
+        self._logged(batch, batch_w)
+
+    def _logged(self, codes: np.ndarray, w: np.ndarray) -> None:
+        """Tell the count log (a warm refit's change, core/count_log.py) what was just merged. O(1)."""
+        _COPIED.pop(self, None)  # a copy that changed marks its snapshots in a log of its own
+        log = _LOGS.get(self)
+        if log is not None:
+            log.append(codes, w, self._codes.size)
