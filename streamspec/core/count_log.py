@@ -13,10 +13,11 @@ O(|Δ| log |Δ|).
 
 Only what a snapshot still needs is kept: batches older than the oldest live marked snapshot
 are dropped (a snapshot's mark goes with it), nothing is kept while no snapshot is alive, and
-a log that grows past half the counts it describes is dropped whole (comparing is then as
-cheap, relatively). Whoever changes the counts otherwise (forgetting, pruning, an undo)
-:meth:`~CountLog.invalidate`\\ s the log: its marks then give no change and the comparison is
-used. Arrays in, arrays out; no reference to the store.
+a log that grows past a quarter of the counts it describes is dropped whole (comparing is
+then as cheap, relatively): its memory stays below a quarter of the counts'. Whoever
+changes the counts otherwise (forgetting, pruning, an undo) invalidates the log
+(:meth:`~CountLog.invalidate`): its marks then give no change and the comparison is used.
+Arrays in, arrays out; no reference to the store.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class CountLog:
     """Batches of counts ``(codes, weights)`` added to one store since its live snapshots.
 
     Memory: the entries appended since the oldest live marked snapshot, at most
-    ``max(65,536, nnz / 2)`` (beyond, the log is dropped).
+    ``max(65,536, nnz / 4)`` (beyond, the log is dropped); :attr:`nbytes`.
 
     Examples
     --------
@@ -70,7 +71,7 @@ class CountLog:
                 return
             self._batches.append((codes, weights))
             self._entries += codes.size
-            if self._entries > max(_MIN_ENTRIES, nnz // 2):
+            if self._entries > max(_MIN_ENTRIES, nnz // 4):
                 self._drop()
 
     def position(self) -> tuple[int, int]:
@@ -78,6 +79,12 @@ class CountLog:
         there (:meth:`mark`'s ``at``). O(1)."""
         with self._lock:
             return self._epoch, self._start + len(self._batches)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the batches held. O(batches)."""
+        with self._lock:
+            return sum(c.nbytes + w.nbytes for c, w in self._batches)
 
     def mark(self, snapshot: Triples, at: tuple[int, int] | None = None) -> None:
         """Mark ``snapshot``, just taken, as the store now (or as it was at :meth:`position`

@@ -128,11 +128,12 @@ class CountBuffer:
     def memory_bytes(self) -> int:
         """Estimated bytes held: counts, buffers, alphabet and per-stream state.
 
-        Counts: the sorted codes and weights plus the buffered arrays (exact
-        ``nbytes``); the learn_one buffers (list slots and int objects, ~40 bytes a
-        triple); the alphabet (``sys.getsizeof`` of its dict, list and labels); the
-        stream tails and heads (dict slots, ~100 bytes a stream). Not counted: numpy
-        and Python temporaries of a call in progress. O(n + streams) time.
+        Counts: the sorted codes and weights plus the buffered arrays and the count log's
+        batches since the oldest live snapshot (core/count_log.py; exact ``nbytes``); the
+        learn_one buffers (list slots and int objects, ~40 bytes a triple); the alphabet
+        (``sys.getsizeof`` of its dict, list and labels); the stream tails and heads (dict
+        slots, ~100 bytes a stream). Not counted: numpy and Python temporaries of a call in
+        progress. O(n + streams) time.
 
         Examples
         --------
@@ -143,6 +144,8 @@ class CountBuffer:
         True
         """
         size = self._codes.nbytes + self._w.nbytes + (self._dense[0].nbytes if self._dense is not None else 0)
+        log = _LOGS.get(self)
+        size += log.nbytes if log is not None else 0  # what a warm refit reads its change from
         for codes, w, _ in self._chunks:
             size += codes.nbytes + (w.nbytes if w is not None else 0)
         size += 40 * (len(self._pending) + len(self._pending_w) + len(self._default_buffer))

@@ -84,7 +84,7 @@ def test_large_batches_and_forgetting_and_an_undone_call_fall_back_to_the_compar
     change = logged_change(old, new)
     assert change is not None and change.delta.nnz > 0
     _check(old, new, change)
-    # a batch larger than half the counts: the log is dropped, the comparison answers
+    # a batch larger than a quarter of the counts: the log is dropped, the comparison answers
     acc.learn_many(rng.integers(0, 50, 400_000))
     later = acc.triples()
     assert logged_change(new, later) is None and logged_change(old, later) is None
@@ -122,6 +122,7 @@ def test_the_log_keeps_only_what_live_snapshots_need():
     from streamspec.streaming.count_buffer import _LOGS
     held = _LOGS[acc]
     assert held._entries > 0 and len(held._live) == 1
+    assert held.nbytes == 16 * held._entries > 0
     second = acc.triples()
     _check(first, second, logged_change(first, second))
     del first
@@ -135,6 +136,13 @@ def test_the_log_keeps_only_what_live_snapshots_need():
     acc.learn_many(rng.integers(0, 30, 500))
     acc.triples()
     assert held._entries == 0 and not held._live  # no snapshot alive: nothing kept
+    fourth = acc.triples()
+    acc.learn_many(rng.integers(0, 30, 500))
+    acc.triples()  # (merged: logged since `fourth`)
+    before, logged = acc.memory_bytes(), held.nbytes
+    held.invalidate()
+    assert logged > 0 and acc.memory_bytes() == before - logged  # counted in its memory
+    assert logged_change(fourth, acc.triples()) is None
 
 
 def test_a_warm_refit_reads_its_change_from_the_log(monkeypatch):
