@@ -1,6 +1,7 @@
 """Warm refits against cold fits after 1% more data: seconds, ratio and held-out log loss.
 
-    python demos/bench_refit.py [books] [zipf] [windows] [--quick] [--repeats R] [--cases I ...]
+    python demos/bench_refit.py [books] [zipf] [windows] [refitter] [--quick] [--repeats R]
+                                [--cases I ...]
 
 For each data set the counts of the first 99% of the training stream are fitted once
 (``fit_with_state``: the state a refitter keeps), the last 1% is added, and then, side by
@@ -27,6 +28,12 @@ its own), with one BLAS thread.
   +10% more data; the refit from a ``WindowState`` (``refit_.path`` "warm": the window and
   rank kept) against a cold fit; ``MEstimator`` and ``SpectralEstimator``, without and with
   the backoff (``--cases`` does not apply).
+
+* refitter (not run by default): the Zipf stream through a ``Refitter`` as a daemon runs it:
+  97% fitted cold, then three refits after 1% more data each (the model before the previous
+  one dropped at each swap, so its operator mapping is reused: ``core/fresh_memory.py``), and a
+  cold fit of all the counts; each refit's seconds and held-out log loss, ``MEstimator`` and
+  ``SpectralEstimator`` with the backoff.
 
 Prints a markdown table; ``docs/benchmarks.md`` ("Warm refits") holds the recorded figures.
 """
@@ -168,6 +175,63 @@ def zipf(d: str, repeats: int, quick: bool, cases: list[int] | None = None) -> N
            path, n, rank, repeats, _chosen(cases, quick))
 
 
+def case_refitter(path: str, n: int, rank, kind: str, refits: int) -> dict:
+    """In a fresh process, a daemon's pattern: a ``Refitter`` fits all but ``refits``% of the
+    training tokens cold, then refits after each further 1% (inline; at each swap the model
+    before the previous one is dropped, as in a daemon); then a cold fit of the final counts."""
+    from streamspec import MomentAccumulator
+    from streamspec.streaming.refitter import Refitter
+
+    data = np.load(path)
+    train, test = data["train"], data["test"]
+    step = train.size // 100
+    cut = train.size - refits * step
+    acc = MomentAccumulator(n_symbols=n)
+    acc.learn_many(train[:cut])
+    refitter = Refitter(_estimator(kind, rank, "auto", False), refit_every=None)
+    t0 = time.perf_counter()
+    refitter.fit_now(acc)
+    first_s, secs, warm, losses = time.perf_counter() - t0, [], [], []
+    for i in range(refits):
+        acc.learn_many(train[cut + i * step : cut + (i + 1) * step])
+        t0 = time.perf_counter()
+        refitter.fit_now(acc)
+        secs.append(time.perf_counter() - t0)
+        warm.append(refitter.records[-1].warm)
+        losses.append(refitter.model.log_loss([test]))
+    refitter.close()
+    del refitter  # its two models' operators: the cold fit below gets memory as a fresh process would
+    t0 = time.perf_counter()
+    cold = _estimator(kind, rank, "auto", False).fit(acc)
+    cold_s = time.perf_counter() - t0
+    return {"first": first_s, "refits": secs, "warm": warm, "losses": losses, "cold": cold_s,
+            "cold_loss": cold.log_loss([test])}
+
+
+def refitter(d: str, repeats: int, quick: bool, cases: list[int] | None = None) -> None:
+    """The Zipf stream through a ``Refitter``: successive warm refits after 1% more data each."""
+    n, length, rank, refits = 100_000, (10**6 if quick else 10**7), 50, 3
+    x = zipf_hmm_stream(n, length + 10_000)
+    path = os.path.join(d, "zipf.npz")
+    np.savez(path, train=x[:length], test=x[length:])
+    print(f"\n### A Refitter on the synthetic Zipf stream: n = {n:,}, {length:,} training tokens, "
+          f"{100 - refits}% fitted cold, then {refits} refits after 1% more each, rank {rank}\n")
+    print("| estimator | first fit (s) | refits (s; warm) | cold fit of all (s) | last refit / cold "
+          "| held-out log loss after each refit | cold | peak MB |")
+    print("| --- | ---: | --- | ---: | ---: | --- | ---: | ---: |")
+    for label, kind in (("SpectralEstimator (default: backoff)", "s"),
+                        ("MEstimator (default: backoff)", "m")):
+        r = run_fresh(case_refitter, path, n, rank, kind, refits)
+        if "error" in r:
+            print(f"| {label} | | {r['error']} | | | | | |", flush=True)
+            continue
+        fits = ", ".join(f"{s:.2f}" + ("" if w else " (cold)")
+                         for s, w in zip(r["refits"], r["warm"], strict=True))
+        print(f"| {label} | {r['first']:.2f} | {fits} | {r['cold']:.2f} | "
+              f"{r['refits'][-1] / r['cold']:.3f} | {', '.join(f'{v:.4f}' for v in r['losses'])} | "
+              f"{r['cold_loss']:.4f} | {r['peak_mb']:.0f} |", flush=True)
+
+
 WINDOW_CASES = [  # (label, estimator, backoff)
     ("MEstimator, backoff=None", "m", None),
     ("MEstimator (default: backoff)", "m", "auto"),
@@ -277,7 +341,7 @@ def windows(d: str, repeats: int, quick: bool, cases: list[int] | None = None) -
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("sections", nargs="*", choices=["books", "zipf", "windows"],
+    p.add_argument("sections", nargs="*", choices=["books", "zipf", "windows", "refitter"],
                    default=["books", "zipf", "windows"])
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer cases (a smoke run)")
     p.add_argument("--repeats", type=int, default=None, help="interleaved warm/cold pairs (best of)")
@@ -289,8 +353,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as d:
         for name in args.sections:
             repeats = args.repeats or (1 if name == "zipf" else 3)
-            {"books": books, "zipf": zipf, "windows": windows}[name](d, repeats, args.quick,
-                                                                     args.cases)
+            {"books": books, "zipf": zipf, "windows": windows,
+             "refitter": refitter}[name](d, repeats, args.quick, args.cases)
     return 0
 
 
