@@ -22,6 +22,7 @@ Arrays in, arrays out; no reference to the store.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 
@@ -32,6 +33,17 @@ from streamspec.core.triples import Triples
 __all__ = ["CountLog", "logged_delta"]
 
 _MIN_ENTRIES = 1 << 16  # a log may always hold this many entries (small stores)
+_LOGS_MADE: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    # why: a fork while a background refit held a log's lock would leave it held in the child
+    for log in list(_LOGS_MADE):
+        log._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class CountLog:
@@ -55,6 +67,7 @@ class CountLog:
 
     def __init__(self):
         self._lock = threading.Lock()  # why: a background refit reads while the store appends
+        _LOGS_MADE.add(self)
         self._batches: list[tuple[np.ndarray, np.ndarray]] = []
         self._start = 0  # the position of _batches[0]
         self._entries = 0

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import errno
 import mmap
+import os
 import threading
 import weakref
 
@@ -46,6 +47,16 @@ _SLACK = 1.125  # a spare serves requests of at least 1/_SLACK of its size (alph
 
 _spares: list[mmap.mmap] = []  # the newest last
 _lock = threading.RLock()  # why reentrant: a collection inside fresh_array may run _freed
+
+
+def _after_fork() -> None:
+    # why: a fork while another thread held the lock would leave it held in the child
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def fresh_array(shape: tuple[int, ...], min_bytes: int | None = None) -> np.ndarray:

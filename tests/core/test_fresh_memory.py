@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import mmap
+import os
 import pickle
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -192,3 +194,32 @@ def test_a_refit_writes_its_operators_into_the_mapping_of_the_model_two_refits_b
     spare_losses, spare_reused = refits(2)
     assert not any(fresh_reused) and any(spare_reused)
     assert spare_losses == fresh_losses
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_fork_while_another_thread_holds_the_locks_leaves_the_child_free_ones():
+    """learn --workers forks; a background refit may hold the spares' or a count log's lock
+    at that moment: the child must not inherit a lock no thread of its own will release."""
+    from streamspec.core.count_log import CountLog
+
+    log = CountLog()
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        with fresh_memory._lock, log._lock:
+            held.set()
+            done.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: both locks free
+            ok = fresh_memory._lock.acquire(timeout=2) and log._lock.acquire(timeout=2)
+            os._exit(0 if ok else 1)
+    finally:
+        done.set()
+        t.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
