@@ -63,9 +63,10 @@ def fresh_array(shape: tuple[int, ...], min_bytes: int | None = None) -> np.ndar
     """An uninitialised, writeable, C-contiguous float64 array of ``shape``; from an anonymous
     private mapping when it is at least ``min_bytes`` (default :data:`MAPPED_BYTES`; else
     ``np.empty``), its pages populated at once where ``mmap.MAP_POPULATE`` exists (the caller
-    writes all of it). The mapping is released when the array and its views are (the array holds
-    it as its base); pickles and saves like any array. O(size): the kernel maps and zeroes the
-    pages in the call.
+    writes all of it), or from a spare mapping of about its size (module docstring: its pages
+    hold whatever they held). When the array and all its views are gone, its mapping becomes a
+    spare. Pickles and saves like any array. O(size) for a new mapping (the kernel maps and
+    zeroes the pages in the call), O(spares) from a spare.
 
     >>> a = fresh_array((2, 3), min_bytes=0)   # mapped even though small
     >>> a[:] = 1.0
