@@ -29,6 +29,7 @@ import weakref
 import numpy as np
 
 from streamspec.core.triples import Triples
+from streamspec.core.windows import sum_duplicates
 
 __all__ = ["CountLog", "logged_delta"]
 
@@ -169,8 +170,5 @@ def logged_delta(old: Triples, new: Triples) -> Triples | None:
         return None
     if not batches:
         return Triples.empty(new.n)
-    codes, at = np.unique(np.concatenate([c for c, _ in batches]), return_inverse=True)
-    weights = np.bincount(at.ravel(), weights=np.concatenate([w for _, w in batches]),
-                          minlength=codes.size)
-    keep = weights != 0
-    return Triples(new.n, codes[keep], weights[keep])
+    return Triples(new.n, *sum_duplicates(np.concatenate([c for c, _ in batches]),
+                                          np.concatenate([w for _, w in batches])))
