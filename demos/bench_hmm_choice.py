@@ -1,7 +1,7 @@
 """How the default predictor's HMM size and EM budget decide its held-out loss (issues 18, 21).
 
     python demos/bench_hmm_choice.py sets [--sets synthetic,splice] [--only 'sticky m=10'] \
-        [--states auto,5,10,20] [--budget 1,4] [--final 1,4]
+        [--states auto,5,10,20] [--budget 1,4] [--final 1,4] [--switching 1e-4,1e-5]
     python demos/bench_hmm_choice.py zipf [--fractions 0.98,0.99,1] [--quick]
     python demos/bench_hmm_choice.py validation [--only 'sticky m=5 n=10 T=1e4'] [--streams 3]
 
@@ -13,7 +13,8 @@ and the backoff's EM budget (``backoff_fit.EM_BUDGET``) multiplied by each of
 scored as ``bench_predict.py`` scores the default), the states of the HMM it kept, its CPU
 seconds; for ``auto``, the sizes it tried. Where the default loses to EM with the true
 number of states, this says whether the size the held-out counts chose or the EM budget of
-that size is what costs it.
+that size is what costs it. ``--switching``: the same fits rescored with each switching
+rate α of the mixture (its fixed share) instead of the default.
 
 ``zipf``: cold default fits, ``SpectralEstimator(rank=50)``, on the first ``--fractions``
 of the training tokens of ``bench_large.py``'s Zipf stream (n = 10⁵, 10⁷ training tokens,
@@ -57,6 +58,7 @@ import streamspec.core.backoff_fit as backoff_fit  # noqa: E402
 import streamspec.core.backoff_windows as backoff_windows  # noqa: E402
 from streamspec import MEstimator, MomentAccumulator, SpectralEstimator  # noqa: E402
 from streamspec.core.hmm_smoothing import smoothed_hmm  # noqa: E402
+from streamspec.core.mixture import ExpertMixture  # noqa: E402
 
 
 class ChoiceLog:
@@ -118,10 +120,27 @@ def _states(text: str) -> list[int | str]:
     return [s if s == "auto" else int(s) for s in text.split(",")]
 
 
+def rescored(model, case, switching: list[float]) -> str:
+    """The held-out loss with the fitted first weights and each switching rate α instead of the
+    mixture's (the weights do not depend on α: the same posterior, another fixed share)."""
+    mix = model.backoff.mixture
+    out = []
+    try:
+        for alpha in switching:
+            model.backoff.mixture = ExpertMixture(mix.n_components, resolution=mix.resolution,
+                                                  switching=alpha, log_weights=mix.log_weights())
+            out.append(f"{model.log_loss(case.test):.5f}")
+    finally:
+        model.backoff.mixture = mix
+    return "".join(f" {v} |" for v in out)
+
+
 def run_sets(args) -> None:
+    alphas = [float(a) for a in args.switching.split(",")] if args.switching else []
     print("| set | hmm_states | EM budget × | final EM × | held-out loss | HMM states | fit s (CPU) | "
-          "sizes tried (held-out loss of the HMM alone, over triples) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+          "sizes tried (held-out loss of the HMM alone, over triples) |"
+          + "".join(f" loss at α = {a:g} |" for a in alphas))
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |" + " ---: |" * len(alphas))
     pargs = bench_predict.parse_args(["--skip-em", "--skip-hmmest", "--sets", args.sets]
                                      + (["--only", args.only] if args.only else [])
                                      + (["--quick"] if args.quick else []))
@@ -133,8 +152,8 @@ def run_sets(args) -> None:
                 model, seconds, tried = fit_scaled(MEstimator(hmm_states=states), acc, budget, final)
                 hmm = model.backoff.hmm
                 print(f"| {case.name} | {states} | {budget:g} | {final:g} | "
-                      f"{model.log_loss(case.test):.4f} | {hmm.n_states if hmm is not None else '–'} | "
-                      f"{seconds:.2f} | {tried} |",
+                      f"{model.log_loss(case.test):.5f} | {hmm.n_states if hmm is not None else '–'} | "
+                      f"{seconds:.2f} | {tried} |" + rescored(model, case, alphas),
                       flush=True)
 
 
@@ -227,6 +246,9 @@ def main(argv=None) -> int:
     p.add_argument("--budget", default="1", help="sets: EM budget multipliers, e.g. 1,4")
     p.add_argument("--final", default="1",
                    help="sets: multipliers of the chosen HMM's final EM share of the budget, e.g. 1,4")
+    p.add_argument("--switching", default="",
+                   help="sets: also the held-out loss with these switching rates α of the weights, "
+                        "e.g. 1e-4,3e-5,1e-5")
     p.add_argument("--fractions", default="0.98,0.99,1", help="zipf: shares of the training tokens")
     p.add_argument("--streams", type=int, default=3,
                    help="validation: independent streams of the true HMM, each 10%% of the training")

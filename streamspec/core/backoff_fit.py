@@ -50,7 +50,7 @@ from streamspec.core.backoff_windows import (
     state_candidates,
 )
 from streamspec.core.count_split import CountSplit, split_counts
-from streamspec.core.held_out import held_out_contexts, held_out_scores, hmm_probas, model_probas
+from streamspec.core.held_out import StretchWeights, held_out_items, held_out_scores, hmm_probas, model_probas
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.hmm_filter import HMMFilter
@@ -274,15 +274,19 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         fit = _on_grams(fit_grams, triples, grams, {id(kept): split.kept_hmm})
     mixture, hmm, K, scores, use_model = None, None, None, {}, True
     if kept.total > 0 and held.total > 0:
+        stretches = StretchWeights.of(split, int(max_contexts), seed)  # None over triples
         model = fit(kept)
         trigram = KneserNeyTrigram(kept, split.kept_starts)
-        u, v, x, w = held_out_contexts(held, split.held_starts, int(max_contexts), rng)
+        ctx, x, w, draws = held_out_items(held, split.held_starts, int(max_contexts), rng)
+        u, v = ctx[:, 0], ctx[:, 1]
         P = [model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
         buckets = bucket_of_counts(trigram.context_counts(u, v))
+        if stretches is not None:  # over windows: the first weights from held-out stretches
+            stretches.score(model, trigram)
         unigram_x, min_proba = trigram.unigram()[x], model.min_proba
         # why freed before the HMM's sizes are fitted: their EM is the first fit's memory peak
         del model, trigram
-        hmm, hmm_p = _held_out_hmm(split, triples, grams, hmm_states, (u, v, x, w), seed, max_contexts)
+        hmm, hmm_p = _held_out_hmm(split, triples, grams, hmm_states, (ctx, x, w), seed, draws)
         K = hmm.n_states if hmm is not None else 0
         if hmm is not None:
             P.append(hmm_p)
@@ -293,7 +297,8 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         if not use_model:
             P = P[:, 1:]
             scores["mixture"] = scores["mixture_without_model"]
-        mixture = ExpertMixture.from_held_out(P.shape[1], buckets, P, w)
+        mixture = (ExpertMixture.from_held_out(P.shape[1], buckets, P, w) if stretches is None
+                   else stretches.weights(hmm, use_model))
         del kept, held, split  # why: freed before the fits on all the counts
     model = fit(triples)
     counts = triples if grams is None else grams
@@ -320,24 +325,20 @@ def _refined_on_all(counts: Triples | WindowCounts, chosen: HiddenMarkovModel, t
 
 
 def _held_out_hmm(split: CountSplit, triples: Triples, grams: WindowCounts | None,
-                  hmm_states, held_out: tuple, seed: int, max_contexts: int):
-    """The HMM component chosen on the held-out part and its probabilities of the held-out
-    contexts ``held_out = (u, v, x, w)``: over windows by the held-out grams, over triples by
-    the held-out contexts (:func:`_select_hmm`). Cost: the EM budget of the sizes tried."""
-    u, v, x, w = held_out
-    kept, kept_hmm, held = split.kept, split.kept_hmm, split.held
+                  hmm_states, held_out: tuple, seed: int, draws: float):
+    """The HMM chosen on the held-out part and its probabilities of the held-out items
+    ``held_out`` (:func:`~streamspec.core.held_out.held_out_items`, ``draws`` if subsampled): over
+    windows by the held-out grams, over triples by those items. Cost: the EM budget of the sizes."""
+    ctx, x, w = held_out
     if grams is not None and hmm_states == "auto":  # r or 2r states, by held-out grams
         K = _resolve_states(hmm_states, triples, grams)
-        hmm = choose_window_hmm(kept_hmm, split.held_grams, state_candidates(K, MAX_HMM_STATES),
+        hmm = choose_window_hmm(split.kept_hmm, split.held_grams, state_candidates(K, MAX_HMM_STATES),
                                 EM_BUDGET, EM_MAX_TRIPLES, _MIN_EM_ITER, _MAX_EM_ITER, seed)
         # why: over windows startprob_ is the law of a stream's start, not of a triple's
-        hmm_p = hmm_probas(hmm, u, v, x, hmm.occupancy()) if hmm is not None else None
+        hmm_p = hmm_probas(hmm, ctx, x, hmm.occupancy()) if hmm is not None else None
     else:  # over triples: "auto" sizes by held-out contexts
-        # the held-out contexts were subsampled to max_contexts draws when there were more
-        pa = split.held_starts.pair_arrays()[0]
-        ctx = np.unique(held.x1.astype(np.int64) * held.n + held.x2).size + np.unique(pa).size + 1
-        hmm, hmm_p = _select_hmm(kept_hmm, _candidate_states(hmm_states, kept, grams), (u, v, x, w),
-                                 seed, max_contexts if ctx > max_contexts else np.inf)
+        hmm, hmm_p = _select_hmm(split.kept_hmm, _candidate_states(hmm_states, split.kept, grams),
+                                 held_out, seed, draws)
     return hmm, hmm_p
 
 
@@ -411,8 +412,8 @@ def _rechosen_hmm(triples: Triples, starts: StreamStarts, grams: WindowCounts | 
     split = split_counts(triples, starts, grams, holdout, rng)
     if split.kept.total <= 0 or split.held.total <= 0:
         return None
-    held = held_out_contexts(split.held, split.held_starts, int(max_contexts), rng)
-    hmm, _ = _held_out_hmm(split, triples, grams, "auto", held, seed, max_contexts)
+    *held, draws = held_out_items(split.held, split.held_starts, int(max_contexts), rng)
+    hmm, _ = _held_out_hmm(split, triples, grams, "auto", tuple(held), seed, draws)
     if hmm is None:
         return None
     return _refined_on_all(triples if grams is None else grams, hmm, triples.total, seed)
@@ -464,8 +465,8 @@ def _select_hmm(kept: Triples | WindowCounts, candidates: list[int], held: tuple
     triples) per iteration: O(EM_BUDGET · (1 + 16.1 / c) + m · K² per candidate) for c
     candidates up to 16 states and m held-out contexts, plus each candidate's moment start
     (:func:`fit_hmm`). ``draws``: how many contexts were drawn when the held-out contexts
-    were subsampled (:func:`~streamspec.core.held_out.held_out_contexts`), else ∞."""
-    u, v, x, w = held
+    were subsampled (:func:`~streamspec.core.held_out.held_out_items`), else ∞."""
+    ctx, x, w = held
     fitted = []
     n_base = max(1, sum(K <= BASE_STATES for K in candidates))
     # why: one EM sample, one moment sample and one SVD (of the largest size) for every size
@@ -477,7 +478,7 @@ def _select_hmm(kept: Triples | WindowCounts, candidates: list[int], held: tuple
         hmm = smoothed_hmm(hmm, kept.total)  # why: scored as the backoff will use it
         # why the occupancy over windows: there startprob_ is the law of a stream's start, not
         # of a triple's (a size given over windows comes here, "auto" by held-out grams)
-        p = hmm_probas(hmm, u, v, x, hmm.occupancy() if isinstance(kept, WindowCounts) else None)
+        p = hmm_probas(hmm, ctx, x, hmm.occupancy() if isinstance(kept, WindowCounts) else None)
         fitted.append((hmm, p))
     if not fitted:
         return None, None

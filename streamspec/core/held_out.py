@@ -12,12 +12,110 @@ import numpy as np
 
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_filter import symbol_probas
-from streamspec.core.mixture import ExpertMixture
+from streamspec.core.mixture import ExpertMixture, bucket_of_counts
 from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.trigram import START
 from streamspec.core.triples import BITS, Triples
+from streamspec.core.windows import PAD, WindowCounts
 
-__all__ = ["held_out_contexts", "held_out_scores", "model_probas", "hmm_probas"]
+__all__ = ["held_out_contexts", "held_out_items", "held_out_scores", "held_out_stretches",
+           "model_probas", "hmm_probas", "StretchWeights"]
+
+
+def held_out_items(triples: Triples, starts: StreamStarts, max_contexts: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """``(context, x, weight, draws)``: the items of :func:`held_out_contexts` with their
+    context as two columns (``u``, ``v``), and ``draws``, how many draws subsampled them
+    (∞ where they were not). O(nnz)."""
+    u, v, x, w = held_out_contexts(triples, starts, max_contexts, rng)
+    pa = starts.pair_arrays()[0]
+    n_ctx = np.unique(triples.x1.astype(np.int64) * triples.n + triples.x2).size + np.unique(pa).size + 1
+    return np.stack([u, v], axis=1), x, w, (max_contexts if n_ctx > max_contexts else np.inf)
+
+
+class StretchWeights:
+    """The mixture's first weights over windows, from the components' probabilities of
+    held-out stretches (:func:`held_out_stretches`) instead of held-out triples.
+
+    Why: the weights start the stream's mixture, whose HMM component filters the whole
+    history; scored after two symbols a long-memory HMM looks no better than the trigram
+    (the 10-state automaton of :func:`held_out_stretches`), so the stream had to learn the
+    weights again, at a cost of 1.5·10⁻⁴ nats a symbol over 20,000 test symbols there. The
+    components and the HMM's size are still chosen on the triples (measured: choosing the
+    model component on the stretches dropped it where it helps on the test streams, +0.0013
+    nats on the sticky 10-state set at 10⁶ symbols; docs/benchmarks.md).
+
+    ``score`` takes the model and trigram fitted on the kept part, ``weights`` the HMM chosen
+    there. O(max_items · (L · K² + n · d)) in all, plus the stretches' O(nnz · L).
+    """
+
+    def __init__(self, grams: WindowCounts, starts: StreamStarts, max_items: int, seed: int):
+        rng = np.random.default_rng([seed, 1])  # why its own: the triples' draws stay as they were
+        self.ctx, self.x, self.w, _ = held_out_stretches(grams, starts, max_items, rng)
+
+    @classmethod
+    def of(cls, split, max_items: int, seed: int) -> StretchWeights | None:
+        """Those of a :class:`~streamspec.core.count_split.CountSplit`'s held-out grams and
+        starts; ``None`` over triples (no grams)."""
+        if split.held_grams is None:
+            return None
+        return cls(split.held_grams, split.held_starts, max_items, seed)
+
+    def score(self, model, trigram) -> None:
+        u, v, x = self.ctx[:, -2], self.ctx[:, -1], self.x
+        self.P = [model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
+        self.buckets = bucket_of_counts(trigram.context_counts(u, v))
+
+    def weights(self, hmm: HiddenMarkovModel | None, use_model: bool) -> ExpertMixture:
+        P = self.P[int(not use_model) :]
+        if hmm is not None:  # over windows startprob_ is the law of a stream's start
+            P = [*P, hmm_probas(hmm, self.ctx, self.x, hmm.occupancy())]
+        P = np.stack(P, axis=1)
+        return ExpertMixture.from_held_out(P.shape[1], self.buckets, P, self.w)
+
+
+def held_out_stretches(grams: WindowCounts, starts: StreamStarts, max_items: int,
+                       rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """Held-out symbols with up to L + 1 symbols before them, from held-out grams of window L
+    and stream starts: ``(context (m, L + 1), x, weight, draws)``, the context in stream
+    order with pads (-1) on the left where the stream began inside it.
+
+    A gram centred on position c (1 … len − 2 of its stream) scores the symbol at c + 1 after
+    the positions c − L … c: the trigram's item of its middle triple (x_{c−1}, x_c, x_{c+1}),
+    which the split held out with the gram, with L − 1 more symbols before it; the starts
+    score positions 0 and 1 (after nothing, after the first symbol). So each position of a
+    stream is scored once, and no item's own triple was counted in the kept part. Why more
+    than the triples' two symbols of context: a hidden state remembers more than two
+    symbols, and the stream's predictor filters it over the whole history; from two symbols
+    the window HMM of a 10-state automaton over 8 symbols scored 1.5339 nats on held-out
+    triples against the trigram's 1.5331, so the mixture started at half weight on each,
+    while on the test streams the HMM scored 1.4557 and the trigram 1.5300
+    (docs/benchmarks.md). Subsampled, when there are more than ``max_items``, by
+    ``max_items`` draws ∝ weight (seeded, each item weighted by its draws: the total weight
+    is kept in expectation). O(nnz · L + starts).
+
+    The stream "0 1 2 0" with window 2: 0 first, 1 after 0, 2 after 0 1, 0 after 0 1 2:
+
+    >>> g = WindowCounts.from_digits(3, 2, [[-1, 0, 1, 2, 0], [0, 1, 2, 0, -1]])
+    >>> s = StreamStarts(3, [0], [1.0], [0 << BITS | 1], [1.0])
+    >>> ctx, x, w, draws = held_out_stretches(g, s, 10, np.random.default_rng(0))
+    >>> ctx.tolist(), x.tolist(), w.tolist(), draws
+    ([[-1, -1, -1], [-1, -1, 0], [-1, 0, 1], [0, 1, 2]], [0, 1, 2, 0], [1.0, 1.0, 1.0, 1.0], inf)
+    """
+    L = grams.window
+    d, weights = grams.digits(), grams.weights  # every centre has a real neighbour on each side
+    pa, pb, pw = starts.pair_arrays()
+    fa, fw = starts.first_codes, starts.first_weights
+    first = np.full((fa.size + pa.size, L + 1), PAD, dtype=np.int64)
+    first[fa.size :, -1] = pa
+    ctx = np.concatenate([first, d[:, : L + 1]])
+    x = np.concatenate([fa, pb, d[:, L + 1]]).astype(np.int64)
+    w = np.concatenate([fw, pw, weights])
+    if x.size <= max_items:
+        return ctx, x, w, np.inf
+    draws = np.bincount(rng.choice(x.size, size=max_items, p=w / w.sum()), minlength=x.size)
+    keep = draws > 0
+    return ctx[keep], x[keep], draws[keep] * (w.sum() / max_items), max_items
 
 
 def held_out_contexts(triples: Triples, starts: StreamStarts, max_contexts: int,
@@ -59,12 +157,13 @@ def model_probas(model, u, v, x) -> np.ndarray:
     return out
 
 
-def hmm_probas(hmm: HiddenMarkovModel, u, v, x, inside: np.ndarray | None = None) -> np.ndarray:
-    """The HMM filter's probability of ``x`` after each context: ``Pr(x | u, v)`` with the
-    state before ``u`` drawn from ``inside`` where the context is inside a stream (``u ≥ 0``)
-    and from ``startprob_`` at a stream's start (``u``, or ``u`` and ``v``, the start marker).
+def hmm_probas(hmm: HiddenMarkovModel, context, x, inside: np.ndarray | None = None) -> np.ndarray:
+    """The HMM filter's probability of ``x`` after each ``context`` (m, c) (stream order, pads
+    -1 on the left where the stream began inside it): the state before the context drawn
+    from ``inside`` where the context is inside a stream (its first symbol real) and from
+    ``startprob_`` at a stream's start, then filtered over the context's symbols.
 
-    ``inside``: the distribution of the hidden state where a triple may begin, anywhere in a
+    ``inside``: the distribution of the hidden state where a context may begin, anywhere in a
     stream. ``None``: ``startprob_``, right for an HMM fitted on triples (EM treats every
     triple as a sequence, so its ``startprob_`` is the law of a triple's first state). An
     HMM fitted over windows has a ``startprob_`` of stream starts; pass its occupancy of the
@@ -74,23 +173,24 @@ def hmm_probas(hmm: HiddenMarkovModel, u, v, x, inside: np.ndarray | None = None
     Why: from ``startprob_`` the window HMM of a 10-state automaton over 8 symbols, whose
     streams start on two of its states, scored 1.780 nats on held-out triples, against
     1.535 from the stationary distribution (the trigram 1.533), and its starting weight in
-    the mixture was too small. O(m · K²).
+    the mixture was too small. O(m · c · K²).
 
     Streams start in state 0; a context "b b" inside a stream is likelier to come from state 1:
 
     >>> from streamspec.core.hidden_markov_model import HiddenMarkovModel
     >>> hmm = HiddenMarkovModel([1.0, 0.0], [[0.9, 0.1], [0.1, 0.9]], [[0.8, 0.2], [0.2, 0.8]])
-    >>> u, v, x = np.array([-1, 1]), np.array([-1, 1]), np.array([0, 0])   # "<s> <s> a", "b b a"
-    >>> hmm_probas(hmm, u, v, x).round(4).tolist()
+    >>> ctx, x = np.array([[-1, -1], [1, 1]]), np.array([0, 0])   # "<s> <s> a", "b b a"
+    >>> hmm_probas(hmm, ctx, x).round(4).tolist()
     [0.8, 0.5923]
-    >>> hmm_probas(hmm, u, v, x, hmm.stationary()).round(4).tolist()
+    >>> hmm_probas(hmm, ctx, x, hmm.stationary()).round(4).tolist()
     [0.8, 0.2988]
     """
     E, T = hmm.emissionprob_, hmm.transmat_
-    a = np.broadcast_to(hmm.startprob_, (x.size, hmm.n_states)).copy()
-    if inside is not None:
-        a[np.asarray(u) >= 0] = inside
-    for sym in (u, v):
+    context = np.asarray(context, dtype=np.int64).reshape(len(x), -1)
+    a = np.broadcast_to(hmm.startprob_, (len(x), hmm.n_states)).copy()
+    if inside is not None and context.shape[1]:
+        a[context[:, 0] >= 0] = inside
+    for sym in context.T:
         at = sym >= 0
         post = a[at] * E[:, sym[at]].T
         z = post.sum(axis=1, keepdims=True)

@@ -233,8 +233,6 @@ class OnlinePredictor(BatchObservation):
     ----------
     window
         Symbols of context the model's own prediction uses (its window filter).
-    switching
-        The weights' switching rate when there is no model yet to take them from.
     cache_floats
         Capacity of the cache of rows (floats).
 

@@ -9,7 +9,7 @@ from window_data import ended_split, real_set
 import streamspec.core.backoff_fit as backoff_fit
 from streamspec import MEstimator, MomentAccumulator
 from streamspec.core.count_split import split_counts
-from streamspec.core.held_out import held_out_contexts, hmm_probas
+from streamspec.core.held_out import held_out_items, hmm_probas
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm import HMM
 from streamspec.core.hmm_estimator import HMMEstimator
@@ -102,11 +102,11 @@ def test_a_window_hmm_of_a_given_size_is_scored_from_its_occupancy_like_a_chosen
     triples = acc.triples()
     rng = np.random.default_rng(0)
     split = split_counts(triples, starts_of(acc, 3), long_windows_of(acc), 0.1, rng)
-    u, v, x, w = held_out_contexts(split.held, split.held_starts, 2000, rng)
-    hmm, p = backoff_fit._select_hmm(split.kept_hmm, [3], (u, v, x, w), 0)
+    ctx, x, w, draws = held_out_items(split.held, split.held_starts, 2000, rng)
+    hmm, p = backoff_fit._select_hmm(split.kept_hmm, [3], (ctx, x, w), 0, draws)
     assert isinstance(split.kept_hmm, WindowCounts) and hmm.occupancy_ is not None
-    assert np.allclose(p, hmm_probas(hmm, u, v, x, hmm.occupancy()))
-    from_start = hmm_probas(hmm, u, v, x)
+    assert np.allclose(p, hmm_probas(hmm, ctx, x, hmm.occupancy()))
+    from_start = hmm_probas(hmm, ctx, x)
     assert np.abs(p - from_start).max() > 0.05  # what the stream's start gave instead
 
 

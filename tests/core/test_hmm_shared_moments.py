@@ -56,7 +56,7 @@ def test_the_sizes_of_select_hmm_share_one_svd_and_keep_their_starts(monkeypatch
     monkeypatch.setattr(hmm_moments, "top_singular", spy)
     rng = np.random.default_rng(0)
     held = held_out_contexts(t, StreamStarts.empty(t.n), 500, rng)
-    hmm, p = _select_hmm(t, [2, 4, 8, 16], held[:4], 0)
+    hmm, p = _select_hmm(t, [2, 4, 8, 16], (np.stack(held[:2], axis=1), *held[2:]), 0)
     assert hmm is not None and p.shape == held[0].shape
     assert calls == [16]
     shared = SharedFit(t, 8, 0)
