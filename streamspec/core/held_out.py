@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamspec.core.count_split import CountSplit
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_filter import symbol_probas
 from streamspec.core.mixture import ExpertMixture, bucket_of_counts
@@ -54,7 +55,7 @@ class StretchWeights:
         self.ctx, self.x, self.w, _ = held_out_stretches(grams, starts, max_items, rng)
 
     @classmethod
-    def of(cls, split, max_items: int, seed: int) -> StretchWeights | None:
+    def of(cls, split: CountSplit, max_items: int, seed: int) -> StretchWeights | None:
         """Those of a :class:`~streamspec.core.count_split.CountSplit`'s held-out grams and
         starts; ``None`` over triples (no grams)."""
         if split.held_grams is None:
@@ -62,11 +63,15 @@ class StretchWeights:
         return cls(split.held_grams, split.held_starts, max_items, seed)
 
     def score(self, model, trigram) -> None:
+        """The model's and the trigram's probabilities of the stretches' symbols (after their
+        last two: what each uses), and the trigram's buckets of those contexts. O(m · n · d)."""
         u, v, x = self.ctx[:, -2], self.ctx[:, -1], self.x
         self.P = [model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
         self.buckets = bucket_of_counts(trigram.context_counts(u, v))
 
     def weights(self, hmm: HiddenMarkovModel | None, use_model: bool) -> ExpertMixture:
+        """The first weights of the components kept (the model's column only with
+        ``use_model``; the HMM filtered over each whole stretch). O(m · (L + 1) · K² + m · E)."""
         P = self.P[int(not use_model) :]
         if hmm is not None:  # over windows startprob_ is the law of a stream's start
             P = [*P, hmm_probas(hmm, self.ctx, self.x, hmm.occupancy())]
