@@ -14,7 +14,8 @@ scored as ``bench_predict.py`` scores the default), the states of the HMM it kep
 seconds; for ``auto``, the sizes it tried. Where the default loses to EM with the true
 number of states, this says whether the size the held-out counts chose or the EM budget of
 that size is what costs it. ``--switching``: the same fits rescored with each switching
-rate α of the mixture (its fixed share) instead of the default.
+rate α of the mixture (its fixed share, falling with the mixture's half-life) instead of the
+default.
 
 ``zipf``: cold default fits, ``SpectralEstimator(rank=50)``, on the first ``--fractions``
 of the training tokens of ``bench_large.py``'s Zipf stream (n = 10⁵, 10⁷ training tokens,
@@ -122,13 +123,16 @@ def _states(text: str) -> list[int | str]:
 
 def rescored(model, case, switching: list[float]) -> str:
     """The held-out loss with the fitted first weights and each switching rate α instead of the
-    mixture's (the weights do not depend on α: the same posterior, another fixed share)."""
+    mixture's, its half-life kept (the weights do not depend on α: the same posterior, another
+    fixed share)."""
     mix = model.backoff.mixture
     out = []
     try:
         for alpha in switching:
             model.backoff.mixture = ExpertMixture(mix.n_components, resolution=mix.resolution,
-                                                  switching=alpha, log_weights=mix.log_weights())
+                                                  switching=alpha,
+                                                  switching_half_life=mix.switching_half_life,
+                                                  log_weights=mix.log_weights())
             out.append(f"{model.log_loss(case.test):.5f}")
     finally:
         model.backoff.mixture = mix

@@ -10,7 +10,8 @@ that is kept in the partition's checkpoint (file or state-topic snapshot), so th
 restarted daemon, or the next owner of the partition, goes on from it:
 
 * header entry ``predictor``: ``components`` (the parts the weights mix, e.g.
-  ``["trigram", "hmm"]``), ``resolution`` and ``switching`` of the mixture,
+  ``["trigram", "hmm"]``), ``resolution``, ``switching`` and ``switching_half_life`` (absent
+  in files written before it: a constant rate) of the mixture,
   ``observed`` (symbols learned from per bucket), ``loss`` (Σ −log p of the scored
   symbols, nats) and ``scored`` (their number);
 * array ``predictor_log_weights``: the log-posterior over the blends, (buckets, blends).
@@ -83,6 +84,7 @@ class LearnedWeights:
         mix = self.mixture
         if mix is not None:
             header.update(resolution=mix.resolution, switching=mix.switching,
+                          switching_half_life=mix.switching_half_life,
                           observed=[float(v) for v in mix.n_observed])
             arrays[ARRAY_KEY] = mix.log_weights()
         return header, arrays
@@ -102,8 +104,10 @@ class LearnedWeights:
                 raise ValueError(f"loss {loss!r} over {scored!r} symbols")
             mixture = None
             if ARRAY_KEY in arrays:
+                # no half-life: written when the rate was constant, and it stays so
                 mixture = ExpertMixture(len(components), resolution=int(header["resolution"]),
                                         switching=float(header["switching"]),
+                                        switching_half_life=header.get("switching_half_life"),
                                         log_weights=arrays[ARRAY_KEY])
                 observed = np.asarray(header["observed"], dtype=np.float64)
                 if observed.shape != (N_BUCKETS,) or not (observed >= 0).all():
@@ -145,6 +149,7 @@ def merge_weights(weights: Iterable[LearnedWeights | None], base: ExpertMixture,
     seen = total > 0
     merged[seen] = np.einsum("pb,pbe->be", counts, posts)[seen] / total[seen, None]
     out = ExpertMixture(base.n_components, resolution=base.resolution, switching=base.switching,
+                        switching_half_life=base.switching_half_life,
                         log_weights=np.log(np.maximum(merged, 1e-300)))
     out.n_observed = total
     return out

@@ -205,10 +205,12 @@ class Backoff:
     def to_parts(self) -> tuple[dict, dict]:
         """Header values and arrays for a checkpoint: the trigram's counts, the HMM, the weights.
         O(nnz + n · K + E)."""
-        header = {"components": list(self.components), "resolution": self.mixture.resolution,
-                  "switching": self.mixture.switching, "held_out": self.held_out}
+        mix = self.mixture
+        header = {"components": list(self.components), "resolution": mix.resolution,
+                  "switching": mix.switching, "switching_half_life": mix.switching_half_life,
+                  "held_out": self.held_out}
         arrays = {f"trigram_{k}": v for k, v in self.trigram.to_arrays().items()}
-        arrays["log_weights"] = self.mixture.log_weights()
+        arrays["log_weights"], arrays["weights_observed"] = mix.log_weights(), mix.n_observed
         if self.hmm is not None:
             arrays.update(hmm_startprob=self.hmm.startprob_, hmm_transmat=self.hmm.transmat_,
                           hmm_emissionprob=self.hmm.emissionprob_)
@@ -222,8 +224,16 @@ class Backoff:
         components = tuple(header["components"])
         if "trigram" not in components or not set(components) <= set(COMPONENTS):
             raise ValueError(f"unknown components {components!r}")
+        # a file without a half-life was written when the rate was constant: it stays so
         mixture = ExpertMixture(len(components), resolution=int(header["resolution"]),
-                                switching=float(header["switching"]), log_weights=arrays["log_weights"])
+                                switching=float(header["switching"]),
+                                switching_half_life=header.get("switching_half_life"),
+                                log_weights=arrays["log_weights"])
+        if "weights_observed" in arrays:  # the symbols each bucket learned: its rate's clock
+            seen = np.array(arrays["weights_observed"], dtype=np.float64).reshape(-1)
+            if seen.shape != mixture.n_observed.shape or not (np.isfinite(seen) & (seen >= 0)).all():
+                raise ValueError("weights_observed must be non-negative counts, one per bucket")
+            mixture.n_observed = seen
         hmm = None
         if "hmm" in components:
             hmm = HMMFilter(arrays["hmm_startprob"], arrays["hmm_transmat"], arrays["hmm_emissionprob"])

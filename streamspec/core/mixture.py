@@ -10,14 +10,18 @@ online from those prequential losses:
   ``1/resolution``), each predicting ``λ · p`` for the component probabilities ``p``;
 * one posterior over the experts is kept per *bucket* of the trigram context's count
   (:func:`bucket_of_counts`), updated by Bayes' rule with each observed symbol and then
-  mixed with the uniform distribution at a small switching rate α (fixed share,
-  Herbster & Warmuth 1998), so that the weights follow a drifting stream;
+  mixed with the uniform distribution at a small switching rate α_t (fixed share,
+  Herbster & Warmuth 1998), so that the weights follow a drifting stream; the rate falls
+  with the bucket's symbols, ``α_t = α / (1 + t / h)`` (≈ α·h / t late: the decreasing
+  rate of Koolen & de Rooij's switch distribution), so a stationary stream pays
+  ~α·h·log(T / h) nats in all instead of α·T;
 * the prediction is the posterior mean blend ``λ̄_b = Σ_e w_e λ_e``, so mixing costs
   O(K) per symbol once ``λ̄_b`` is known.
 
 Guarantee (the test of this module): for every sequence and every expert e,
-``Σ_t −log p_mix(x_t) ≤ Σ_t −log p_e(x_t) + B · log E + T · log(1 / (1 − α))`` with B
-buckets, E experts and T symbols (from a uniform prior); so the mixture is never worse
+``Σ_t −log p_mix(x_t) ≤ Σ_t −log p_e(x_t) + B · log E + Σ_t log(1 / (1 − α_t))`` with B
+buckets, E experts and T symbols (from a uniform prior; the last sum ≤ T · log(1 / (1 − α)));
+so the mixture is never worse
 than its best fixed blend, in particular than any component alone, by more than that.
 """
 
@@ -76,11 +80,15 @@ class ExpertMixture:
         does not change; after a change the new best blend starts from at least α / E and
         grows geometrically, so the symbols it takes to trust it grow only with log(E / α)
         (measured: 32 symbols at α = 10⁻⁴, 37 at 10⁻⁵, 42 at 10⁻⁶, for two components
-        swapping 0.6 and 0.4). Default 10⁻⁴: 10⁻⁵ gained 2–8·10⁻⁵ nats on 20 of the 23
-        data sets and on the 10-state automaton over 8 symbols, lost up to 1.1·10⁻⁴ on the
-        other three, and 8·10⁻⁴ on ``bench_river.py``'s stream, where the weights learn
-        while the model is refit (docs/benchmarks.md, "The mixture's first weights over
-        windows").
+        swapping 0.6 and 0.4). Default 10⁻⁴ (a constant 10⁻⁵ gained 2–8·10⁻⁵ nats on 20 of
+        the 23 data sets, lost up to 1.1·10⁻⁴ on the other three and 8·10⁻⁴ on
+        ``bench_river.py``'s stream, where the weights learn while the model is refit).
+    switching_half_life
+        h: after h symbols of a bucket its rate has halved, ``α_t = α / (1 + t / h)``
+        (t: the bucket's symbols learned by this mixture). ``None``: a constant α. Default
+        5,000: against a constant 10⁻⁴, 2–7·10⁻⁵ nats better on 20 of the 23 data sets and
+        the window automata, ≤ 2·10⁻⁵ worse on two, 2·10⁻⁴ worse on ``bench_river.py``'s
+        stream (docs/benchmarks.md, "The mixture's first weights over windows").
     log_weights
         Optional starting log-posterior, shape (N_BUCKETS, E) (e.g. from held-out
         counts, :meth:`observe_many` with ``weights``); uniform by default.
@@ -101,16 +109,21 @@ class ExpertMixture:
     """
 
     def __init__(self, n_components: int, *, resolution: int = 10, switching: float = 1e-4,
-                 log_weights=None):
+                 switching_half_life: float | None = 5000.0, log_weights=None):
         if not 1 <= int(n_components) <= 4:
             raise ValueError(f"n_components must be 1 to 4, got {n_components!r}")
         if not (isinstance(resolution, int) and resolution >= 1):
             raise ValueError(f"resolution must be a positive integer, got {resolution!r}")
         if not 0.0 <= switching < 1.0:
             raise ValueError(f"switching must be in [0, 1), got {switching!r}")
+        h = switching_half_life
+        if h is not None and not (isinstance(h, int | float) and not isinstance(h, bool) and h > 0
+                                  and math.isfinite(h)):
+            raise ValueError(f"switching_half_life must be a positive number or None, got {h!r}")
         self.n_components = int(n_components)
         self.resolution = resolution
         self.switching = float(switching)
+        self.switching_half_life = None if h is None else float(h)
         self.grid = simplex_grid(self.n_components, resolution)
         E = self.grid.shape[0]
         if log_weights is None:
@@ -150,9 +163,11 @@ class ExpertMixture:
         if not p > 0 or p == math.inf:  # no expert gave the symbol any mass: nothing to learn
             return max(p, 0.0) if math.isfinite(p) else 0.0
         w *= pe
-        w *= (1.0 - self.switching) / p
-        if self.switching:
-            w += self.switching / w.size
+        a = self.switching if self.switching_half_life is None else \
+            self.switching / (1.0 + self.n_observed[b] / self.switching_half_life)
+        w *= (1.0 - a) / p
+        if a:
+            w += a / w.size
         np.dot(w, self.grid, out=self._blends[b])  # why: in place, one numpy call fewer a symbol
         self.n_observed[b] += 1
         return p
@@ -173,7 +188,8 @@ class ExpertMixture:
         # in place, the blends once per bucket at the end: 4 small vector operations a symbol
         # instead of 9 (the same updates, up to rounding)
         PE = P @ self.grid.T
-        keep, share = 1.0 - self.switching, self.switching / self.n_experts
+        alpha, E, h = self.switching, self.n_experts, self.switching_half_life
+        seen = self.n_observed.tolist()  # the symbols each bucket learned so far: its rate's t
         rows = list(self._posterior)  # views: updated in place
         learned = np.zeros(N_BUCKETS)
         dot = np.dot
@@ -185,9 +201,11 @@ class ExpertMixture:
                 continue
             out[t] = p
             w *= pe
-            w *= keep / p
-            if share:
-                w += share
+            a = alpha if h is None else alpha / (1.0 + seen[b] / h)
+            w *= (1.0 - a) / p
+            if a:
+                w += a / E
+            seen[b] += 1
             learned[b] += 1
         touched = learned > 0
         self._blends[touched] = self._posterior[touched] @ self.grid
@@ -216,10 +234,11 @@ class ExpertMixture:
             if total > 0:
                 lw[k] = loglik[at].sum(axis=0) * min(1.0, strength / total)
         return cls(n_components, resolution=mix.resolution, switching=mix.switching,
-                   log_weights=lw)
+                   switching_half_life=mix.switching_half_life, log_weights=lw)
 
     def copy(self) -> ExpertMixture:
-        out = ExpertMixture(self.n_components, resolution=self.resolution, switching=self.switching)
+        out = ExpertMixture(self.n_components, resolution=self.resolution, switching=self.switching,
+                            switching_half_life=self.switching_half_life)
         out._posterior = self._posterior.copy()
         out._blends = self._blends.copy()
         out.n_observed = self.n_observed.copy()

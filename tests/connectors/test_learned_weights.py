@@ -90,6 +90,17 @@ def test_checkpoints_written_before_weights_were_kept_still_load(tmp_path):
     assert scorer.online.mixture.n_observed.sum() == 0 and scorer.online.n_scored == 0
 
 
+def test_the_rates_half_life_is_kept_and_an_older_checkpoint_keeps_a_constant_rate():
+    mix = ExpertMixture(2, switching_half_life=777.0)
+    header, arrays = LearnedWeights(("trigram", "hmm"), mix, 1.0, 2).to_parts()
+    assert LearnedWeights.from_parts(header, arrays, "test").mixture.switching_half_life == 777.0
+    older = {k: v for k, v in header.items() if k != "switching_half_life"}
+    assert LearnedWeights.from_parts(older, arrays, "test").mixture.switching_half_life is None
+    mix.observe(0, np.array([0.9, 0.1]))
+    merged = merge_weights([LearnedWeights(("trigram", "hmm"), mix)], mix, ("trigram", "hmm"))
+    assert merged.switching_half_life == 777.0
+
+
 def test_malformed_weights_are_a_checkpoint_error():
     mix = ExpertMixture(2)
     header, arrays = LearnedWeights(("trigram", "hmm"), mix, 1.0, 2).to_parts()

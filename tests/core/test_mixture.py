@@ -79,3 +79,58 @@ def test_log_weights_round_trip_and_bad_settings_are_refused():
     with pytest.raises(ValueError, match="one bucket per row"):
         mix.observe_many([0, 1], np.ones((3, 3)))
     assert bucket_of_counts([0, 3, 15, 63, 255, 256]).tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_the_switching_rate_falls_with_each_buckets_own_symbols():
+    """α_t = α / (1 + t / h): on a stationary stream the mass shared back to the hopeless
+    blends falls with the bucket's symbols (after 50,000 at h = 5,000, ~1/11 of a constant
+    rate's), so the mixture pays less for it; another bucket keeps its own clock; observe and
+    observe_many apply the same rates. Fails if the rate is constant, shared by the buckets or
+    the two paths disagree."""
+    P = np.tile([0.9, 0.1], (50_000, 1))
+    zeros = np.zeros(50_000, dtype=int)
+    constant = ExpertMixture(2, switching=1e-3, switching_half_life=None)
+    falling = ExpertMixture(2, switching=1e-3, switching_half_life=5000)
+    loss_constant = -np.log(constant.observe_many(zeros, P)).sum()
+    loss_falling = -np.log(falling.observe_many(zeros, P)).sum()
+    assert falling.blend(0)[1] < constant.blend(0)[1] / 5  # the floor on the other blends
+    assert loss_falling < loss_constant - 20  # ~α·T against ~α·h·log(T / h) nats
+    fresh = ExpertMixture(2, switching=1e-3, switching_half_life=5000)
+    fresh.observe_many(np.ones(50_000, dtype=int), P)
+    fresh.observe(0, np.array([0.9, 0.1]))  # bucket 0's first symbol: the full rate
+    one = ExpertMixture(2, switching=1e-3, switching_half_life=None)
+    one.observe(0, np.array([0.9, 0.1]))
+    np.testing.assert_allclose(fresh.blend(0), one.blend(0), rtol=1e-12)
+    stepwise = ExpertMixture(3, switching=1e-2, switching_half_life=50)
+    batch = stepwise.copy()
+    Q, buckets = _stream(7, T=600)
+    p_step = [stepwise.observe(b, q) for b, q in zip(buckets, Q, strict=True)]
+    np.testing.assert_allclose(batch.observe_many(buckets, Q), p_step, rtol=1e-12)
+    np.testing.assert_allclose(batch.blends(range(N_BUCKETS)), stepwise.blends(range(N_BUCKETS)),
+                               rtol=1e-10)
+    for bad in (0, -1.0, float("inf"), True, "5000"):
+        with pytest.raises(ValueError, match="switching_half_life"):
+            ExpertMixture(2, switching_half_life=bad)
+
+
+def test_a_backoffs_rate_and_its_clock_are_saved_and_older_files_keep_a_constant_rate():
+    """The half-life and each bucket's symbols learned (the rate's clock) go into a checkpoint
+    and come back; a header without a half-life (written when the rate was constant) loads
+    with a constant rate. Fails if either is dropped or an older file changes behaviour."""
+    from streamspec.core.backoff import Backoff
+    from streamspec.core.trigram import KneserNeyTrigram
+    from streamspec.core.triples import Triples
+
+    t = Triples.from_arrays(3, [0, 1, 2, 0], [1, 2, 0, 1], [2, 0, 1, 2])
+    mix = ExpertMixture(2, switching_half_life=123.0)
+    for _ in range(40):
+        mix.observe(2, np.array([0.5, 0.2]))
+    header, arrays = Backoff(KneserNeyTrigram(t), mix).to_parts()
+    back = Backoff.from_parts(header, arrays, 3).mixture
+    assert back.switching_half_life == 123.0 and back.n_observed.tolist() == mix.n_observed.tolist()
+    old_header = {k: v for k, v in header.items() if k != "switching_half_life"}
+    old_arrays = {k: v for k, v in arrays.items() if k != "weights_observed"}
+    older = Backoff.from_parts(old_header, old_arrays, 3).mixture
+    assert older.switching_half_life is None and older.n_observed.tolist() == [0.0] * N_BUCKETS
+    with pytest.raises(ValueError, match="weights_observed"):
+        Backoff.from_parts(header, dict(arrays, weights_observed=np.array([-1.0])), 3)
