@@ -25,13 +25,29 @@ __all__ = ["held_out_contexts", "held_out_items", "held_out_scores", "held_out_s
 
 def held_out_items(triples: Triples, starts: StreamStarts, max_contexts: int,
                    rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    """``(context, x, weight, draws)``: the items of :func:`held_out_contexts` with their
-    context as two columns (``u``, ``v``), and ``draws``, how many draws subsampled them
-    (∞ where they were not). O(nnz)."""
-    u, v, x, w = held_out_contexts(triples, starts, max_contexts, rng)
-    pa = starts.pair_arrays()[0]
-    n_ctx = np.unique(triples.x1.astype(np.int64) * triples.n + triples.x2).size + np.unique(pa).size + 1
-    return np.stack([u, v], axis=1), x, w, (max_contexts if n_ctx > max_contexts else np.inf)
+    """``(context, x, weight, draws)`` of held-out counts: each triple's ``(x1, x2) → x3`` and
+    each start's ``(<s>, <s>) → x1`` and ``(<s>, x1) → x2``, the context as two columns
+    (``u``, ``v``). At most ``max_contexts`` distinct contexts are kept, drawn with
+    probability ∝ their weight (seeded, with replacement, each weighted by its draws), so the
+    total weight is preserved in expectation; ``draws`` is ``max_contexts`` then, else ∞. O(nnz)."""
+    pa, pb, pw = starts.pair_arrays()
+    fa = starts.first_codes
+    u = np.concatenate([triples.x1, np.full(pa.size + fa.size, START)])
+    v = np.concatenate([triples.x2, pa, np.full(fa.size, START)])
+    x = np.concatenate([triples.x3, pb, fa])
+    w = np.concatenate([triples.weights, pw, starts.first_weights])
+    ctx = (u + 1) << (BITS + 1) | (v + 1)
+    uniq, inv = np.unique(ctx, return_inverse=True)
+    draws = np.inf
+    if uniq.size > max_contexts:
+        ctx_w = np.bincount(inv, weights=w)
+        drawn = rng.choice(uniq.size, size=max_contexts, p=ctx_w / ctx_w.sum())
+        mult = np.bincount(drawn, minlength=uniq.size).astype(np.float64)
+        w = mult[inv] * ctx_w.sum() / max_contexts * w / ctx_w[inv]
+        keep = w > 0
+        u, v, x, w = u[keep], v[keep], x[keep], w[keep]
+        draws = max_contexts
+    return np.stack([u, v], axis=1), x, w, draws
 
 
 class StretchWeights:
@@ -125,26 +141,10 @@ def held_out_stretches(grams: WindowCounts, starts: StreamStarts, max_items: int
 
 def held_out_contexts(triples: Triples, starts: StreamStarts, max_contexts: int,
                       rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    """``(u, v, x, weight)`` of held-out counts: each triple's ``(x1, x2) → x3`` and each start's
-    ``(<s>, <s>) → x1`` and ``(<s>, x1) → x2``. At most ``max_contexts`` distinct contexts
-    are kept, drawn with probability ∝ their weight (seeded, with replacement, each
-    weighted by its draws), so the total weight is preserved in expectation. O(nnz)."""
-    pa, pb, pw = starts.pair_arrays()
-    fa = starts.first_codes
-    u = np.concatenate([triples.x1, np.full(pa.size + fa.size, START)])
-    v = np.concatenate([triples.x2, pa, np.full(fa.size, START)])
-    x = np.concatenate([triples.x3, pb, fa])
-    w = np.concatenate([triples.weights, pw, starts.first_weights])
-    ctx = (u + 1) << (BITS + 1) | (v + 1)
-    uniq, inv = np.unique(ctx, return_inverse=True)
-    if uniq.size > max_contexts:
-        ctx_w = np.bincount(inv, weights=w)
-        draws = rng.choice(uniq.size, size=max_contexts, p=ctx_w / ctx_w.sum())
-        mult = np.bincount(draws, minlength=uniq.size).astype(np.float64)
-        w = mult[inv] * ctx_w.sum() / max_contexts * w / ctx_w[inv]
-        keep = w > 0
-        u, v, x, w = u[keep], v[keep], x[keep], w[keep]
-    return u, v, x, w
+    """``(u, v, x, weight)``: the items of :func:`held_out_items`, the context as two arrays.
+    O(nnz)."""
+    ctx, x, w, _ = held_out_items(triples, starts, max_contexts, rng)
+    return ctx[:, 0], ctx[:, 1], x, w
 
 
 def model_probas(model, u, v, x) -> np.ndarray:

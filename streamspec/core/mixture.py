@@ -65,6 +65,11 @@ def simplex_grid(k: int, resolution: int) -> np.ndarray:
     return np.array(pts, dtype=np.float64) / resolution
 
 
+def _rate(alpha: float, half_life: float | None, t: float) -> float:
+    """The switching rate after a bucket's ``t`` symbols: ``α / (1 + t / h)``, α without h. O(1)."""
+    return alpha if half_life is None else alpha / (1.0 + t / half_life)
+
+
 class ExpertMixture:
     """Posterior weights over a grid of blends of ``n_components`` predictors, per bucket.
 
@@ -163,8 +168,7 @@ class ExpertMixture:
         if not p > 0 or p == math.inf:  # no expert gave the symbol any mass: nothing to learn
             return max(p, 0.0) if math.isfinite(p) else 0.0
         w *= pe
-        a = self.switching if self.switching_half_life is None else \
-            self.switching / (1.0 + self.n_observed[b] / self.switching_half_life)
+        a = _rate(self.switching, self.switching_half_life, self.n_observed[b])
         w *= (1.0 - a) / p
         if a:
             w += a / w.size
@@ -201,7 +205,7 @@ class ExpertMixture:
                 continue
             out[t] = p
             w *= pe
-            a = alpha if h is None else alpha / (1.0 + seen[b] / h)
+            a = _rate(alpha, h, seen[b])
             w *= (1.0 - a) / p
             if a:
                 w += a / E
