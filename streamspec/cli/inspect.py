@@ -79,7 +79,8 @@ def describe_checkpoint(path: str | os.PathLike, top: int = _TOP_EMISSIONS) -> d
         out.update(symbols=_listed(m.symbols), n_symbols=m.n_symbols, rank=model_rank(m), dim=m.dim,
                    filter=m.filter, window=m.window,
                    count_window=int(m.metadata.get("count_window", 1)),
-                   model_mb=round(sum(a.nbytes for a in (m.b1, m.binf, m.B)) / 1e6, 3),
+                   model_mb=round(sum(a.nbytes for a in (m.b1, m.binf, *m.operator_factors)
+                                        if a is not None) / 1e6, 3),
                    predictor="+".join(m.backoff.components) if m.backoff is not None else "model",
                    hmm_states=None if m.backoff is None or m.backoff.hmm is None else m.backoff.hmm.n_states,
                    held_out=quality_fields(m), quality=quality_lines(m))

@@ -16,7 +16,8 @@ class MFactors:
     Dense formulation: ``B_x = R_x S_xᵀ``, R (n, n, k), S (n, k) or (n, n, k).
     Projected formulation (``factorization == "projected"``): R holds the k × k
     operators ``B̃_x`` (n, k, k) and S the basis U (n, k) they are expressed in
-    (``B_x = U B̃_x Uᵀ`` in symbol space), which is all a warm start needs.
+    (``B_x = U B̃_x Uᵀ`` in symbol space), which is all a warm start needs; with ``right``
+    (k, k) the operators are ``R[x] @ right`` (a warm refit's factored form).
     """
 
     R: np.ndarray  # (n, n, k): R[x, i, w]; projected: (n, k, k) operators B̃_x
@@ -25,11 +26,13 @@ class MFactors:
     loss: float = float("nan")
     history: list = field(default_factory=list)
     rejected: list = field(default_factory=list)  # (outer, sweep, rejected loss, kept loss)
+    right: np.ndarray | None = None
 
     def operators(self) -> np.ndarray:
-        """The model's operators: (n, n, n) for the dense factors, (n, k, k) projected."""
+        """The model's operators: (n, n, n) for the dense factors, (n, k, k) projected
+        (``R @ right`` when factored: O(n · k³))."""
         if self.factorization == "projected":
-            return self.R
+            return self.R if self.right is None else self.R @ self.right
         return factor_operators(self.R, self.S)
 
     def padded(self, n: int) -> MFactors:
@@ -45,7 +48,8 @@ class MFactors:
             R[:m] = self.R
             S = np.zeros((n, self.S.shape[1]))
             S[:m] = self.S
-            return MFactors(R, S, self.factorization, self.loss, list(self.history))
+            return MFactors(R, S, self.factorization, self.loss, list(self.history),
+                            right=self.right)
         R = np.zeros((n, n, k))
         R[:m, :m] = self.R
         if self.S.ndim == 2:

@@ -7,6 +7,11 @@ filter (the default) only the last w. Predictions ``q_x = b∞ᵀ B_x b`` are cl
 calls these functions with its own arrays; they hold no state of their own.
 
 Costs for n symbols and dimension d: one update O(d²), one prediction O(n · d).
+
+Every function that applies operators takes them as ``B`` and an optional ``right``
+(d, d): the operators are then ``B[x] @ right`` (a warm refit's factored form,
+docs/math.md section 10), applied as ``B[x] @ (right @ state)`` at the same O(d²) cost
+per update, so that the product ``B @ right`` (O(n · d³)) is never formed.
 """
 
 from __future__ import annotations
@@ -52,15 +57,21 @@ def floor_normalise(q: np.ndarray, min_proba: float) -> np.ndarray:
     return q
 
 
-def update_state(B: np.ndarray, binf: np.ndarray, state: np.ndarray, x: int) -> np.ndarray:
+def _right_of(V: np.ndarray, right: np.ndarray | None) -> np.ndarray:
+    """States (rows of V, or one state) with ``right`` applied: ``right @ v`` for each. O(m · d²)."""
+    return V if right is None else V @ right.T
+
+
+def update_state(B: np.ndarray, binf: np.ndarray, state: np.ndarray, x: int,
+                 right: np.ndarray | None = None) -> np.ndarray:
     """The state after observing symbol index ``x``. O(d²) time, O(d) memory."""
-    v = B[x] @ state
+    v = B[x] @ _right_of(state, right)
     z = binf @ v
     return v / safe_norm(z, np.abs(binf) @ np.abs(v))
 
 
 def window_states(b1: np.ndarray, binf: np.ndarray, B: np.ndarray, X: np.ndarray,
-                  step: int) -> np.ndarray:
+                  step: int, right: np.ndarray | None = None) -> np.ndarray:
     """States after each row of ``X`` (m, w) from ``b1``, shape (m, d), ``step`` rows at a time.
 
     O(m · w · d²) time, O(step · d²) scratch.
@@ -72,23 +83,26 @@ def window_states(b1: np.ndarray, binf: np.ndarray, B: np.ndarray, X: np.ndarray
         Xc = X[lo : lo + step]
         V = np.broadcast_to(b1, (Xc.shape[0], d)).copy()
         for t in range(X.shape[1]):
-            Vn = np.einsum("tde,te->td", B[Xc[:, t]], V)
+            Vn = np.einsum("tde,te->td", B[Xc[:, t]], _right_of(V, right))
             V = Vn / safe_norm(Vn @ binf, np.abs(Vn) @ absb)[:, None]
         out[lo : lo + step] = V
     return out
 
 
-def extend_states(B: np.ndarray, binf: np.ndarray, states: np.ndarray) -> np.ndarray:
+def extend_states(B: np.ndarray, binf: np.ndarray, states: np.ndarray,
+                  right: np.ndarray | None = None) -> np.ndarray:
     """The states after each symbol from each of ``states`` (c, d): (c · n, d), row ``s·n + x``.
 
     Time O(c · n · d²), memory O(c · n · d): for small alphabets.
     """
-    V = np.einsum("xde,ce->cxd", B, np.atleast_2d(states)).reshape(-1, B.shape[1])
+    S = _right_of(np.atleast_2d(states), right)
+    V = np.einsum("xde,ce->cxd", B, S).reshape(-1, B.shape[1])
     return V / safe_norm(V @ binf, np.abs(V) @ np.abs(binf))[:, None]
 
 
 def filter_chunks(b1: np.ndarray, binf: np.ndarray, B: np.ndarray, x: np.ndarray, filter: str,
-                  window: int, step: int) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+                  window: int, step: int, right: np.ndarray | None = None
+                  ) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
     """``(start, stop, V, lasts)``: the states predicting ``x[start:stop]`` and the symbols before.
 
     Chunks of ``step`` positions. Recursive: one update per position, O(t · d²). Window:
@@ -104,7 +118,7 @@ def filter_chunks(b1: np.ndarray, binf: np.ndarray, B: np.ndarray, x: np.ndarray
             V = np.empty((stop - start, d))
             for t in range(start, stop):
                 V[t - start] = state
-                state = update_state(B, binf, state, x[t])
+                state = update_state(B, binf, state, x[t], right)
             yield start, stop, V, prev[start:stop]
         return
     absb = np.abs(binf)
@@ -117,7 +131,7 @@ def filter_chunks(b1: np.ndarray, binf: np.ndarray, B: np.ndarray, x: np.ndarray
             ok = src >= 0
             if not ok.any():
                 continue
-            Vn = np.einsum("tde,te->td", B[x[src[ok]]], V[ok])
+            Vn = np.einsum("tde,te->td", B[x[src[ok]]], _right_of(V[ok], right))
             z = Vn @ binf
             V[ok] = Vn / safe_norm(z, np.abs(Vn) @ absb)[:, None]
         yield start, stop, V, prev[start:stop]

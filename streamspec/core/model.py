@@ -83,6 +83,12 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         encoding its symbols were read with, so that a reader splits a history the way
         the counts were. Kept by :meth:`with_filter` / :meth:`replace` and saved (JSON);
         ``{}`` when not given and for checkpoints written before it was kept.
+    right
+        Optional (d, d) matrix: the operators are then ``B[x] @ right`` (the factored form a
+        warm refit writes, docs/math.md section 10: the refit changes ``right`` and the rows of
+        the symbols whose counts changed, instead of all n · d² numbers). Every method applies
+        ``right`` to the state first, at the same cost; :attr:`B` forms the product once, when
+        asked for (O(n · d³)), and :attr:`operator_factors` gives ``(B, right)`` as stored.
 
     Memory: O(n · d²) for the operators, plus O(nnz + n · K) for a backoff over nnz
     distinct triples with a K-state HMM.
@@ -123,19 +129,26 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         candidates: dict | None = None,
         hmm=None,
         metadata: dict[str, str] | None = None,
+        right=None,
     ):
         self._assign(b1, binf, B, filter, window, min_proba, symbols, backoff, rank, factors,
-                     candidates, hmm, metadata)
+                     candidates, hmm, metadata, right)
         self._check()
-        self._C = np.einsum("d,xde->xe", self.binf, self.B)  # C[x] · b = b∞ᵀ B_x b
+        ops, right = self._parts
+        self._C = np.einsum("d,xde->xe", self.binf, ops)  # C[x] · b = b∞ᵀ B_x b
+        if right is not None:
+            self._C = self._C @ right
 
     def _assign(self, b1, binf, B, filter, window, min_proba, symbols, backoff, rank, factors,
-                candidates, hmm, metadata) -> None:
+                candidates, hmm, metadata, right=None) -> None:
         """The constructor's arguments as attributes (``rank`` as given; :meth:`_check` then
         resolves it). O(1) for float64 arrays."""
         self.b1 = np.asarray(b1, dtype=np.float64)
         self.binf = np.asarray(binf, dtype=np.float64)
-        self.B = np.asarray(B, dtype=np.float64)
+        # why one tuple: the operators and their right factor are read together, and :attr:`B`
+        # replaces both at once, so a thread predicting meanwhile never sees a mixed pair
+        self._parts = (np.asarray(B, dtype=np.float64),
+                       None if right is None else np.asarray(right, dtype=np.float64))
         self.filter = filter
         self.window = window
         self.min_proba = min_proba
@@ -148,17 +161,21 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         self.metadata = check_metadata(metadata)
 
     def _check(self, arrays: bool = True) -> None:
-        """Validate the attributes (``arrays``: the finiteness of ``b1``, ``binf`` and ``B`` too,
-        O(n · d²)) and resolve ``rank``."""
-        if self.B.ndim != 3 or self.B.shape[1] != self.B.shape[2]:
-            raise ValueError(f"B must have shape (n, d, d), got {self.B.shape}")
-        d = self.B.shape[1]
+        """Validate the attributes (``arrays``: the finiteness of ``b1``, ``binf``, ``B`` and
+        ``right`` too, O(n · d²)) and resolve ``rank``."""
+        ops, right = self._parts
+        if ops.ndim != 3 or ops.shape[1] != ops.shape[2]:
+            raise ValueError(f"B must have shape (n, d, d), got {ops.shape}")
+        d = ops.shape[1]
         if self.b1.shape != (d,) or self.binf.shape != (d,):
             raise ValueError(
                 f"b1 and binf must have shape ({d},), got {self.b1.shape} and {self.binf.shape}"
             )
-        for name in ("b1", "binf", "B") if arrays else ():
-            a = getattr(self, name)
+        if right is not None and right.shape != (d, d):
+            raise ValueError(f"right must have shape ({d}, {d}), got {right.shape}")
+        named = {"b1": self.b1, "binf": self.binf, "B": ops, "right": right}
+        for name in ("b1", "binf", "B") + (("right",) if right is not None else ()) if arrays else ():
+            a = named[name]
             step = max(1, _SCRATCH // max(1, a[0].size)) if a.ndim > 1 and len(a) else max(1, a.size)
             # why in blocks of rows: a boolean copy of B is n·d² bytes (250 MB at n = 10⁵, d = 50)
             if not all(np.isfinite(a[lo : lo + step]).all() for lo in range(0, max(len(a), 1), step)):
@@ -181,17 +198,45 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
             raise ValueError(
                 f"a backoff over {getattr(self.backoff, 'n', None)} symbols for a model of {self.n_symbols}"
             )
-        self.rank = int(self.B.shape[1] if r is None else r)
+        self.rank = int(ops.shape[1] if r is None else r)
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickling: a model pickled before the operators could be factored kept ``B`` itself."""
+        if "_parts" not in state and "B" in state:
+            state["_parts"] = (state.pop("B"), None)
+        self.__dict__.update(state)
+
+    @property
+    def B(self) -> np.ndarray:
+        """The operators, shape (n, d, d): ``B[x]`` for each symbol x. O(1); for a factored
+        model (``right`` given) the product ``B[x] @ right`` is formed on the first call, in
+        blocks of rows (O(n · d³), n · d² floats), and kept instead of the factors."""
+        ops, right = self._parts
+        if right is None:
+            return ops
+        full = np.empty_like(ops)
+        d = ops.shape[1]
+        for lo in range(0, ops.shape[0], 8192):  # one matrix product per block of rows
+            np.matmul(ops[lo : lo + 8192].reshape(-1, d), right,
+                      out=full[lo : lo + 8192].reshape(-1, d))
+        self._parts = (full, None)
+        return full
+
+    @property
+    def operator_factors(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(B, right)`` as stored: the operators are ``B[x] @ right`` (``right`` None: ``B``
+        itself). What the model's own methods, a checkpoint and a refit read. O(1)."""
+        return self._parts
 
     @property
     def n_symbols(self) -> int:
         """Alphabet size n. O(1)."""
-        return self.B.shape[0]
+        return self._parts[0].shape[0]
 
     @property
     def dim(self) -> int:
         """Dimension d of the states. O(1)."""
-        return self.B.shape[1]
+        return self._parts[0].shape[1]
 
     def replace(self, **changes) -> ObservableOperatorModel:
         """A copy with some constructor arguments changed, every other one kept. O(n · d²), O(n)
@@ -207,11 +252,12 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         >>> m.replace(window=5).window
         5
         """
-        args = dict(b1=self.b1, binf=self.binf, B=self.B, filter=self.filter, window=self.window,
+        ops, right = self._parts
+        args = dict(b1=self.b1, binf=self.binf, B=ops, filter=self.filter, window=self.window,
                     min_proba=self.min_proba, symbols=self.symbols, backoff=self.backoff,
                     rank=self.rank, factors=self.factors, candidates=self.candidates,
-                    hmm=self.hmm, metadata=self.metadata) | changes
-        if any(name in changes for name in ("b1", "binf", "B")):
+                    hmm=self.hmm, metadata=self.metadata, right=right) | changes
+        if any(name in changes for name in ("b1", "binf", "B", "right")):
             return ObservableOperatorModel(**args)
         # why: the same operators (a backoff attached, another filter) need neither their
         # finiteness checked nor b∞ᵀ B_x again: ~1 s and n·d² bytes of scratch at n = 10⁵, d = 50
@@ -267,7 +313,8 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
 
     def update_state(self, state: np.ndarray, x: int) -> np.ndarray:
         """The state after observing symbol index ``x``. O(d²) time, O(d) memory."""
-        return filters.update_state(self.B, self.binf, state, x)
+        ops, right = self._parts
+        return filters.update_state(ops, self.binf, state, x, right)
 
     def predict_from_state(self, state: np.ndarray) -> np.ndarray:
         """The model's own next-symbol distribution from a state (d,), or from each row of (c, d).
@@ -337,7 +384,8 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         if X.ndim != 2:
             raise ValueError(f"expected an (m, w) array of contexts, got shape {X.shape}")
         self._seq(X.ravel())
-        return filters.window_states(self.b1, self.binf, self.B, X, self._chunk())
+        ops, right = self._parts
+        return filters.window_states(self.b1, self.binf, ops, X, self._chunk(), right)
 
     def extend_states(self, states: np.ndarray) -> np.ndarray:
         """The states after each symbol, from each of ``states`` (shape (c, d)).
@@ -346,7 +394,8 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         is ``update_state(states[s], x)``. Used to tabulate every context at once.
         Time O(c · n · d²), memory O(c · n · d): for small alphabets.
         """
-        return filters.extend_states(self.B, self.binf, states)
+        ops, right = self._parts
+        return filters.extend_states(ops, self.binf, states, right)
 
     def state_for(self, history) -> np.ndarray:
         """The state this model's filter assigns to a history. O(w · d²) (window) or O(t · d²)."""
@@ -363,8 +412,9 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
 
     def _chunks(self, x: np.ndarray):
         """``(start, stop, V, lasts)``: the states predicting ``x[start:stop]`` and the symbols before."""
-        return filters.filter_chunks(self.b1, self.binf, self.B, x, self.filter, self.window,
-                                     self._chunk())
+        ops, right = self._parts
+        return filters.filter_chunks(self.b1, self.binf, ops, x, self.filter, self.window,
+                                     self._chunk(), right)
 
     def joint_proba(self, seq) -> float:
         """The raw operator product ``b∞ᵀ B_{x_t} … B_{x_1} b1`` (may be negative; the HMM
@@ -373,10 +423,11 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         Computed with running rescaling, so only the final value can underflow.
         """
         x = self._seq(seq)
+        ops, right = self._parts
         v = self.b1.copy()
         log_scale = 0.0
         for s in x:
-            v = self.B[s] @ v
+            v = ops[s] @ (v if right is None else right @ v)
             norm = np.abs(v).max()
             if norm == 0:
                 return 0.0
@@ -393,9 +444,10 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         if X.ndim != 2:
             raise ValueError(f"expected an (m, t) array of sequences, got shape {X.shape}")
         self._seq(X.ravel())
+        ops, right = self._parts
         V = np.broadcast_to(self.b1, (X.shape[0], self.dim)).copy()
         for t in range(X.shape[1]):
-            V = np.einsum("mde,me->md", self.B[X[:, t]], V)
+            V = np.einsum("mde,me->md", ops[X[:, t]], V if right is None else V @ right.T)
         return V @ self.binf
 
     def __repr__(self) -> str:

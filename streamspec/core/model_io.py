@@ -7,8 +7,10 @@ What is saved: the operators, the filter settings, the rank, the symbols' labels
 factors (for warm starts), the backoff (its trigram's counts, the HMM and the weights,
 as arrays) and the metadata (JSON). Versions: 1 without a backoff, 2 with the bigram
 backoff of streamspec 0.2 (refused on reading, with what to do: its predictions cannot
-be rebuilt without the triple counts), 3 with today's backoff; metadata, when there is
-any, is one more header entry, and checkpoints without it load with ``{}``.
+be rebuilt without the triple counts), 3 with today's backoff, 4 a factored model (the
+operators as ``B`` and ``B_right``, ``B[x] @ B_right``, as a warm refit writes them: version 4
+so that an older streamspec refuses the file instead of reading ``B`` alone); metadata, when
+there is any, is one more header entry, and checkpoints without it load with ``{}``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class ModelIO:
     """
 
     _FORMAT = "streamspec.ObservableOperatorModel"
-    _VERSION = 3  # 2: the old bigram backoff; 3: today's; models without one are written as version 1
+    _VERSION = 4  # 2: the old bigram backoff; 3: today's; 4: factored; without a backoff: version 1
 
     def _header_arrays(self) -> tuple[dict, dict]:
         header = {
@@ -51,7 +53,10 @@ class ModelIO:
         }
         if self.metadata:  # why: absent when empty, so models without metadata save as before
             header["metadata"] = dict(self.metadata)
-        arrays = {"b1": self.b1, "binf": self.binf, "B": self.B}
+        ops, right = self.operator_factors  # why not B: a factored model is saved as it is held
+        arrays = {"b1": self.b1, "binf": self.binf, "B": ops}
+        if right is not None:
+            arrays["B_right"] = right
         factors = self.factors
         if factors is not None:  # kept so that a restarted refitter can warm-start
             header["factorization"] = factors.factorization
@@ -63,13 +68,16 @@ class ModelIO:
         return header, arrays
 
     def _version(self) -> int:
+        if self.operator_factors[1] is not None:
+            return 4
         return 1 if self.backoff is None else 3
 
     def to_bytes(self) -> bytes:
         """The model as a checkpoint in bytes (npz + JSON header, checksummed; no pickle).
 
         Version 1 without a backoff, version 3 with one (its counts, HMM and weights as
-        arrays). Time and memory O(n · d² + nnz).
+        arrays), version 4 for a factored model (``right`` given). Time and memory
+        O(n · d² + nnz).
         """
         return dump_checkpoint(self._FORMAT, self._version(), *self._header_arrays())
 
@@ -82,13 +90,13 @@ class ModelIO:
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str = "model"):
-        """The model of :meth:`to_bytes` (versions 1 and 3). O(n · d² + nnz log nnz)."""
+        """The model of :meth:`to_bytes` (versions 1, 3 and 4). O(n · d² + nnz log nnz)."""
         header, arrays = load_checkpoint_bytes(data, cls._FORMAT, cls._VERSION, source)
         return cls._from_parts(header, arrays, source)
 
     @classmethod
     def load(cls, path: str | os.PathLike):
-        """The model saved by :meth:`save` (versions 1 and 3). O(n · d² + nnz log nnz)."""
+        """The model saved by :meth:`save` (versions 1, 3 and 4). O(n · d² + nnz log nnz)."""
         header, arrays = read_checkpoint(path, cls._FORMAT, cls._VERSION)
         return cls._from_parts(header, arrays, str(path))
 
@@ -119,6 +127,7 @@ class ModelIO:
                 factors=(MFactors(arrays["R"], arrays["S"], header["factorization"])
                          if "R" in arrays else None),
                 metadata=header.get("metadata"),  # absent before it was kept: {}
+                right=arrays.get("B_right"),
             )
             return model
         except CheckpointError:

@@ -221,6 +221,7 @@ class ProjectedFit(FitSteps):
         self.rejected_sweeps: list = []
         self.last_weighting: ProjectedWeighting = ProjectedIdentityWeighting()
         self.blocks: list | None = None
+        self.right: np.ndarray | None = None  # the operators are base @ right (a warm θ_spec refit)
         self.info = RefitInfo()
 
     # ------------------------------------------------------------------ prepare
@@ -370,7 +371,7 @@ class ProjectedFit(FitSteps):
             return
         warm = warm.padded(self.n)
         T = self.U.T @ warm.S  # (k, k_old)
-        self.ops = np.einsum("ab,xbc,dc->xad", T, warm.R, T, optimize=True)
+        self.ops = np.einsum("ab,xbc,dc->xad", T, warm.operators(), T, optimize=True)
 
     # ------------------------------------------------------------------ outer iterations
 
@@ -464,14 +465,13 @@ class ProjectedFit(FitSteps):
         ops, history, est = self.ops, self.history, self.est
         loss = history[-1][-1]
         factors = MFactors(ops, self.U, "projected", loss=loss, history=history,
-                           rejected=self.rejected_sweeps)
+                           rejected=self.rejected_sweeps, right=self.right)
         # θ_spec's models (SpectralEstimator) carry no factors: saved, they would double a
         # checkpoint, and its warm refits start from the state instead
         model_factors = None if est.per_rank == 1 else factors
         model = ObservableOperatorModel(
             self.b1, self.binf, ops, filter=est.filter, window=est.window, min_proba=est.min_proba,
-            symbols=self.labels, rank=self.k, factors=model_factors,
-        )
+            symbols=self.labels, rank=self.k, factors=model_factors, right=self.right)
         self.model = model
         fitted = {
             "factors_": factors, "weighting_": self.last_weighting, "loss_history_": history,
@@ -497,4 +497,4 @@ class ProjectedFit(FitSteps):
                               c1=self.c1, U=self.U_full, Q=self.Q, s=self.s, k=self.k, Y=self.Y,
                               X=X, active=self.active, A=A_raw, ops=ops, n_middle=self.n_middle,
                               blocks=blocks, block_counts=counts, tau_x=tau_x, info=self.info,
-                              model=self.model)
+                              model=self.model, right=self.right)

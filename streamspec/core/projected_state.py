@@ -120,7 +120,9 @@ class ProjectedState:
         ``Uᵀ c3[x] Q``, (len(active), k, k').
     ops
         The operators of the fitted model (n, k, k), not a copy: rows outside ``active``
-        hold θ_spec's operators in these bases, ``B_x = (Uᵀ c3[x] V)(Uᵀ c21 V)⁻¹``.
+        hold θ_spec's operators in these bases, ``B_x = (Uᵀ c3[x] V)(Uᵀ c21 V)⁻¹``; times
+        ``right`` when that is given (the model's factored form, as a warm refit of θ_spec
+        writes it: the operators are ``ops[x] @ right``).
     n_middle
         Weight of the triples of each middle symbol, (n,).
     blocks
@@ -155,6 +157,7 @@ class ProjectedState:
     block_counts: np.ndarray | None = None
     tau_x: np.ndarray | None = None
     model: Any = None
+    right: np.ndarray | None = None
     info: RefitInfo = field(default_factory=RefitInfo)
 
     @property

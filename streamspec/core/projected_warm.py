@@ -48,6 +48,9 @@ __all__ = ["WarmPlan", "plan_refit", "WarmProjectedFit", "REBASE_TOL", "middle_s
 
 REBASE_TOL = 1e-5  # principal sines between two rounds (PROPACK's own vectors: ~1e-5)
 REBASE_ROUNDS = 4  # Krylov blocks before falling back to a cold SVD (2-3 sufficed on words)
+# the largest condition number of a factored model's right factor before a refit writes the
+# operators out again (the rows are corrected by its inverse: ~1e-16 · cond of rounding)
+FACTORED_COND_MAX = 1e6
 
 
 @dataclass
@@ -210,23 +213,34 @@ class WarmProjectedFit(ProjectedFit):
 
     def _spectral(self, f: float, N: float) -> np.ndarray:
         """θ_spec's operators ``(Uᵀ c3[x] V)(Uᵀ c21 V)⁻¹``: from A for the active symbols, else
-        the previous ones times ``f · M1_old M1_new⁻¹`` plus the projection of Δ."""
+        the previous ones times ``T = f · M1_old M1_new⁻¹`` plus the projection of Δ.
+
+        θ_spec's refits keep them factored, ``B_x = base_x · right`` (docs/math.md section 10):
+        ``right ← right · T``, the other symbols' rows copied and the changed ones corrected by
+        ``right⁻¹``, O(n · k² + Δ-work), instead of the n · k³ product ``B_x T`` that θ_M's
+        GLS step needs written out (its rows are read and written as operators)."""
         state, n, k, active = self.previous, self.n, self.k, self.active
         M1_old = state.U[:, :k].T @ state.Y[:, :k]  # unnormalised Uᵀ c21 V of the last fit
         inv_new = self.M1inv / N  # (Uᵀ c21 V)⁻¹, unnormalised
         T = f * M1_old @ inv_new
+        T = T if state.right is None else state.right @ T  # the old operators are ops @ right
         base = fresh_array((n, k, k))  # why not np.empty: core/fresh_memory.py (page faults)
         m = state.n
-        for a in range(0, m, 8192):  # one matrix product per block of rows (not one per symbol)
-            z = min(m, a + 8192)
-            np.matmul(state.ops[a:z].reshape(-1, k), T, out=base[a:z].reshape(-1, k))
+        fix = np.eye(k)  # what the new rows are multiplied by: right⁻¹ (factored), else I
+        if self.est.per_rank == 1 and np.linalg.cond(T) < FACTORED_COND_MAX:
+            self.right, fix = T, np.linalg.inv(T)
+            base[:m] = state.ops  # a copy: the previous model may still be predicting
+        else:
+            for a in range(0, m, 8192):  # one matrix product per block of rows (not one per symbol)
+                z = min(m, a + 8192)
+                np.matmul(state.ops[a:z].reshape(-1, k), T, out=base[a:z].reshape(-1, k))
         base[m:] = 0.0
         rest = np.setdiff1d(self.plan.change.changed_middle, active, assume_unique=True)
         if rest.size:
-            project_triples(self.plan.change.delta, self.U, self.Q[:, :k] @ inv_new, middle=rest,
-                            index=self.dindex, total=1.0, out=base, add=True)
+            project_triples(self.plan.change.delta, self.U, self.Q[:, :k] @ inv_new @ fix,
+                            middle=rest, index=self.dindex, total=1.0, out=base, add=True)
         for a in range(0, active.size, 4096):
-            base[active[a : a + 4096]] = self.A[a : a + 4096, :, :k] @ self.M1inv
+            base[active[a : a + 4096]] = self.A[a : a + 4096, :, :k] @ (self.M1inv @ fix)
         return base
 
     def weighting(self, ops: np.ndarray) -> ProjectedWeighting:

@@ -116,8 +116,9 @@ def drop_cached(bases: dict | None, fitted: Triples, whole: Triples,
     for key in [key for key in bases
                 if isinstance(key, tuple) and key[1 if key[0] == "index" else 0] == id(fitted)]:
         del bases[key]
-    if model is not None:  # why the weak reference: the array is reused only once the model is gone
-        bases["spare"] = model.B
+    ops, right = model.operator_factors if model is not None else (None, None)
+    if ops is not None and right is None:  # why the weak reference: reused once the model is gone
+        bases["spare"] = ops
         bases["spare_of"] = weakref.ref(model)
 
 

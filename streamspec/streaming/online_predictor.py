@@ -111,7 +111,9 @@ class _Rows(StackedPart):
             # C[x] · s = b∞ᵀ B_x s, stored transposed: s @ Cᵀ runs along rows of n (a long
             # inner loop), where C @ s would take n dot products of d
             model = self.model
-            self._C = np.ascontiguousarray(np.einsum("d,xde->ex", model.binf, model.B))
+            ops, right = model.operator_factors  # why not B: a factored model stays factored
+            C = np.einsum("d,xde->xe", model.binf, ops)
+            self._C = np.ascontiguousarray((C if right is None else C @ right).T)
             self._absbinf = np.abs(model.binf)
         return self._C
 
@@ -137,7 +139,8 @@ class _Rows(StackedPart):
             if len(self._states) >= _STATES_KEPT:
                 self._states.clear()
             self._states[prefix] = prev
-        v = model.B[digits[-1]] @ prev
+        ops, right = model.operator_factors
+        v = ops[digits[-1]] @ (prev if right is None else right @ prev)
         z, fb = float(model.binf @ v), float(self._absbinf @ np.abs(v))
         fb = fb if fb > 0 else 1.0
         return v / (z if z > 1e-12 * fb else fb)
