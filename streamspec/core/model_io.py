@@ -61,6 +61,8 @@ class ModelIO:
         if factors is not None:  # kept so that a restarted refitter can warm-start
             header["factorization"] = factors.factorization
             arrays["R"], arrays["S"] = factors.R, factors.S
+            if factors.right is not None:  # (a factored refit's: R[x] @ R_right)
+                arrays["R_right"] = factors.right
         if self.backoff is not None:
             bh, ba = self.backoff.to_parts()
             header["backoff"] = bh
@@ -124,8 +126,8 @@ class ModelIO:
                 symbols=None if symbols is None else [decode_value(s) for s in symbols],
                 backoff=backoff,
                 rank=header.get("rank"),  # None in checkpoints written before it was kept
-                factors=(MFactors(arrays["R"], arrays["S"], header["factorization"])
-                         if "R" in arrays else None),
+                factors=(MFactors(arrays["R"], arrays["S"], header["factorization"],
+                                  right=arrays.get("R_right")) if "R" in arrays else None),
                 metadata=header.get("metadata"),  # absent before it was kept: {}
                 right=arrays.get("B_right"),
             )

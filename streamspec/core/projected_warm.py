@@ -215,10 +215,11 @@ class WarmProjectedFit(ProjectedFit):
         """θ_spec's operators ``(Uᵀ c3[x] V)(Uᵀ c21 V)⁻¹``: from A for the active symbols, else
         the previous ones times ``T = f · M1_old M1_new⁻¹`` plus the projection of Δ.
 
-        θ_spec's refits keep them factored, ``B_x = base_x · right`` (docs/math.md section 10):
-        ``right ← right · T``, the other symbols' rows copied and the changed ones corrected by
-        ``right⁻¹``, O(n · k² + Δ-work), instead of the n · k³ product ``B_x T`` that θ_M's
-        GLS step needs written out (its rows are read and written as operators)."""
+        Kept factored, ``B_x = base_x · right`` (docs/math.md section 10): ``right ← right · T``,
+        the other symbols' rows copied and the changed ones corrected by ``right⁻¹``,
+        O(n · k² + Δ-work), instead of the n · k³ product ``B_x T``. The active symbols' rows
+        hold their operators themselves while the GLS steps read and write them, and are
+        corrected by ``right⁻¹`` in :meth:`finish`."""
         state, n, k, active = self.previous, self.n, self.k, self.active
         M1_old = state.U[:, :k].T @ state.Y[:, :k]  # unnormalised Uᵀ c21 V of the last fit
         inv_new = self.M1inv / N  # (Uᵀ c21 V)⁻¹, unnormalised
@@ -227,7 +228,7 @@ class WarmProjectedFit(ProjectedFit):
         base = fresh_array((n, k, k))  # why not np.empty: core/fresh_memory.py (page faults)
         m = state.n
         fix = np.eye(k)  # what the new rows are multiplied by: right⁻¹ (factored), else I
-        if self.est.per_rank == 1 and np.linalg.cond(T) < FACTORED_COND_MAX:
+        if np.linalg.cond(T) < FACTORED_COND_MAX:
             self.right, fix = T, np.linalg.inv(T)
             base[:m] = state.ops  # a copy: the previous model may still be predicting
         else:
@@ -239,9 +240,19 @@ class WarmProjectedFit(ProjectedFit):
         if rest.size:
             project_triples(self.plan.change.delta, self.U, self.Q[:, :k] @ inv_new @ fix,
                             middle=rest, index=self.dindex, total=1.0, out=base, add=True)
-        for a in range(0, active.size, 4096):
-            base[active[a : a + 4096]] = self.A[a : a + 4096, :, :k] @ (self.M1inv @ fix)
+        for a in range(0, active.size, 4096):  # their operators themselves (see finish)
+            base[active[a : a + 4096]] = self.A[a : a + 4096, :, :k] @ self.M1inv
         return base
+
+    def finish(self):
+        """The model and the fitted attributes; a factored fit's active rows (operators until
+        now, for the GLS steps) are first corrected by ``right⁻¹``. O(len(active) · k³)."""
+        if self.right is not None and self.active.size:
+            fix = np.linalg.inv(self.right)
+            for a in range(0, self.active.size, 4096):
+                rows = self.active[a : a + 4096]
+                self.ops[rows] = self.ops[rows] @ fix
+        return super().finish()
 
     def weighting(self, ops: np.ndarray) -> ProjectedWeighting:
         """The first weighted step reuses the blocks of the symbols whose counts changed by at

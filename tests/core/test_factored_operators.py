@@ -149,14 +149,36 @@ def test_an_ill_conditioned_right_factor_is_written_out(stream, monkeypatch):
     np.testing.assert_allclose(written.B, factored.B, rtol=0, atol=1e-12 * np.abs(written.B).max())
 
 
-def test_the_m_estimators_refits_write_their_operators_out(stream):
-    """θ_M's GLS step reads and writes the weighted symbols' rows as operators: not factored."""
-    acc = _counts(30, stream[:100_000])
-    _, state = MEstimator(rank=4, backoff=None).fit_with_state(acc)
-    acc.learn_many(stream[100_000:110_000])
-    est = MEstimator(rank=4, backoff=None)
-    model = est.fit(acc, init=state)
-    assert est.refit_.path == "warm" and model.operator_factors[1] is None
+def test_the_m_estimators_refits_are_factored_too_and_equal_to_written_out_ones(stream, monkeypatch,
+                                                                              tmp_path):
+    """θ_M's GLS steps read and write the weighted symbols' operators during the refit; the
+    refit's model is then factored like θ_spec's, and equal to the refit written out (the
+    right factor's condition capped at 1), over two refits; its factors (a warm start from the
+    saved model) keep the right factor through a checkpoint."""
+    import streamspec.core.projected_warm as warm_module
+
+    def refits(cap: float):
+        monkeypatch.setattr(warm_module, "FACTORED_COND_MAX", cap)
+        acc = _counts(30, stream[:100_000])
+        _, state = MEstimator(rank=4, backoff=None).fit_with_state(acc)
+        models = []
+        for end in (110_000, 120_000):
+            acc.learn_many(stream[end - 10_000 : end])
+            est = MEstimator(rank=4, backoff=None, basis_tol=1e9)
+            model, state = est.fit_with_state(acc, init=state)
+            assert est.refit_.path == "warm" and est.refit_.reused + est.refit_.rebuilt > 0
+            models.append(model)
+        return models
+
+    factored, written = refits(1e6), refits(1.0)
+    for f, w in zip(factored, written, strict=True):
+        assert f.operator_factors[1] is not None and w.operator_factors[1] is None
+        np.testing.assert_allclose(f.B, w.B, rtol=0, atol=1e-10 * np.abs(w.B).max())
+    last = refits(1e6)[-1]
+    last.save(tmp_path / "m.ckpt")
+    back = ObservableOperatorModel.load(tmp_path / "m.ckpt")
+    np.testing.assert_allclose(back.factors.operators(), written[-1].B, rtol=0,
+                               atol=1e-10 * np.abs(written[-1].B).max())
 
 
 def test_a_model_pickled_with_its_operators_as_B_still_loads():
