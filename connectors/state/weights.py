@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamspec.core.checkpoint import CheckpointError
-from streamspec.core.mixture import N_BUCKETS, ExpertMixture
+from streamspec.core.mixture import ExpertMixture
 
 __all__ = ["LearnedWeights", "merge_weights", "HEADER_KEY", "ARRAY_KEY"]
 
@@ -109,10 +109,7 @@ class LearnedWeights:
                                         switching=float(header["switching"]),
                                         switching_half_life=header.get("switching_half_life"),
                                         log_weights=arrays[ARRAY_KEY])
-                observed = np.asarray(header["observed"], dtype=np.float64)
-                if observed.shape != (N_BUCKETS,) or not (observed >= 0).all():
-                    raise ValueError(f"observed counts {header['observed']!r}")
-                mixture.n_observed = observed
+                mixture.restore_observed(header["observed"])
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{source}: malformed learned weights ({exc})") from None
         return cls(components, mixture, loss, scored)

@@ -230,10 +230,10 @@ class Backoff:
                                 switching_half_life=header.get("switching_half_life"),
                                 log_weights=arrays["log_weights"])
         if "weights_observed" in arrays:  # the symbols each bucket learned: its rate's clock
-            seen = np.array(arrays["weights_observed"], dtype=np.float64).reshape(-1)
-            if seen.shape != mixture.n_observed.shape or not (np.isfinite(seen) & (seen >= 0)).all():
-                raise ValueError("weights_observed must be non-negative counts, one per bucket")
-            mixture.n_observed = seen
+            try:
+                mixture.restore_observed(arrays["weights_observed"])
+            except ValueError as exc:
+                raise ValueError(f"weights_observed: {exc}") from None
         hmm = None
         if "hmm" in components:
             hmm = HMMFilter(arrays["hmm_startprob"], arrays["hmm_transmat"], arrays["hmm_emissionprob"])

@@ -23,8 +23,8 @@ import numpy as np
 from streamspec.core import defaults
 from streamspec.core.symbol_input import to_indices
 
-__all__ = ["FILTERS", "symbol_indices", "safe_norm", "clip_normalise", "floor_normalise", "update_state",
-           "window_states", "extend_states", "filter_chunks"]
+__all__ = ["FILTERS", "symbol_indices", "safe_norm", "clip_normalise", "floor_normalise", "right_applied",
+           "update_state", "window_states", "extend_states", "filter_chunks"]
 
 FILTERS = defaults.FILTERS  # the names, defined once with the other allowed values
 
@@ -57,7 +57,7 @@ def floor_normalise(q: np.ndarray, min_proba: float) -> np.ndarray:
     return q
 
 
-def _right_of(V: np.ndarray, right: np.ndarray | None) -> np.ndarray:
+def right_applied(V: np.ndarray, right: np.ndarray | None) -> np.ndarray:
     """States (rows of V, or one state) with ``right`` applied: ``right @ v`` for each. O(m · d²)."""
     return V if right is None else V @ right.T
 
@@ -65,7 +65,7 @@ def _right_of(V: np.ndarray, right: np.ndarray | None) -> np.ndarray:
 def update_state(B: np.ndarray, binf: np.ndarray, state: np.ndarray, x: int,
                  right: np.ndarray | None = None) -> np.ndarray:
     """The state after observing symbol index ``x``. O(d²) time, O(d) memory."""
-    v = B[x] @ _right_of(state, right)
+    v = B[x] @ right_applied(state, right)
     z = binf @ v
     return v / safe_norm(z, np.abs(binf) @ np.abs(v))
 
@@ -83,7 +83,7 @@ def window_states(b1: np.ndarray, binf: np.ndarray, B: np.ndarray, X: np.ndarray
         Xc = X[lo : lo + step]
         V = np.broadcast_to(b1, (Xc.shape[0], d)).copy()
         for t in range(X.shape[1]):
-            Vn = np.einsum("tde,te->td", B[Xc[:, t]], _right_of(V, right))
+            Vn = np.einsum("tde,te->td", B[Xc[:, t]], right_applied(V, right))
             V = Vn / safe_norm(Vn @ binf, np.abs(Vn) @ absb)[:, None]
         out[lo : lo + step] = V
     return out
@@ -95,7 +95,7 @@ def extend_states(B: np.ndarray, binf: np.ndarray, states: np.ndarray,
 
     Time O(c · n · d²), memory O(c · n · d): for small alphabets.
     """
-    S = _right_of(np.atleast_2d(states), right)
+    S = right_applied(np.atleast_2d(states), right)
     V = np.einsum("xde,ce->cxd", B, S).reshape(-1, B.shape[1])
     return V / safe_norm(V @ binf, np.abs(V) @ np.abs(binf))[:, None]
 
@@ -131,7 +131,7 @@ def filter_chunks(b1: np.ndarray, binf: np.ndarray, B: np.ndarray, x: np.ndarray
             ok = src >= 0
             if not ok.any():
                 continue
-            Vn = np.einsum("tde,te->td", B[x[src[ok]]], _right_of(V[ok], right))
+            Vn = np.einsum("tde,te->td", B[x[src[ok]]], right_applied(V[ok], right))
             z = Vn @ binf
             V[ok] = Vn / safe_norm(z, np.abs(Vn) @ absb)[:, None]
         yield start, stop, V, prev[start:stop]

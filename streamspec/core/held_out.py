@@ -19,7 +19,7 @@ from streamspec.core.trigram import START
 from streamspec.core.triples import BITS, Triples
 from streamspec.core.windows import PAD, WindowCounts
 
-__all__ = ["held_out_contexts", "held_out_items", "held_out_scores", "held_out_stretches",
+__all__ = ["held_out_items", "held_out_scores", "held_out_stretches",
            "model_probas", "hmm_probas", "StretchWeights"]
 
 
@@ -137,14 +137,6 @@ def held_out_stretches(grams: WindowCounts, starts: StreamStarts, max_items: int
     draws = np.bincount(rng.choice(x.size, size=max_items, p=w / w.sum()), minlength=x.size)
     keep = draws > 0
     return ctx[keep], x[keep], draws[keep] * (w.sum() / max_items), max_items
-
-
-def held_out_contexts(triples: Triples, starts: StreamStarts, max_contexts: int,
-                      rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    """``(u, v, x, weight)``: the items of :func:`held_out_items`, the context as two arrays.
-    O(nnz)."""
-    ctx, x, w, _ = held_out_items(triples, starts, max_contexts, rng)
-    return ctx[:, 0], ctx[:, 1], x, w
 
 
 def model_probas(model, u, v, x) -> np.ndarray:

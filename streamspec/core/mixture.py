@@ -146,6 +146,14 @@ class ExpertMixture:
     def n_experts(self) -> int:
         return self.grid.shape[0]
 
+    def restore_observed(self, seen) -> None:
+        """Set the symbols each bucket has learned (its switching rate's clock) as a checkpoint
+        kept them; ``ValueError`` unless finite, non-negative, one per bucket. O(B)."""
+        seen = np.array(seen, dtype=np.float64).reshape(-1)
+        if seen.shape != (N_BUCKETS,) or not (np.isfinite(seen) & (seen >= 0)).all():
+            raise ValueError(f"observed counts must be non-negative, one per bucket ({N_BUCKETS})")
+        self.n_observed = seen
+
     def log_weights(self) -> np.ndarray:
         """The log-posterior over the experts, (N_BUCKETS, E), for a checkpoint. O(B · E)."""
         return np.log(np.maximum(self._posterior, _LOG_FLOOR))

@@ -135,9 +135,8 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
                      candidates, hmm, metadata, right)
         self._check()
         ops, right = self._parts
-        self._C = np.einsum("d,xde->xe", self.binf, ops)  # C[x] · b = b∞ᵀ B_x b
-        if right is not None:
-            self._C = self._C @ right
+        C = np.einsum("d,xde->xe", self.binf, ops)  # C[x] · b = b∞ᵀ B_x b
+        self._C = C if right is None else C @ right  # factored: b∞ᵀ B_x = (b∞ᵀ B̃_x) R
 
     def _assign(self, b1, binf, B, filter, window, min_proba, symbols, backoff, rank, factors,
                 candidates, hmm, metadata, right=None) -> None:
@@ -174,8 +173,9 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         if right is not None and right.shape != (d, d):
             raise ValueError(f"right must have shape ({d}, {d}), got {right.shape}")
         named = {"b1": self.b1, "binf": self.binf, "B": ops, "right": right}
-        for name in ("b1", "binf", "B") + (("right",) if right is not None else ()) if arrays else ():
-            a = named[name]
+        for name, a in named.items() if arrays else ():
+            if a is None:
+                continue
             step = max(1, _SCRATCH // max(1, a[0].size)) if a.ndim > 1 and len(a) else max(1, a.size)
             # why in blocks of rows: a boolean copy of B is n·d² bytes (250 MB at n = 10⁵, d = 50)
             if not all(np.isfinite(a[lo : lo + step]).all() for lo in range(0, max(len(a), 1), step)):
@@ -227,6 +227,12 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         """``(B, right)`` as stored: the operators are ``B[x] @ right`` (``right`` None: ``B``
         itself). What the model's own methods, a checkpoint and a refit read. O(1)."""
         return self._parts
+
+    @property
+    def symbol_rows(self) -> np.ndarray:
+        """``C[x] = b∞ᵀ B_x``, shape (n, d): the model's own prediction from a state s is
+        ``C s`` before clipping (made once, with the model). O(1)."""
+        return self._C
 
     @property
     def n_symbols(self) -> int:
@@ -427,7 +433,7 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         v = self.b1.copy()
         log_scale = 0.0
         for s in x:
-            v = ops[s] @ (v if right is None else right @ v)
+            v = ops[s] @ filters.right_applied(v, right)
             norm = np.abs(v).max()
             if norm == 0:
                 return 0.0
@@ -447,7 +453,7 @@ class ObservableOperatorModel(SequencePrediction, ModelIO):
         ops, right = self._parts
         V = np.broadcast_to(self.b1, (X.shape[0], self.dim)).copy()
         for t in range(X.shape[1]):
-            V = np.einsum("mde,me->md", ops[X[:, t]], V if right is None else V @ right.T)
+            V = np.einsum("mde,me->md", ops[X[:, t]], filters.right_applied(V, right))
         return V @ self.binf
 
     def __repr__(self) -> str:

@@ -27,6 +27,7 @@ from collections.abc import Hashable
 
 import numpy as np
 
+from streamspec.core.filters import right_applied
 from streamspec.core.mixture import N_BUCKETS, ExpertMixture
 from streamspec.core.trigram import START, UNKNOWN
 from streamspec.streaming.batch_observation import BatchObservation
@@ -106,14 +107,13 @@ class _Rows(StackedPart):
         return np.full(self.n, 1.0 / self.n)
 
     def _columns(self) -> np.ndarray:
-        """The model's rows as columns, ``C[:, x] = b∞ᵀ B_x``, (d, n), made once. O(n · d²)."""
+        """The model's rows as columns, ``C[:, x] = b∞ᵀ B_x``, (d, n), copied once from the
+        model's :attr:`symbol_rows`. O(n · d)."""
         if self._C is None:
             # C[x] · s = b∞ᵀ B_x s, stored transposed: s @ Cᵀ runs along rows of n (a long
             # inner loop), where C @ s would take n dot products of d
             model = self.model
-            ops, right = model.operator_factors  # why not B: a factored model stays factored
-            C = np.einsum("d,xde->xe", model.binf, ops)
-            self._C = np.ascontiguousarray((C if right is None else C @ right).T)
+            self._C = np.ascontiguousarray(model.symbol_rows.T)  # the model's, not made again
             self._absbinf = np.abs(model.binf)
         return self._C
 
@@ -140,7 +140,7 @@ class _Rows(StackedPart):
                 self._states.clear()
             self._states[prefix] = prev
         ops, right = model.operator_factors
-        v = ops[digits[-1]] @ (prev if right is None else right @ prev)
+        v = ops[digits[-1]] @ right_applied(prev, right)
         z, fb = float(model.binf @ v), float(self._absbinf @ np.abs(v))
         fb = fb if fb > 0 else 1.0
         return v / (z if z > 1e-12 * fb else fb)

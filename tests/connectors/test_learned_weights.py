@@ -148,3 +148,15 @@ def test_scoring_a_sample_scores_every_nth_symbol_and_moves_every_stream():
         assert np.allclose(every.online.posterior(f"k{k}"), sampled.online.posterior(f"k{k}"),
                            rtol=0, atol=1e-12)
     assert abs(sampled.online.log_loss - every.online.log_loss) < 0.15
+
+
+def test_malformed_observed_counts_are_a_checkpoint_error_naming_them():
+    """The buckets' symbols learned (the switching rate's clock) are checked on reading: a
+    negative count, or one count too few, is refused with what it is, never loaded."""
+    mix = ExpertMixture(2)
+    mix.observe(1, np.array([0.9, 0.1]))
+    header, arrays = LearnedWeights(("trigram", "hmm"), mix, 1.0, 1).to_parts()
+    assert LearnedWeights.from_parts(header, arrays, "ok").mixture.n_observed[1] == 1
+    for bad in ([-1.0] + header["observed"][1:], header["observed"][1:]):
+        with pytest.raises(CheckpointError, match="observed counts"):
+            LearnedWeights.from_parts(dict(header, observed=bad), arrays, "bad.ckpt")

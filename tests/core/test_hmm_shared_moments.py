@@ -8,7 +8,7 @@ import scipy.sparse as sp
 
 from streamspec.core import backoff_windows, hmm_moments, window_rank
 from streamspec.core.backoff_fit import SharedFit, _select_hmm, fit_hmm
-from streamspec.core.held_out import held_out_contexts
+from streamspec.core.held_out import held_out_items
 from streamspec.core.hmm import HMM
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.hmm_moments import SharedMoments, moment_estimate
@@ -55,9 +55,9 @@ def test_the_sizes_of_select_hmm_share_one_svd_and_keep_their_starts(monkeypatch
 
     monkeypatch.setattr(hmm_moments, "top_singular", spy)
     rng = np.random.default_rng(0)
-    held = held_out_contexts(t, StreamStarts.empty(t.n), 500, rng)
-    hmm, p = _select_hmm(t, [2, 4, 8, 16], (np.stack(held[:2], axis=1), *held[2:]), 0)
-    assert hmm is not None and p.shape == held[0].shape
+    ctx, x, w, _ = held_out_items(t, StreamStarts.empty(t.n), 500, rng)
+    hmm, p = _select_hmm(t, [2, 4, 8, 16], (ctx, x, w), 0)
+    assert hmm is not None and p.shape == x.shape
     assert calls == [16]
     shared = SharedFit(t, 8, 0)
     for k in (4, 8):
