@@ -65,7 +65,7 @@ class StreamPredictor:
         self.version = version
         self._histories: dict[Hashable, deque] = {}
         self._length = history if history is not None else max(2, int(model.window))
-        self.online = online if online is not None else OnlinePredictor(window=model.window)
+        self.online = online if online is not None else OnlinePredictor(window=None)
         self.set_model(model, version)
 
     def set_model(self, model: ObservableOperatorModel, version: int) -> None:

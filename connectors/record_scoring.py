@@ -90,8 +90,8 @@ class RecordScorer:
         if online is not None and online.model is model:
             return
         self.flush()
-        if online is None or online.window != model.window:
-            self.online = online = self._new_predictor(model, online)
+        if online is None:
+            self.online = online = self._new_predictor()
         before = online.mixture
         online.set_model(model)
         if online.mixture is not None and online.mixture is not before:
@@ -102,10 +102,11 @@ class RecordScorer:
         self._other = self._index.get(OTHER, UNSEEN)
         self._at_model = (online.loss, online.n_scored)
 
-    def _new_predictor(self, model, previous: OnlinePredictor | None) -> OnlinePredictor:
-        """A predictor for the model's window, going on from ``previous`` or :attr:`weights`."""
-        online = OnlinePredictor(window=model.window)
-        learned = self.learned_weights() if previous is not None else self.weights
+    def _new_predictor(self) -> OnlinePredictor:
+        """A predictor going on from :attr:`weights`, following each model's window (a fit's
+        choice, ``window="auto"``: the streams keep their symbols when it changes)."""
+        online = OnlinePredictor(window=None)
+        learned = self.weights
         if learned is not None:
             if learned.mixture is not None:
                 online.set_weights(learned.mixture, learned.components)

@@ -166,6 +166,7 @@ def fit_default(name: str, acc: MomentAccumulator, test: list[np.ndarray]) -> di
     score_s = time.process_time() - t0
     n_test = sum(len(s) for s in test)
     return {"loss": loss, "fit": fit_s, "score_us": 1e6 * score_s / n_test, "rank": int(model.rank),
+            "window": int(model.window),
             "parts": parts_alone(model, test), "held_out": dict(model.backoff.held_out)}
 
 

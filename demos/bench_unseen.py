@@ -13,13 +13,17 @@ to them. Each is split 80/20 (by position for one stream, by sequence for sessio
 * ``dense``: a 30-state HMM over 30 symbols with Dirichlet(1) rows (little to gain);
 * ``sessions 8/50`` and ``sessions 30/6``: many short sequences (geometric lengths, mean
   12, ``bench_windows.sequences``) from sparse HMMs (Dirichlet(0.1) rows), 8 states over
-  50 symbols and 30 over 6.
+  50 symbols and 30 over 6;
+* ``markov4`` and ``markov4 1e6``: a fourth-order chain over 4 symbols
+  (``streamspec.experiments.markov_chains``, Dirichlet(0.3) rows: 256 states, more than
+  the backoff's HMM may have), 10⁵ and 10⁶ training symbols in sequences of 1,000.
 
 Printed per process: held-out log loss (nats per symbol) of the KN bigram and trigram
-(discount 0.75), the default ``MEstimator()`` and its HMM alone (its size K), the truth
-where it is an HMM, and with ``--em`` hmmlearn's ``CategoricalHMM`` with the true number of
-states (best of 3 starts, at most 100 iterations, on at most 200,000 training symbols);
-fit CPU seconds, one BLAS thread. ``docs/benchmarks.md`` ("Processes never measured
+(discount 0.75), the default ``MEstimator()``, its model alone (its window filter w,
+chosen over windows: ``streamspec.core.filter_window``) and its HMM alone (its size K), the
+truth where it is known (an HMM, a chain), and with ``--em`` hmmlearn's ``CategoricalHMM``
+with the true number of states (best of 3 starts, at most 100 iterations, on at most
+200,000 training symbols); fit CPU seconds, one BLAS thread. ``docs/benchmarks.md`` ("Processes never measured
 before") holds the recorded figures.
 """
 
@@ -43,6 +47,7 @@ from predict_sets import Case  # noqa: E402
 from streamspec import HiddenMarkovModel  # noqa: E402
 from streamspec.core.hmm import HMM  # noqa: E402
 from streamspec.experiments.baselines import KneserNeyNGram  # noqa: E402
+from streamspec.experiments.markov_chains import markov_chain, markov_chain_loss  # noqa: E402
 
 
 def markov3(n: int, size: int, seed: int) -> np.ndarray:
@@ -84,6 +89,12 @@ def processes() -> dict[str, Callable[[], Case]]:
                 else truth.sample(size, random_state=seed + 1))
         return _case(name, n, data, truth)
 
+    def chain_case(name, size, seed):
+        seqs = list(markov_chain(4, 4, size, seed).reshape(-1, 1000))
+        case = _case(name, 4, seqs)
+        case.truth_loss = lambda: markov_chain_loss(4, 4, seed, case.test)
+        return case
+
     return {
         "markov3": lambda: _case("markov3 (6 symbols)", 6, markov3(6, 200_000, 1)),
         "zipf": lambda: _case("zipf (500 symbols, i.i.d.)", 500, iid_zipf(500, 200_000, 2)),
@@ -91,6 +102,8 @@ def processes() -> dict[str, Callable[[], Case]]:
         "dense": lambda: hmm_case("dense HMM 30/30", 30, 30, 300_000, 4, 1.0, False),
         "sessions 8/50": lambda: hmm_case("sessions HMM 8/50", 8, 50, 200_000, 5, 0.1, True),
         "sessions 30/6": lambda: hmm_case("sessions HMM 30/6", 30, 6, 300_000, 6, 0.1, True),
+        "markov4": lambda: chain_case("markov4 (4 symbols)", 125_000, 7),
+        "markov4 1e6": lambda: chain_case("markov4 (4 symbols), 10⁶", 1_250_000, 7),
     }
 
 
@@ -101,6 +114,8 @@ def run(case: Case, em: bool) -> str:
     r = fit_default("M", acc, case.test)
     parts = r["parts"]
     truth = em_cell = "–"
+    if hasattr(case, "truth_loss"):
+        truth = f"{case.truth_loss():.4f}"
     if case.truth is not None:
         truth = f"{hmm_loss(HiddenMarkovModel.from_hmm(case.truth), case.test)[0]:.4f}"
         if em:
@@ -112,7 +127,7 @@ def run(case: Case, em: bool) -> str:
     hmm = "–" if parts["hmm"] is None else f"{parts['hmm']:.4f} ({parts['K']})"
     gain = 100 * (r["loss"] / kn[1] - 1)
     return (f"| {case.name} | {case.n_train:,} | {kn[0]:.4f} | {kn[1]:.4f} | {r['loss']:.4f} ({gain:+.2f}%) "
-            f"| {hmm} | {truth} | {em_cell} | {r['fit']:.1f} |")
+            f"| {parts['model']:.4f} ({r['window']}) | {hmm} | {truth} | {em_cell} | {r['fit']:.1f} |")
 
 
 def main(argv=None) -> int:
@@ -125,9 +140,9 @@ def main(argv=None) -> int:
     unknown = sorted(set(names) - set(makers))
     if unknown:
         p.error(f"unknown process(es) {', '.join(unknown)}; choose from {', '.join(makers)}")
-    print("| process | training symbols | KN bigram | KN trigram | default (vs KN trigram) | HMM alone (K) "
-          "| truth | EM, true K (CPU) | default fit s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| process | training symbols | KN bigram | KN trigram | default (vs KN trigram) | model alone (w) "
+          "| HMM alone (K) | truth | EM, true K (CPU) | default fit s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         print(run(makers[name](), args.em), flush=True)
     return 0

@@ -22,7 +22,7 @@ def check_estimator(est: Any) -> None:
         raise ValueError(f"estimator must be 'spectral', 'm' or an estimator, got {est!r}")
 
 
-def online_estimator(est: Any, *, rank: int | str, window: int, min_proba: float,
+def online_estimator(est: Any, *, rank: int | str, window: int | str, min_proba: float,
                      n_states: int | None):
     """The estimator :class:`~streamspec.adapters.river_model.SpectralHMM` refits. O(1).
 

@@ -48,8 +48,9 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         ``sweeps`` sweeps). Or an estimator object, used as a template (its ``window``
         and ``hmm_states`` are overridden).
     window
-        Symbols of context of the spectral model's own prediction (its window filter);
-        the trigram always sees two, the HMM the whole stream.
+        Symbols of context of the spectral model's own prediction (its window filter):
+        ``"auto"`` (default) each fit's choice (:mod:`streamspec.core.filter_window`), or an
+        integer; the trigram always sees two, the HMM the whole stream.
     refit_every
         Refit after this many learned symbols (all streams together); ``None``: only
         ``refit_interval``.
@@ -151,7 +152,7 @@ class SpectralHMM(RefitSchedule, base.Classifier):
         self,
         rank: int | str = defaults.RANK,
         estimator: Any = "spectral",
-        window: int = defaults.WINDOW,
+        window: int | str = defaults.WINDOW,
         refit_every: int | None = defaults.REFIT_EVERY,
         refit_interval: float | None = None,
         sweeps: int = defaults.WARM_SWEEPS,
@@ -220,7 +221,7 @@ class SpectralHMM(RefitSchedule, base.Classifier):
                                min_proba=self.min_proba, n_states=self.n_states)
         self._refitter = Refitter(est, refit_every=self.refit_every, refit_interval=self.refit_interval,
                                   sweeps=self.sweeps, background=self.background)
-        self._online = OnlinePredictor(window=self.window)
+        self._online = OnlinePredictor(window=None if self.window == "auto" else self.window)
         self._lock = threading.Lock()
         self._labels: list[Hashable] = []
         self._label_index: dict[Hashable, int] = {}  # label -> its position in _labels

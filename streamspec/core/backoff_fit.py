@@ -24,10 +24,9 @@ that, EM warm-starts from it with a budget proportional to that share (docs/math
 section 10). With ``"auto"`` states, once the counts have grown :data:`STATES_REGROWTH`
 times since the size was chosen, the refit chooses it again as step 2 does.
 
-The held-out contexts are two symbols long, so they undervalue what the HMM remembers
-from further back; the weights keep learning from every symbol a stream or a scored
-sequence shows (:meth:`~streamspec.core.backoff.Backoff.walk`), which is where its
-long memory earns its weight.
+Held-out triples undervalue what the HMM remembers from further back; over windows the
+first weights and the model's window filter (``filter_window="auto"``) come from held-out
+stretches of L + 1 symbols, and the weights keep learning from every symbol a stream shows.
 """
 
 from __future__ import annotations
@@ -42,14 +41,15 @@ from streamspec.core.backoff_windows import (
     BASE_STATES,
     candidate_budget,
     choose_window_hmm,
+    em_sample,
     fit_window_hmm,
     hmm_states_for_windows,
     moment_hmm,
     noise_level,
-    sample_threshold,
     state_candidates,
 )
 from streamspec.core.count_split import CountSplit, split_counts
+from streamspec.core.filter_window import MIN_STRETCH_GAIN
 from streamspec.core.held_out import StretchWeights, held_out_items, held_out_scores, hmm_probas, model_probas
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_estimator import HMMEstimator
@@ -108,23 +108,6 @@ def hmm_states_for(triples: Triples) -> int:
     P21 = triples.P21()
     count = leading_singular(P21, noise_level(P21, triples.total), MAX_HMM_STATES, first=16)[0]
     return int(min(max(count, 2), MAX_HMM_STATES, triples.n))
-
-
-def em_sample(triples: Triples, max_nnz: int, rng: np.random.Generator) -> Triples:
-    """At most ~``max_nnz`` distinct triples that EM can run on instead of all of them, unbiased:
-    triples of weight at least a threshold τ are kept; lighter ones are kept with probability
-    w / τ and then weigh τ (threshold sampling), so every expected count is unchanged. O(nnz).
-
-    >>> t = Triples.from_arrays(3, [0, 1, 2, 0], [1, 2, 0, 2], [2, 0, 1, 1], [50.0, 1.0, 1.0, 1.0])
-    >>> em_sample(t, 10, np.random.default_rng(0)) is t, em_sample(t, 2, np.random.default_rng(0)).nnz <= 3
-    (True, True)
-    """
-    if triples.nnz <= max_nnz:
-        return triples
-    w = triples.weights
-    tau = sample_threshold(w, max_nnz)
-    keep = (w >= tau) | (rng.random(w.size) * tau < w)
-    return Triples(triples.n, triples.codes[keep], np.maximum(w[keep], tau))
 
 
 class SharedFit:
@@ -197,7 +180,8 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
                      *, holdout: float = 0.1, random_state: int | None = 0, max_contexts: int = 2000,
                      hmm_states: int | str | None = "auto", previous=None,
                      grams: WindowCounts | None = None, fit_grams: Callable | None = None,
-                     changed: float | None = None, change: TriplesChange | None = None):
+                     changed: float | None = None, change: TriplesChange | None = None,
+                     filter_window: int | str = 2):
     """Fit a model with ``fit`` and attach its :class:`~streamspec.core.backoff.Backoff` (module docstring).
 
     Parameters
@@ -242,12 +226,17 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         (:func:`~streamspec.core.triples_change.triples_change` of its ``triples`` and these),
         if known: its trigram is then merged from the previous one
         (:meth:`KneserNeyTrigram.updated`, O(nnz) traffic, no sort); else computed there.
+    filter_window
+        The estimator's ``window``: ``"auto"`` chooses the model's window filter over windows
+        on the held-out stretches (:func:`~streamspec.core.filter_window.choose_window`) and
+        a refit keeps the previous model's; an integer is kept as the model has it.
 
     Time: two fits of the model, the HMM's EM budget (:data:`EM_BUDGET`, up to
     ``1 + 16.1 / c`` times it with sizes above 16, c the sizes up to 16; an EM iteration
     costs O(K² · distinct triples)) and half of it, each size's moment start
     (:func:`fit_hmm`), O(nnz log nnz) for the trigrams, O(max_contexts · n · d) to score the
-    model on the held-out contexts; memory O(nnz + n · (d² + K)).
+    model on the held-out contexts (L + 1 times over windows with ``filter_window="auto"``,
+    plus O(max_contexts · L² · d²) for the states); memory O(nnz + n · (d² + K)).
 
     Examples
     --------
@@ -266,41 +255,42 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     if grams is not None and fit_grams is not None:  # the model over windows
         fit = _on_grams(fit_grams, triples, grams)
     if getattr(previous, "backoff", None) is not None:
-        return _refit(fit, triples, starts, previous.backoff, hmm_states, seed, grams, changed, change)
+        return _refit(fit, triples, starts, previous, hmm_states, seed, grams, changed, change, filter_window)
     rng = np.random.default_rng(random_state)
     split = split_counts(triples, starts, grams, holdout, rng)
     kept, held = split.kept, split.held
     if grams is not None and fit_grams is not None:
         fit = _on_grams(fit_grams, triples, grams, {id(kept): split.kept_hmm})
-    mixture, hmm, K, scores, use_model = None, None, None, {}, True
+    mixture, hmm, K, scores, use_model, window = None, None, None, {}, True, None
     if kept.total > 0 and held.total > 0:
         stretches = StretchWeights.of(split, int(max_contexts), seed)  # None over triples
         model = fit(kept)
         trigram = KneserNeyTrigram(kept, split.kept_starts)
+        if stretches is not None:  # over windows: the first weights, and the window, from held-out stretches
+            model = stretches.score(model, trigram, filter_window)
+            window = model.window
         ctx, x, w, draws = held_out_items(held, split.held_starts, int(max_contexts), rng)
         u, v = ctx[:, 0], ctx[:, 1]
         P = [model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
         buckets = bucket_of_counts(trigram.context_counts(u, v))
-        if stretches is not None:  # over windows: the first weights from held-out stretches
-            stretches.score(model, trigram)
         unigram_x, min_proba = trigram.unigram()[x], model.min_proba
         # why freed before the HMM's sizes are fitted: their EM is the first fit's memory peak
         del model, trigram
         hmm, hmm_p = _held_out_hmm(split, triples, grams, hmm_states, (ctx, x, w), seed, draws)
         K = hmm.n_states if hmm is not None else 0
-        if hmm is not None:
-            P.append(hmm_p)
-        P = np.stack(P, axis=1)
+        P = np.stack(P if hmm is None else [*P, hmm_p], axis=1)
         scores = held_out_scores(P, buckets, w, u, v, unigram_x, min_proba, rng)
-        # the model is a component only where it predicts better (it costs O(n · d) a prediction)
-        use_model = scores["mixture_without_model"] - scores["mixture"] >= MIN_MODEL_GAIN
+        # the model is a component only where it predicts better (it costs O(n · d) a prediction),
+        # on the triples or, its window past 2 symbols, on the stretches (memory triples cannot show)
+        use_model = (scores["mixture_without_model"] - scores["mixture"] >= MIN_MODEL_GAIN
+                     or stretches is not None and stretches.model_gain(hmm, seed) >= MIN_STRETCH_GAIN)
         if not use_model:
             P = P[:, 1:]
             scores["mixture"] = scores["mixture_without_model"]
         mixture = (ExpertMixture.from_held_out(P.shape[1], buckets, P, w) if stretches is None
                    else stretches.weights(hmm, use_model))
         del kept, held, split  # why: freed before the fits on all the counts
-    model = fit(triples)
+    model = fit(triples) if window is None else fit(triples).with_filter(window=window)
     counts = triples if grams is None else grams
     if K is None:  # too few counts to hold any out: the HMM from all of them, uniform weights
         K = _resolve_states(hmm_states, triples, grams)
@@ -354,13 +344,17 @@ def _on_grams(fit_grams: Callable, triples: Triples, grams: WindowCounts, parts:
     return fit
 
 
-def _refit(fit, triples: Triples, starts: StreamStarts, previous: Backoff, hmm_states, seed: int,
+def _refit(fit, triples: Triples, starts: StreamStarts, previous_model, hmm_states, seed: int,
            grams: WindowCounts | None = None, changed: float | None = None,
-           change: TriplesChange | None = None):
-    """:func:`fit_with_backoff` from a previous backoff: all counts, the weights kept, the HMM
-    kept while little changed since its EM, else warm-started (its docstring, ``changed``); the
-    trigram merged from the previous one (:meth:`KneserNeyTrigram.updated`, ``change``)."""
+           change: TriplesChange | None = None, filter_window: int | str = 2):
+    """:func:`fit_with_backoff` from a previous model's backoff: all counts, the weights kept, the
+    HMM kept while little changed since its EM, else warm-started (its docstring, ``changed``);
+    the trigram merged from the previous one (:meth:`KneserNeyTrigram.updated`, ``change``); an
+    ``"auto"`` window filter the previous model's."""
+    previous: Backoff = previous_model.backoff
     model = fit(triples)
+    if filter_window == "auto" and hasattr(previous_model, "window"):  # (a worker's start: none)
+        model = model.with_filter(window=int(previous_model.window))
     old_trigram = getattr(previous, "trigram", None)  # why: a backoff-like previous may have none
     trigram = (KneserNeyTrigram.updated(old_trigram, triples, starts, change)
                if isinstance(old_trigram, KneserNeyTrigram) else None)

@@ -18,7 +18,8 @@ them, not on the triples: its number of states is no longer capped by the alphab
   distinct grams (threshold-sampled, unbiased), over the longest window whose iterations
   fit the work budget (at least the window whose Hankel supports the states, where the
   method of moments starts). The budget is in the units of the message E-step
-  (:func:`~streamspec.core.window_estep.estep_units`, about those of a triple's K² + 30).
+  (:func:`~streamspec.core.window_estep.estep_units`, about those of a triple's K² + 30);
+- :func:`em_sample`: the same threshold sampling of the triples, for EM over triples.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_estimator import HMMEstimator
 from streamspec.core.hmm_moments import SharedMoments
 from streamspec.core.hmm_smoothing import smoothed_hmm
+from streamspec.core.triples import Triples
 from streamspec.core.window_estep import GramMessages, estep_units
 from streamspec.core.window_rank import level_rank, noise_level, supported_rank
 from streamspec.core.windows import WindowCounts
 
-__all__ = ["hmm_states_for_windows", "noise_level", "fit_window_hmm", "choose_window_hmm",
+__all__ = ["em_sample", "hmm_states_for_windows", "noise_level", "fit_window_hmm", "choose_window_hmm",
            "state_candidates", "sample_grams", "sample_threshold", "em_window", "candidate_budget",
            "window_budget", "moment_hmm", "BASE_STATES"]
 
@@ -360,3 +362,20 @@ def _em_window(grams: WindowCounts, n_states: int, budget: float, min_iter: int,
     while L > level and _cost(shared.sample(L), n_states) * min_iter > budget:
         L -= 1
     return L
+
+
+def em_sample(triples: Triples, max_nnz: int, rng: np.random.Generator) -> Triples:
+    """At most ~``max_nnz`` distinct triples that EM can run on instead of all of them, unbiased:
+    triples of weight at least a threshold τ are kept; lighter ones are kept with probability
+    w / τ and then weigh τ (threshold sampling), so every expected count is unchanged. O(nnz).
+
+    >>> t = Triples.from_arrays(3, [0, 1, 2, 0], [1, 2, 0, 2], [2, 0, 1, 1], [50.0, 1.0, 1.0, 1.0])
+    >>> em_sample(t, 10, np.random.default_rng(0)) is t, em_sample(t, 2, np.random.default_rng(0)).nnz <= 3
+    (True, True)
+    """
+    if triples.nnz <= max_nnz:
+        return triples
+    w = triples.weights
+    tau = sample_threshold(w, max_nnz)
+    keep = (w >= tau) | (rng.random(w.size) * tau < w)
+    return Triples(triples.n, triples.codes[keep], np.maximum(w[keep], tau))

@@ -41,7 +41,7 @@ __all__ = [
     "BASIS_TOL", "WEIGHTING_RTOL",
     "WEIGHTINGS", "FACTORIZATIONS", "FORMULATIONS", "FILTERS", "BACKOFFS",
     "HMM_N_ITER", "HMM_WINDOW_N_ITER", "HMM_TOL", "HMM_INIT", "HMM_INITS",
-    "check_settings", "check_setting", "check_hmm_settings",
+    "check_settings", "check_setting", "check_hmm_settings", "filter_window",
 ]
 
 # ---------------------------------------------------------------- the defaults
@@ -58,7 +58,10 @@ TOL = 1e-6
 SHRINKAGE = "auto"
 RIDGE = 1e-6
 FILTER = "window"
-WINDOW = 2
+# the window filter's w: "auto" keeps 2 over triples and, over windows of L symbols, takes the w
+# in 1..L+1 of least held-out loss (core/filter_window.py: a 4th-order chain over 4 symbols,
+# 1.318 nats at w = 2 against 0.744 at w = 4, the truth 0.733; docs/benchmarks.md)
+WINDOW: int | str = "auto"
 # the counts' window L (MomentAccumulator(window=...), SpectralHMM(count_window=...), learn/consume
 # --window, the daemon's window): "auto" counts (2L+1)-grams with room for rank 128 (L = 1, plain
 # triples, from 128 symbols on) and the estimators fit on the shortest l <= L that gives the rank
@@ -121,7 +124,7 @@ _RULES = {
     "n_restarts": ((lambda v: _is_int(v) and v >= 0), "an integer >= 0"),
     "n_conditions": ((lambda v: v is None or (_is_int(v) and v >= 1)),
                      "a positive integer or None"),
-    "window": ((lambda v: _is_int(v) and v >= 0), "an integer >= 0"),
+    "window": ((lambda v: v == "auto" or (_is_int(v) and v >= 0)), "an integer >= 0 or 'auto'"),
     "min_proba": ((lambda v: _is_real(v) and 0 <= v < 1), "a number in [0, 1)"),
     "random_state": ((lambda v: v is None or _is_int(v)), "an integer or None"),
     "refit_every": ((lambda v: v is None or (_is_int(v) and v >= 1)),
@@ -171,6 +174,16 @@ def check_setting(name: str, value: Any, rules: dict | None = None) -> None:
         good = False
     if not good:
         raise ValueError(f"{name} must be {allowed}; got {value!r}")
+
+
+def filter_window(window: int | str) -> int:
+    """The window a model is built with: ``window``, or 2 for ``"auto"`` (until the backoff's
+    fit chooses, :mod:`streamspec.core.filter_window`). O(1).
+
+    >>> filter_window("auto"), filter_window(4)
+    (2, 4)
+    """
+    return 2 if window == "auto" else int(window)
 
 
 def check_settings(**settings: Any) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from streamspec.core.defaults import filter_window
 from streamspec.core.factors import MFactors, factor_operators, factors_of
 from streamspec.core.fit_data import alphabet_size, counts_of
 from streamspec.core.fit_steps import FitSteps
@@ -327,7 +328,7 @@ class DenseFit(FitSteps):
         W = problem.weighting_at(best.operators())
         best.loss = problem.loss(best.R, best.S, W)
         model = ObservableOperatorModel(
-            self.P1, np.ones(self.n), best.operators(), filter=est.filter, window=est.window,
+            self.P1, np.ones(self.n), best.operators(), filter=est.filter, window=filter_window(est.window),
             min_proba=est.min_proba, symbols=self.labels, rank=self.k, factors=best,
         )
         return model, {

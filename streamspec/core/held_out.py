@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamspec.core.count_split import CountSplit
+from streamspec.core.filter_window import choose_window, stretch_probas
 from streamspec.core.hidden_markov_model import HiddenMarkovModel
 from streamspec.core.hmm_filter import symbol_probas
 from streamspec.core.mixture import ExpertMixture, bucket_of_counts
@@ -78,20 +79,50 @@ class StretchWeights:
             return None
         return cls(split.held_grams, split.held_starts, max_items, seed)
 
-    def score(self, model, trigram) -> None:
-        """The model's and the trigram's probabilities of the stretches' symbols (after their
-        last two: what each uses), and the trigram's buckets of those contexts. O(m · n · d)."""
+    def score(self, model, trigram, window: int | str = 2):
+        """The model with its window filter (``window="auto"``: chosen on the stretches,
+        :func:`~streamspec.core.filter_window.choose_window`; else as it is), after scoring it
+        on the stretches' symbols after its window of their contexts
+        (:func:`~streamspec.core.filter_window.stretch_probas`), the trigram after their last
+        two, and the trigram's buckets of those contexts. O(L · m · n · d)."""
+        self.chosen = None
+        if window == "auto" and model.filter == "window":
+            self.chosen = choose_window(model, self.ctx, self.x, self.w)[0]
+            model = model.with_filter(window=self.chosen)
         u, v, x = self.ctx[:, -2], self.ctx[:, -1], self.x
-        self.P = [model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
+        self.P = [stretch_probas(model, self.ctx, x, model.window), trigram.proba_of(u, v, x)]
         self.buckets = bucket_of_counts(trigram.context_counts(u, v))
+        self.unigram, self.min_proba, self._hmm = trigram.unigram()[x], model.min_proba, None
+        return model
+
+    def _columns(self, hmm: HiddenMarkovModel | None, use_model: bool) -> np.ndarray:
+        """The components' probabilities (m, c): the model's only with ``use_model``, the HMM
+        filtered over each whole stretch (once). O(m · (L + 1) · K²)."""
+        P = self.P[int(not use_model) :]
+        if hmm is not None:  # over windows startprob_ is the law of a stream's start
+            if self._hmm is None:
+                self._hmm = hmm_probas(hmm, self.ctx, self.x, hmm.occupancy())
+            P = [*P, self._hmm]
+        return np.stack(P, axis=1)
+
+    def model_gain(self, hmm: HiddenMarkovModel | None, seed: int) -> float:
+        """What the model adds to the cross-fitted mixture on the stretches (nats per symbol,
+        the mixture without it minus with it, :func:`held_out_scores`) where :meth:`score`
+        chose a window past two symbols (what held-out triples cannot show), else 0.
+        O(m · E · K)."""
+        if self.chosen is None or self.chosen <= 2:
+            return 0.0
+        # (the caller asks for MIN_STRETCH_GAIN: the stretches overvalue the model against an HMM
+        # that remembers more than L + 1 symbols, core/filter_window.py)
+        s = held_out_scores(self._columns(hmm, True), self.buckets, self.w, self.ctx[:, -2],
+                            self.ctx[:, -1], self.unigram, self.min_proba,
+                            np.random.default_rng([seed, 2]))
+        return s["mixture_without_model"] - s["mixture"]
 
     def weights(self, hmm: HiddenMarkovModel | None, use_model: bool) -> ExpertMixture:
         """The first weights of the components kept (the model's column only with
         ``use_model``; the HMM filtered over each whole stretch). O(m · (L + 1) · K² + m · E)."""
-        P = self.P[int(not use_model) :]
-        if hmm is not None:  # over windows startprob_ is the law of a stream's start
-            P = [*P, hmm_probas(hmm, self.ctx, self.x, hmm.occupancy())]
-        P = np.stack(P, axis=1)
+        P = self._columns(hmm, use_model)
         return ExpertMixture.from_held_out(P.shape[1], self.buckets, P, self.w)
 
 

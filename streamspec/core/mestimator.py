@@ -156,7 +156,9 @@ class MEstimator(StatefulFits, Estimator):
         States of the backoff's HMM: ``"auto"`` (default: chosen on held-out counts, 2..64), an
         integer, or ``None`` (no HMM component).
     filter, window, min_proba
-        Passed to the fitted :class:`ObservableOperatorModel`.
+        Passed to the fitted :class:`ObservableOperatorModel`. ``window="auto"`` (default):
+        2, or over windows of L ≥ 2 symbols with the backoff the w in 1..L + 1 of least
+        held-out loss (:mod:`streamspec.core.filter_window`); an integer is kept.
     count_window
         The window of the model when the counts are of windows (``MomentAccumulator(window=L)``,
         L ≥ 2; ``docs/math.md`` section 11, "θ_M over windows"), as
@@ -306,7 +308,7 @@ class MEstimator(StatefulFits, Estimator):
         shrinkage: float | str = defaults.SHRINKAGE,
         ridge: float = defaults.RIDGE,
         filter: str = defaults.FILTER,
-        window: int = defaults.WINDOW,
+        window: int | str = defaults.WINDOW,
         min_proba: float = defaults.MIN_PROBA,
         formulation: str = defaults.FORMULATION,
         n_conditions: int | None = None,
@@ -477,7 +479,8 @@ class MEstimator(StatefulFits, Estimator):
         previous = init if getattr(init, "backoff", None) is not None else None
         self.model_ = fit_with_backoff(fit, triples, starts_of(data, triples.n), random_state=seed,
                                        hmm_states=self.hmm_states, previous=previous,
-                                       grams=long_windows_of(data) if grams is None else grams)
+                                       grams=long_windows_of(data) if grams is None else grams,
+                                       filter_window=self.window)
         state = getattr(self, "state_", None)
         if state is not None:  # the next refit starts from this model, backoff and all
             state.model = self.model_

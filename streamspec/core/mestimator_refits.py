@@ -193,7 +193,8 @@ class StatefulFits:
             previous = init if getattr(init, "backoff", None) is not None else None
             model = fit_with_backoff(None, triples, starts_of(data, triples.n), random_state=seed,
                                      hmm_states=self.hmm_states, previous=previous, grams=grams,
-                                     fit_grams=fit_grams, changed=changed if previous else None)
+                                     fit_grams=fit_grams, changed=changed if previous else None,
+                                     filter_window=self.window)
         for name, value in last["fitted"].items():  # those of the fit on all the counts (the last)
             setattr(self, name, value)
         self.model_ = model

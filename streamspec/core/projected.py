@@ -470,7 +470,7 @@ class ProjectedFit(FitSteps):
         # checkpoint, and its warm refits start from the state instead
         model_factors = None if est.per_rank == 1 else factors
         model = ObservableOperatorModel(
-            self.b1, self.binf, ops, filter=est.filter, window=est.window, min_proba=est.min_proba,
+            self.b1, self.binf, ops, filter=est.filter, window=est.model_window, min_proba=est.min_proba,
             symbols=self.labels, rank=self.k, factors=model_factors, right=self.right)
         self.model = model
         fitted = {

@@ -40,13 +40,18 @@ class ProjectedSettings:
     ridge: float = defaults.RIDGE
     tol: float = defaults.TOL
     filter: str = defaults.FILTER
-    window: int = defaults.WINDOW
+    window: int | str = defaults.WINDOW
     min_proba: float = defaults.MIN_PROBA
     auto_cap: int = 100
     per_rank: int = 2
     random_state: int = 0
     basis_tol: float = defaults.BASIS_TOL
     weighting_rtol: float = defaults.WEIGHTING_RTOL
+
+    @property
+    def model_window(self) -> int:
+        """The fitted model's window (:func:`~streamspec.core.defaults.filter_window`). O(1)."""
+        return defaults.filter_window(self.window)
 
 
 def settings_of(est: Any, **changes: Any) -> ProjectedSettings:

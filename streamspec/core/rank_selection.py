@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from streamspec.core import defaults
 from streamspec.core.model import ObservableOperatorModel
 from streamspec.core.subspace import DENSE_SVD_MAX, project_triples, top_singular
 from streamspec.core.triples import Triples
@@ -189,7 +190,7 @@ def resolve_rank(estimator, triples: Triples, init=None) -> tuple[int, dict[int,
     if (isinstance(previous, int | np.integer) and 1 <= previous <= max_rank(triples.n)
             and not triples.total >= 2 * chosen_on):  # NaN (not recorded): keep it
         return int(previous), {}, ({} if chosen_on != chosen_on else {RANK_CHOSEN_ON: f"{chosen_on:.0f}"})
-    window = estimator.window if estimator.filter == "window" else 2
+    window = defaults.filter_window(estimator.window) if estimator.filter == "window" else 2
     seed = getattr(estimator, "random_state", 0)
     kwargs = {"min_proba": estimator.min_proba, "window": window,
               "random_state": 0 if seed is None else seed}

@@ -127,7 +127,9 @@ class SpectralEstimator(Estimator):
         To choose the rank by held-out log loss instead, see
         :func:`streamspec.core.selection.select_predictor`.
     filter, window, min_proba
-        Passed to the fitted :class:`ObservableOperatorModel`.
+        Passed to the fitted :class:`ObservableOperatorModel`. ``window="auto"`` (default):
+        2, or over windows of L ≥ 2 symbols with the backoff the w in 1..L + 1 of least
+        held-out loss (:mod:`streamspec.core.filter_window`); an integer is kept.
     backoff
         ``"auto"`` (default): mix the model's predictions with an interpolated
         Kneser–Ney trigram and an HMM filter of the same counts, with weights started on
@@ -177,7 +179,7 @@ class SpectralEstimator(Estimator):
     """
 
     def __init__(self, *, rank: int | str = defaults.RANK, filter: str = defaults.FILTER,
-                 window: int = defaults.WINDOW, min_proba: float = defaults.MIN_PROBA,
+                 window: int | str = defaults.WINDOW, min_proba: float = defaults.MIN_PROBA,
                  backoff: str | None = defaults.BACKOFF, random_state: int = 0,
                  hmm_states: int | str | None = defaults.HMM_STATES,
                  basis_tol: float = defaults.BASIS_TOL, count_window: int | str = "auto"):
@@ -310,7 +312,8 @@ class SpectralEstimator(Estimator):
             # why the dict is filled by every call: the last one is the fit on all the grams
             counts = marginal if g is grams and marginal is not None else g.marginal(level)
             b1, binf, B = window_spectral_operators(counts, k, self.random_state, bases)
-            return ObservableOperatorModel(b1, binf, B, filter=self.filter, window=self.window,
+            return ObservableOperatorModel(b1, binf, B, filter=self.filter,
+                                           window=defaults.filter_window(self.window),
                                            min_proba=self.min_proba, symbols=labels, rank=k)
 
         if self.backoff is None:
@@ -320,6 +323,7 @@ class SpectralEstimator(Estimator):
             model = fit_with_backoff(None, triples, starts_of(data, triples.n),
                                      random_state=self.random_state, hmm_states=self.hmm_states,
                                      previous=previous, grams=grams, fit_grams=fit_grams,
-                                     changed=changed if previous is not None else None)
+                                     changed=changed if previous is not None else None,
+                                     filter_window=self.window)
         self.model_, self.rank_, self.rank_scores_, self.window_ = model, k, None, level
         return model

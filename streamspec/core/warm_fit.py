@@ -173,7 +173,7 @@ def fit_projected(settings: ProjectedSettings, max_outer: int, triples: Triples,
     model = fit_with_backoff(fit, triples, starts, random_state=random_state,
                              hmm_states=hmm_states, previous=previous, grams=grams,
                              changed=None if plan is None else plan.info.changed,
-                             change=_trigram_change(plan, state, previous))
+                             change=_trigram_change(plan, state, previous), filter_window=settings.window)
     result = final["result"]
     result.model = model
     if "state_" in result.fitted:  # the next refit starts from this model, backoff and all

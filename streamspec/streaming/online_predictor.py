@@ -235,7 +235,7 @@ class OnlinePredictor(BatchObservation):
     Parameters
     ----------
     window
-        Symbols of context the model's own prediction uses (its window filter).
+        Symbols of context of the model's own prediction; ``None``: each model's ``window``.
     cache_floats
         Capacity of the cache of rows (floats).
 
@@ -265,15 +265,14 @@ class OnlinePredictor(BatchObservation):
     _last = None  # what _peek returned last (a class default: states pickled before it have none)
     _prune_from = 4 * TOP + 1  # argmax prunes from this many symbols (set per model; pickles before it)
 
-    def __init__(self, window: int = 2, cache_floats: int = ROW_CACHE_FLOATS):
-        self.window = int(window)
+    def __init__(self, window: int | None = 2, cache_floats: int = ROW_CACHE_FLOATS):
+        self.follows_model = window is None  # the window of each model set (its fit chose it)
         self.cache_floats = cache_floats
         self.model = None
         self.mixture: ExpertMixture | None = None
         self.components: tuple[str, ...] = ()  # the components the weights are for
         self._rows: _Rows | None = None
-        self._keep = max(self.window, 2)  # symbols kept per stream
-        self._mask = (1 << (CONTEXT_BITS * self._keep)) - 1
+        self._set_window(2 if window is None else window)
         self._codes: dict[Hashable, int] = {}
         self._post: dict[Hashable, np.ndarray] = {}  # the HMM filter after each stream's last symbol
         self._last = None  # (model, code, post, key, what _peek returned)
@@ -289,6 +288,8 @@ class OnlinePredictor(BatchObservation):
         components, else taken from the model. O(1) (rows are computed lazily)."""
         old = self.model
         self.model = model
+        if getattr(self, "follows_model", False) and model.window != self.window:
+            self._set_window(model.window)
         self._rows = _Rows(model, self.window, self.cache_floats)
         self._prune_from = _prune_from(model)
         if model.backoff is None:  # the model alone: nothing to mix, nothing to learn
@@ -302,6 +303,11 @@ class OnlinePredictor(BatchObservation):
         if hmm is None or old_hmm is None or old_hmm.n_states != hmm.n_states:
             self._post.clear()
 
+    def _set_window(self, window: int) -> None:
+        """Keep each stream's last max(window, 2) symbols from now on (its code keeps those it has). O(1)."""
+        self.window = int(window)
+        self._mask = (1 << (CONTEXT_BITS * max(self.window, 2))) - 1
+
     def set_weights(self, mixture: ExpertMixture, components: tuple[str, ...]) -> None:
         """Go on from learned weights (e.g. read from a checkpoint) over ``components``: the
         next :meth:`set_model` keeps them if its model mixes the same components. O(1)."""
@@ -314,7 +320,7 @@ class OnlinePredictor(BatchObservation):
     def _digits(self, key: Hashable) -> list[int]:
         """The stream's last symbols (oldest first), -1 for a position before its start."""
         code = self._codes.get(key, 0)
-        return [((code >> (CONTEXT_BITS * a)) & DIGIT) - 1 for a in range(self._keep - 1, -1, -1)]
+        return [((code >> (CONTEXT_BITS * a)) & DIGIT) - 1 for a in range(max(self.window, 2) - 1, -1, -1)]
 
     def _context(self, key: Hashable) -> tuple[tuple[int, ...], int, int]:
         """The stream's context: the known symbols of the model's window (oldest first) and the
@@ -453,9 +459,7 @@ class OnlinePredictor(BatchObservation):
                             post /= z
                             self._post[key] = post
                             state = None
-                    P = np.array(P)
-                    bucket = rows.context(u, v)[3]
-                    mix = self.mixture
+                    P, bucket, mix = np.array(P), rows.context(u, v)[3], self.mixture
                     p = mix.observe(bucket, P) if learn else float(mix.blend(bucket) @ P)
                 self.loss -= math.log(max(p, 1e-300))
                 self.n_scored += 1

@@ -213,7 +213,7 @@ def test_estimator_object_template():
     for t in range(600):
         model.learn_one({}, "abc"[t % 3])
     assert model.refitter.n_fits == 3 and not hasattr(template, "factors_")
-    assert model.model.window == 1 and template.window == 2  # a copy's window is set
+    assert model.model.window == 1 and template.window == "auto"  # a copy's window is set
     assert model.predict_one({}) == "a"
 
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from streamspec import SpectralEstimator
 from streamspec.core import rank_selection
+from streamspec.core.defaults import filter_window
 from streamspec.core.hmm import HMM
 from streamspec.core.triples import Triples
 
@@ -43,7 +44,7 @@ def test_a_rechoice_inside_the_near_ranks_scores_only_them(monkeypatch):
 def test_a_best_rank_at_the_edge_of_the_near_ones_scores_them_all(monkeypatch):
     t = _counts(12, seed=2)
     full_k, full_scores = rank_selection.select_rank(t, min_proba=SpectralEstimator().min_proba,
-                                                     window=SpectralEstimator().window)
+                                                     window=filter_window(SpectralEstimator().window))
     assert full_k >= rank_selection.near_rank(1)  # the counts need at least the largest near rank
     calls = _spy(monkeypatch)
     k, scores, _ = rank_selection.resolve_rank(SpectralEstimator(), t, _previous(1, t.total / 4))
