@@ -16,7 +16,10 @@ to them. Each is split 80/20 (by position for one stream, by sequence for sessio
   50 symbols and 30 over 6;
 * ``markov4`` and ``markov4 1e6``: a fourth-order chain over 4 symbols
   (``streamspec.experiments.markov_chains``, Dirichlet(0.3) rows: 256 states, more than
-  the backoff's HMM may have), 10⁵ and 10⁶ training symbols in sequences of 1,000.
+  the backoff's HMM may have), 10⁵ and 10⁶ training symbols in sequences of 1,000;
+* ``short sessions``: 60,000 sessions of mean length 2.5 over 5,000 symbols, a sparse bigram
+  (five successors per symbol) behind a Zipf first symbol
+  (``streamspec.experiments.markov_chains.short_sessions``).
 
 Printed per process: held-out log loss (nats per symbol) of the KN bigram and trigram
 (discount 0.75), the default ``MEstimator()``, its model alone (its window filter w,
@@ -47,7 +50,7 @@ from predict_sets import Case  # noqa: E402
 from streamspec import HiddenMarkovModel  # noqa: E402
 from streamspec.core.hmm import HMM  # noqa: E402
 from streamspec.experiments.baselines import KneserNeyNGram  # noqa: E402
-from streamspec.experiments.markov_chains import markov_chain, markov_chain_loss  # noqa: E402
+from streamspec.experiments.markov_chains import markov_chain, markov_chain_loss, short_sessions  # noqa: E402
 
 
 def markov3(n: int, size: int, seed: int) -> np.ndarray:
@@ -104,6 +107,8 @@ def processes() -> dict[str, Callable[[], Case]]:
         "sessions 30/6": lambda: hmm_case("sessions HMM 30/6", 30, 6, 300_000, 6, 0.1, True),
         "markov4": lambda: chain_case("markov4 (4 symbols)", 125_000, 7),
         "markov4 1e6": lambda: chain_case("markov4 (4 symbols), 10⁶", 1_250_000, 7),
+        "short sessions": lambda: _case("short sessions (5,000 symbols)", 5000,
+                                        short_sessions(5000, 60_000, 8)),
     }
 
 

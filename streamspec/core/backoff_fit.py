@@ -60,7 +60,7 @@ from streamspec.core.mixture import ExpertMixture, bucket_of_counts
 from streamspec.core.parsimony import parsimonious_choice
 from streamspec.core.stream_starts import StreamStarts
 from streamspec.core.subspace import leading_singular
-from streamspec.core.trigram import KneserNeyTrigram
+from streamspec.core.trigram import KneserNeyTrigram, chosen_trigram
 from streamspec.core.triples import Triples
 from streamspec.core.triples_change import TriplesChange
 from streamspec.core.windows import WindowCounts
@@ -261,19 +261,19 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
     kept, held = split.kept, split.held
     if grams is not None and fit_grams is not None:
         fit = _on_grams(fit_grams, triples, grams, {id(kept): split.kept_hmm})
-    mixture, hmm, K, scores, use_model, window = None, None, None, {}, True, None
+    mixture, hmm, K, scores, use_model, window, discount = None, None, None, {}, True, None, None
     if kept.total > 0 and held.total > 0:
         stretches = StretchWeights.of(split, int(max_contexts), seed)  # None over triples
         model = fit(kept)
-        trigram = KneserNeyTrigram(kept, split.kept_starts)
+        ctx, x, w, draws = held_out_items(held, split.held_starts, int(max_contexts), rng)
+        u, v = ctx[:, 0], ctx[:, 1]
+        trigram = chosen_trigram(kept, split.kept_starts, u, v, x, w)  # its discounts, by held-out loss
         if stretches is not None:  # over windows: the first weights, and the window, from held-out stretches
             model = stretches.score(model, trigram, filter_window)
             window = model.window
-        ctx, x, w, draws = held_out_items(held, split.held_starts, int(max_contexts), rng)
-        u, v = ctx[:, 0], ctx[:, 1]
         P = [model_probas(model, u, v, x), trigram.proba_of(u, v, x)]
         buckets = bucket_of_counts(trigram.context_counts(u, v))
-        unigram_x, min_proba = trigram.unigram()[x], model.min_proba
+        unigram_x, min_proba, discount = trigram.unigram()[x], model.min_proba, trigram.discount
         # why freed before the HMM's sizes are fitted: their EM is the first fit's memory peak
         del model, trigram
         hmm, hmm_p = _held_out_hmm(split, triples, grams, hmm_states, (ctx, x, w), seed, draws)
@@ -298,7 +298,7 @@ def fit_with_backoff(fit: Callable[[Triples], object], triples: Triples, starts:
         final = smoothed_hmm(final, triples.total)
     else:
         final = _refined_on_all(counts, hmm, triples.total, seed) if hmm else None
-    return _attach(model, triples, starts, final, mixture, scores, use_model,
+    return _attach(model, triples, starts, final, mixture, scores, use_model, discount=discount,
                    states_chosen_at=triples.total if hmm_states == "auto" else float("nan"))
 
 
@@ -364,7 +364,8 @@ def _refit(fit, triples: Triples, starts: StreamStarts, previous_model, hmm_stat
         float("nan") if changed is None else float(changed))
     chosen_at = float(getattr(previous, "states_chosen_at", float("nan")))
     chosen_at = triples.total if chosen_at != chosen_at else chosen_at  # unknown: count from here
-    carried = dict(mixture=previous.mixture, use_model=previous.use_model, trigram=trigram)
+    carried = dict(mixture=previous.mixture, use_model=previous.use_model, trigram=trigram,
+                   discount=getattr(old_trigram, "discount", None))
     if (hmm_states == "auto" and old is not None and triples.total >= STATES_REGROWTH * chosen_at
             and triples.total > 0):
         # why: more counts support more states (a first fit of 10⁴ symbols chose 4 where 8 and
@@ -415,16 +416,17 @@ def _rechosen_hmm(triples: Triples, starts: StreamStarts, grams: WindowCounts | 
 
 def _attach(model, triples: Triples, starts: StreamStarts, hmm, mixture, scores=None,
             use_model: bool = True, hmm_changed: float = 0.0, trigram: KneserNeyTrigram | None = None,
-            states_chosen_at: float = float("nan")):
+            states_chosen_at: float = float("nan"), discount: float | None = None):
     """The model with its backoff: the weights ``mixture`` (a copy) if they fit the parts;
     ``hmm_changed``: the share of the triples changed since the HMM's EM; ``trigram``: that of
-    ``triples`` and ``starts`` if already built."""
+    ``triples`` and ``starts`` if already built, else built with ``discount``
+    (:func:`~streamspec.core.trigram.chosen_trigram`'s choice)."""
     n_components = 1 + int(use_model) + int(hmm is not None)
     mixture = (mixture.copy() if mixture is not None and mixture.n_components == n_components
                else ExpertMixture(n_components))
     if hmm is not None:  # why: the backoff keeps the filter's arrays, indexed like the model
         hmm = HMMFilter.of(hmm)
-    trigram = KneserNeyTrigram(triples, starts) if trigram is None else trigram
+    trigram = KneserNeyTrigram(triples, starts, discount) if trigram is None else trigram
     return model.with_backoff(Backoff(trigram, mixture, hmm, held_out=scores, use_model=use_model,
                                       hmm_changed=hmm_changed, states_chosen_at=states_chosen_at))
 

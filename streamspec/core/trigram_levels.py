@@ -260,12 +260,14 @@ def continuation_pairs(codes: np.ndarray, weights: np.ndarray, pa: np.ndarray, p
     return pairs, N2
 
 
-def floored_unigram(n: int, counts: np.ndarray) -> np.ndarray:
-    """Absolute discounting of unigram counts, interpolated with the uniform distribution. O(n)."""
+def floored_unigram(n: int, counts: np.ndarray, D: np.ndarray | None = None) -> np.ndarray:
+    """Absolute discounting of unigram counts (``D``: the discounts of counts 1, 2, 3+; by
+    default the modified ones of these counts), interpolated with the uniform distribution. O(n)."""
     total = counts.sum()
     if not total > 0:
         return np.full(n, 1.0 / n)
-    d = discount_of(counts[counts > 0], modified_discounts(counts[counts > 0]))
+    D = modified_discounts(counts[counts > 0]) if D is None else D
+    d = discount_of(counts[counts > 0], D)
     p = np.maximum(counts, 0.0)
     p[counts > 0] -= d
     return (p + d.sum() / n) / total

@@ -5,13 +5,15 @@ A chain of order r over n symbols has n^r contexts, each with its own next-symbo
 over 4 symbols at order 4 (256 states), past the backoff's HMM (at most 64 states), so only the
 operator model with a long enough window filter predicts it well (:mod:`streamspec.core.
 filter_window`; ``demos/bench_unseen.py``, ``tests/core/test_filter_window.py``).
+:func:`short_sessions`: many very short sessions of a sparse first-order chain, where the
+trigram's discounts matter (``tests/core/test_trigram_discounts.py``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["markov_chain", "markov_chain_loss"]
+__all__ = ["markov_chain", "markov_chain_loss", "short_sessions"]
 
 
 def _rows(order: int, n: int, seed: int, concentration: float) -> np.ndarray:
@@ -64,3 +66,25 @@ def markov_chain_loss(order: int, n: int, seed: int, sequences, concentration: f
             ctx = (ctx * n + int(s[t])) % n ** order
         count += s.size
     return float(total / count)
+
+
+def short_sessions(n: int, count: int, seed: int) -> list[np.ndarray]:
+    """``count`` sessions of 1 + Geometric(0.4) symbols over ``n`` (mean 2.5): the first
+    Zipf(1) over a permutation, each next one ``(7 x + U{0..4}) mod n`` (a bigram with five
+    successors, no memory past one symbol): sparse continuation counts, on which the modified
+    Kneser–Ney discounts of the middle level grow too large (:func:`streamspec.core.trigram.
+    chosen_trigram`). O(total length).
+
+    >>> [s.tolist() for s in short_sessions(10, 3, seed=0)]
+    [[2, 5, 9, 5, 5, 8, 9], [3, 5, 5, 5, 9], [2, 4]]
+    """
+    rng = np.random.default_rng(seed)
+    cum = np.cumsum(1.0 / np.arange(1, n + 1))
+    first = rng.permutation(n)[np.minimum(np.searchsorted(cum / cum[-1], rng.random(count)), n - 1)]
+    out = []
+    for a, length in zip(first, 1 + rng.geometric(0.4, size=count), strict=True):
+        s = [int(a)]
+        for step in rng.integers(0, 5, size=length - 1):
+            s.append((7 * s[-1] + int(step)) % n)
+        out.append(np.array(s, dtype=np.int64))
+    return out
