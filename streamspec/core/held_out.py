@@ -171,18 +171,11 @@ def held_out_stretches(grams: WindowCounts, starts: StreamStarts, max_items: int
 
 
 def model_probas(model, u, v, x) -> np.ndarray:
-    """The model's own (clipped, renormalised) probability of ``x`` after each context: one
-    normaliser per distinct context. O(contexts · n · d + m · d)."""
-    out = np.empty(x.size)
-    for length, at in ((2, u >= 0), (1, (u < 0) & (v >= 0)), (0, v < 0)):
-        idx = np.flatnonzero(at)
-        if idx.size == 0:
-            continue
-        ctx = np.stack([u[idx], v[idx]], axis=1)[:, 2 - length:]
-        ctx, which = np.unique(ctx[:, max(0, length - max(model.window, 1)):], axis=0, return_inverse=True)
-        states = model.window_states(ctx) if ctx.shape[1] else model.b1[None, :]
-        out[idx] = model.clipped_probas(x[idx], states, which.ravel())
-    return out
+    """The model's own (clipped, renormalised) probability of ``x`` after each context ``(u, v)``
+    (-1: before the stream's start): :func:`~streamspec.core.filter_window.stretch_probas` of
+    the two-symbol contexts at the model's window (at least one symbol).
+    O(contexts · n · d + m · d)."""
+    return stretch_probas(model, np.stack([u, v], axis=1), x, max(model.window, 1))
 
 
 def hmm_probas(hmm: HiddenMarkovModel, context, x, inside: np.ndarray | None = None) -> np.ndarray:
